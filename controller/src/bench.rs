@@ -1,0 +1,332 @@
+//! `sandbench bench`: the backbone's figures, measured side by side in one run on one image —
+//! provision-to-Hello per sandbox against a bare create+start+wait of a trivial container through
+//! the same API, observation throughput over the socket, and the agent's idle RSS.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use sandbench_proto::v1::{Command, RunPhase, command};
+
+use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
+use crate::provision::{AgentShipping, DockerProvisioner, Resources, SandboxRequest, labels};
+use crate::sandbox::{self, LiveSandbox};
+use crate::server::{Hub, HubConfig};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Image to run both the sandboxes and the bare containers in.
+    #[arg(long, default_value = "node:24-bookworm")]
+    pub image: String,
+    /// Sandboxes (and bare containers) to time, alternating.
+    #[arg(long, default_value_t = 10)]
+    pub samples: usize,
+    /// Observations each sandbox streams in the throughput test.
+    #[arg(long, default_value_t = 100_000)]
+    pub observations: u64,
+    /// Sandboxes streaming at once in the second throughput test.
+    #[arg(long, default_value_t = 4)]
+    pub streams: usize,
+    /// How the agent gets into the sandbox.
+    #[arg(long, value_enum, default_value_t = Shipping::Bind)]
+    pub shipping: Shipping,
+    /// The sandbox-agent executable to ship (default: beside this one).
+    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
+    pub agent: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Shipping {
+    Bind,
+    Upload,
+}
+
+impl From<Shipping> for AgentShipping {
+    fn from(s: Shipping) -> Self {
+        match s {
+            Shipping::Bind => AgentShipping::Bind,
+            Shipping::Upload => AgentShipping::Upload,
+        }
+    }
+}
+
+struct Bench {
+    provisioner: DockerProvisioner,
+    hub: Hub,
+    run_dir: PathBuf,
+    socket_dir: PathBuf,
+    run_id: String,
+    agent: PathBuf,
+    args: BenchArgs,
+    live: Vec<LiveSandbox>,
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.samples == 0 || args.streams == 0 {
+        bail!("--samples and --streams must be at least 1");
+    }
+    let provisioner = DockerProvisioner::connect(4).await?;
+    for reaped in provisioner.reap().await? {
+        eprintln!("removed leftover sandbox {} ({})", reaped.name, reaped.reason);
+    }
+    provisioner.ensure_image(&args.image, &mut |line| eprintln!("{line}")).await?;
+    let agent = crate::agent_binary::locate(args.agent.as_deref())?;
+    let dir =
+        tempfile::Builder::new().prefix("sandbench-bench-").tempdir().context("cannot create a temporary folder")?;
+    let socket_dir = dir.path().join("sock");
+    std::fs::create_dir(&socket_dir)?;
+    let hub = Hub::open(dir.path(), HubConfig::default())?;
+    let server = hub.serve(&socket_dir.join(sandbench_proto::SOCKET_NAME)).await?;
+    let run_id = format!("bench{}", std::process::id());
+    let mut bench = Bench {
+        provisioner,
+        hub: hub.clone(),
+        run_dir: dir.path().to_path_buf(),
+        socket_dir,
+        run_id,
+        agent,
+        args,
+        live: Vec::new(),
+    };
+
+    let result = bench.measure().await;
+    let cleanup = bench.cleanup().await;
+    server.stop().await;
+    hub.close().await;
+    let report = result?;
+    cleanup?;
+    println!("{report}");
+    Ok(())
+}
+
+impl Bench {
+    fn request(&self, role: String) -> SandboxRequest {
+        SandboxRequest {
+            run_id: self.run_id.clone(),
+            role,
+            image: self.args.image.clone(),
+            resources: Resources::default(),
+            network: false,
+            ttl: Duration::from_secs(900),
+            shipping: self.args.shipping.into(),
+            agent_binary: self.agent.clone(),
+            socket_dir: self.socket_dir.clone(),
+            token: String::new(),
+        }
+    }
+
+    async fn launch(&mut self, role: String) -> anyhow::Result<LiveSandbox> {
+        let live = sandbox::launch(&self.provisioner, &self.hub, self.request(role), Duration::from_secs(60)).await?;
+        self.live.push(live.clone());
+        Ok(live)
+    }
+
+    async fn teardown(&mut self, id: &str) -> anyhow::Result<()> {
+        if let Some(pos) = self.live.iter().position(|l| l.sandbox.id == id) {
+            let live = self.live.remove(pos);
+            let done = sandbox::teardown(&self.provisioner, &self.hub, &self.run_dir, &live.sandbox).await;
+            if let Some(err) = done.removal_error {
+                bail!(err);
+            }
+        }
+        Ok(())
+    }
+
+    async fn cleanup(&mut self) -> anyhow::Result<()> {
+        let ids: Vec<String> = self.live.iter().map(|l| l.sandbox.id.clone()).collect();
+        for id in ids {
+            self.teardown(&id).await?;
+        }
+        for leftover in self.provisioner.list(Some((labels::RUN, &self.run_id))).await? {
+            self.provisioner.remove(&leftover.id).await?;
+        }
+        Ok(())
+    }
+
+    async fn measure(&mut self) -> anyhow::Result<String> {
+        let samples = self.args.samples;
+        let mut bare = Vec::with_capacity(samples);
+        let mut hello = Vec::with_capacity(samples);
+        let bind = format!("{}:{}:ro", self.agent.display(), AGENT_PATH_IN_SANDBOX);
+        // One of each first, untimed, so caches are warm for both.
+        self.bare_once("warm", &bind).await?;
+        let warm = self.launch("warm".into()).await?;
+        self.teardown(&warm.sandbox.id).await?;
+        for i in 0..samples {
+            eprint!("\rprovisioning: sample {}/{samples}", i + 1);
+            bare.push(self.bare_once(&i.to_string(), &bind).await?);
+            let live = self.launch(format!("s{i}")).await?;
+            hello.push(live.provision_to_hello);
+            self.teardown(&live.sandbox.id).await?;
+        }
+        eprintln!();
+
+        let single = self.stream(1).await?;
+        let many = self.stream(self.args.streams).await?;
+
+        let (bare_median, hello_median) = (median(&bare), median(&hello));
+        let ratio = hello_median.as_secs_f64() / bare_median.as_secs_f64();
+        let per_sandbox_min = many.rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let fresh_max = single.fresh_rss_bytes.iter().chain(&many.fresh_rss_bytes).copied().max().unwrap_or(0);
+        let rss_max = single.idle_rss_bytes.iter().chain(&many.idle_rss_bytes).copied().max().unwrap_or(0);
+        let check = |ok: bool| if ok { "ok" } else { "MISSED" };
+        let mut out = String::new();
+        out.push_str(&format!(
+            "sandbench backbone benchmark — image {}, Docker API {}, agent {}, {} samples\n\n",
+            self.args.image,
+            self.provisioner.api_version(),
+            match self.args.shipping {
+                Shipping::Bind => "bind-mounted",
+                Shipping::Upload => "uploaded",
+            },
+            samples
+        ));
+        out.push_str(&format!("{:<44} {:>14} {:>22}  target\n", "figure", "median", "min .. max"));
+        out.push_str(&format!(
+            "{:<44} {:>11.1} ms {:>22}\n",
+            "bare create+start+wait (trivial container)",
+            ms(bare_median),
+            range_ms(&bare)
+        ));
+        out.push_str(&format!(
+            "{:<44} {:>11.1} ms {:>22}\n",
+            "provision-to-Hello (sandbox)",
+            ms(hello_median),
+            range_ms(&hello)
+        ));
+        out.push_str(&format!("{:<44} {:>13.2}× {:>22}  ≤ 1.10× {}\n", "ratio", ratio, "", check(ratio <= 1.1)));
+        out.push_str(&format!(
+            "{:<44} {:>9.0} obs/s {:>22}  ≥ 50,000 {}\n",
+            "throughput, 1 sandbox",
+            single.rates[0],
+            "",
+            check(single.rates[0] >= 50_000.0)
+        ));
+        out.push_str(&format!(
+            "{:<44} {:>9.0} obs/s {:>22}  ≥ 50,000 {}\n",
+            format!("throughput, {} sandboxes at once (slowest)", self.args.streams),
+            per_sandbox_min,
+            format!("total {:.0} obs/s", many.rates.iter().sum::<f64>()),
+            check(per_sandbox_min >= 50_000.0)
+        ));
+        out.push_str(&format!(
+            "{:<44} {:>11.1} MB {:>22}  ≤ 10 MB {}\n",
+            "agent idle RSS after Hello (largest)",
+            fresh_max as f64 / 1e6,
+            "",
+            check(fresh_max <= 10_000_000)
+        ));
+        out.push_str(&format!(
+            "{:<44} {:>11.1} MB {:>22}  ≤ 10 MB {}\n",
+            "agent idle RSS after streaming (largest)",
+            rss_max as f64 / 1e6,
+            "",
+            check(rss_max <= 10_000_000)
+        ));
+        Ok(out)
+    }
+
+    async fn bare_once(&self, tag: &str, bind: &str) -> anyhow::Result<Duration> {
+        let name = format!("sandbench-{}-bare{tag}", self.run_id);
+        let cmd = vec![AGENT_PATH_IN_SANDBOX.to_string(), "--version".to_string()];
+        let took =
+            self.provisioner.run_bare(&name, &self.args.image, cmd, vec![bind.to_string()], &self.run_id).await?;
+        Ok(took)
+    }
+
+    /// Streams `observations` from `count` sandboxes at once; per-sandbox rates and idle RSS.
+    async fn stream(&mut self, count: usize) -> anyhow::Result<StreamFigures> {
+        let mut sandboxes = Vec::new();
+        for i in 0..count {
+            sandboxes.push(self.launch(format!("t{count}x{i}")).await?);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut fresh_rss_bytes = Vec::new();
+        for live in &sandboxes {
+            let pid = self.provisioner.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
+            fresh_rss_bytes.push(rss_bytes(pid)?);
+        }
+        eprintln!("streaming {} observations from {count} sandbox(es)", self.args.observations);
+        let plan = serde_json::to_vec(&serde_json::json!({ "observations": self.args.observations }))?;
+        let waits = sandboxes.iter().map(|live| {
+            let hub = self.hub.clone();
+            let plan = plan.clone();
+            let id = live.sandbox.id.clone();
+            async move {
+                let command = Command {
+                    command_id: format!("{id}-stream"),
+                    body: Some(command::Body::RunPhase(RunPhase { phase: "synthetic".into(), trial: 0, plan })),
+                };
+                let begun = Instant::now();
+                hub.send(&id, command.clone()).await?;
+                let outcome = hub.wait_done(&id, &command.command_id, Duration::from_secs(600)).await?;
+                let took = begun.elapsed();
+                if !outcome.error.is_empty() {
+                    bail!("{id}: the stream failed: {}", outcome.error);
+                }
+                anyhow::Ok(took)
+            }
+        });
+        let took = futures_util::future::try_join_all(waits).await?;
+        let mut rates = Vec::new();
+        for (live, took) in sandboxes.iter().zip(took) {
+            let status = self.hub.status(&live.sandbox.id).context("sandbox vanished")?.borrow().clone();
+            if status.observations != self.args.observations {
+                bail!(
+                    "{} delivered {} observations, not {}",
+                    live.sandbox.id,
+                    status.observations,
+                    self.args.observations
+                );
+            }
+            rates.push(self.args.observations as f64 / took.as_secs_f64());
+        }
+        // Let the agents go idle, then read their resident memory from the host's /proc.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut idle_rss_bytes = Vec::new();
+        for live in &sandboxes {
+            let pid = self.provisioner.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
+            idle_rss_bytes.push(rss_bytes(pid)?);
+        }
+        for live in sandboxes {
+            self.teardown(&live.sandbox.id).await?;
+        }
+        Ok(StreamFigures { rates, fresh_rss_bytes, idle_rss_bytes })
+    }
+}
+
+struct StreamFigures {
+    rates: Vec<f64>,
+    /// Idle after Hello, before any work.
+    fresh_rss_bytes: Vec<u64>,
+    /// Idle again after streaming.
+    idle_rss_bytes: Vec<u64>,
+}
+
+fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("cannot read /proc/{pid}/status"))?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .context("no VmRSS")?;
+    Ok(kib * 1024)
+}
+
+fn median(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let n = sorted.len();
+    if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2 }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn range_ms(samples: &[Duration]) -> String {
+    let min = samples.iter().min().copied().unwrap_or_default();
+    let max = samples.iter().max().copied().unwrap_or_default();
+    format!("{:.1} .. {:.1} ms", ms(min), ms(max))
+}

@@ -1,0 +1,12 @@
+//! sandbench: benchmarks two revisions of a project inside fresh, identical Docker sandboxes.
+//!
+//! The controller side: provisioning ([`provision`]), the agents' gRPC endpoint ([`server`]),
+//! the run directory's event log ([`store`]), and one sandbox's life ([`sandbox`]).
+
+pub mod agent_binary;
+pub mod bench;
+pub mod cli;
+pub mod provision;
+pub mod sandbox;
+pub mod server;
+pub mod store;

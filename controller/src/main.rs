@@ -1,0 +1,7 @@
+//! The `sandbench` command line.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    sandbench::cli::main()
+}

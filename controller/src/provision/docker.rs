@@ -1,0 +1,474 @@
+//! The Docker backend, through the Engine API (bollard): the only module that imports bollard.
+//! Negotiates the API version (Docker 20.10 / API 1.41 and current engines), honours
+//! `DOCKER_HOST`, bounds concurrent creates, and reaps expired or orphaned sandboxes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions, StartContainerOptions, UploadToContainerOptions, WaitContainerOptions,
+};
+use futures_util::StreamExt;
+use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
+use tokio::sync::Semaphore;
+
+use super::{AgentShipping, Sandbox, SandboxRequest, labels};
+
+/// Where the agent lives inside a sandbox.
+pub const AGENT_PATH_IN_SANDBOX: &str = "/sandbench/sandbox-agent";
+
+/// Capabilities the agent needs: create users and chown their files, switch to them, kill their
+/// processes, and read their /proc entries (smaps for PSS). Everything else is dropped.
+const CAPABILITIES: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL", "SYS_PTRACE"];
+
+/// One error per Docker operation, because raw Docker errors rarely say what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    #[error(
+        "cannot reach the Docker engine ({host}): {source}; is dockerd running? (images/ensure-docker.sh starts one)"
+    )]
+    Connect { host: String, source: bollard::errors::Error },
+    #[error(
+        "image {image} is not present and cannot be pulled: {source}. Without a registry, build it with images/node24-bookworm/build-offline.sh"
+    )]
+    Pull { image: String, source: bollard::errors::Error },
+    #[error("cannot import image {tag}: {source}")]
+    Import { tag: String, source: bollard::errors::Error },
+    #[error("cannot create container {name}: {source}")]
+    Create { name: String, source: bollard::errors::Error },
+    #[error("cannot upload the agent into {name}: {source}")]
+    Upload { name: String, source: anyhow::Error },
+    #[error("cannot start container {name}: {source}")]
+    Start { name: String, source: bollard::errors::Error },
+    #[error("cannot inspect container {name}: {source}")]
+    Inspect { name: String, source: bollard::errors::Error },
+    #[error("cannot signal container {name}: {source}")]
+    Kill { name: String, source: bollard::errors::Error },
+    #[error("cannot read the logs of {name}: {source}")]
+    Logs { name: String, source: bollard::errors::Error },
+    #[error("cannot remove container {name}: {source}")]
+    Remove { name: String, source: bollard::errors::Error },
+    #[error("cannot list containers: {source}")]
+    List { source: bollard::errors::Error },
+    #[error("cannot wait for container {name}: {source}")]
+    Wait { name: String, source: bollard::errors::Error },
+}
+
+/// A sandbench container as listed by the engine.
+#[derive(Debug, Clone)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub state: String,
+    pub labels: HashMap<String, String>,
+}
+
+/// Why the reaper removed a container.
+#[derive(Debug, Clone)]
+pub struct Reaped {
+    pub name: String,
+    pub reason: String,
+}
+
+pub struct DockerProvisioner {
+    docker: Docker,
+    create_slots: Arc<Semaphore>,
+    owner: String,
+    api_version: String,
+}
+
+impl DockerProvisioner {
+    /// Connects through `DOCKER_HOST` (or the local socket) and negotiates the API version.
+    pub async fn connect(max_concurrent_creates: usize) -> Result<DockerProvisioner, ProvisionError> {
+        let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
+        let connect_error = |source| ProvisionError::Connect { host: host.clone(), source };
+        let docker = Docker::connect_with_defaults().map_err(connect_error)?;
+        let docker = docker.negotiate_version().await.map_err(connect_error)?;
+        let api_version = docker.client_version().to_string();
+        Ok(DockerProvisioner {
+            docker,
+            create_slots: Arc::new(Semaphore::new(max_concurrent_creates.max(1))),
+            owner: owner_id(),
+            api_version,
+        })
+    }
+
+    /// The negotiated Engine API version.
+    pub fn api_version(&self) -> &str {
+        &self.api_version
+    }
+
+    /// This controller process's owner label value.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Makes sure `image` is present, pulling it (with progress) when it is not.
+    pub async fn ensure_image(&self, image: &str, progress: &mut dyn FnMut(&str)) -> Result<(), ProvisionError> {
+        if self.docker.inspect_image(image).await.is_ok() {
+            return Ok(());
+        }
+        progress(&format!("pulling {image}"));
+        let options = CreateImageOptions { from_image: Some(image.to_string()), ..Default::default() };
+        let mut pull = self.docker.create_image(Some(options), None, None);
+        let mut last = String::new();
+        while let Some(item) = pull.next().await {
+            let info = item.map_err(|source| ProvisionError::Pull { image: image.to_string(), source })?;
+            let detail = info.progress_detail.map(|d| format!("{}/{}", d.current.unwrap_or(0), d.total.unwrap_or(0)));
+            let line = [info.status.unwrap_or_default(), detail.unwrap_or_default()].join(" ");
+            if line != last {
+                progress(line.trim());
+                last = line;
+            }
+        }
+        Ok(())
+    }
+
+    /// Imports a root file system tarball as image `tag` (like `docker import`).
+    pub async fn import_image(&self, tag: &str, tar: Vec<u8>) -> Result<(), ProvisionError> {
+        let (repo, version) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
+        let options = CreateImageOptions {
+            from_src: Some("-".to_string()),
+            repo: Some(repo.to_string()),
+            tag: Some(version.to_string()),
+            ..Default::default()
+        };
+        let mut import = self.docker.create_image(Some(options), Some(bollard::body_full(tar.into())), None);
+        while let Some(item) = import.next().await {
+            item.map_err(|source| ProvisionError::Import { tag: tag.to_string(), source })?;
+        }
+        Ok(())
+    }
+
+    pub async fn image_exists(&self, image: &str) -> bool {
+        self.docker.inspect_image(image).await.is_ok()
+    }
+
+    /// Creates a sandbox (not started), shipping the agent as asked. Waits for a create slot.
+    pub async fn create(&self, request: &SandboxRequest) -> Result<Sandbox, ProvisionError> {
+        let requested_at = SystemTime::now();
+        let queued_since = Instant::now();
+        let _slot = self.create_slots.acquire().await.expect("the create semaphore is never closed");
+        let queued = queued_since.elapsed();
+        let name = request.sandbox_id();
+        let expires_at = requested_at + request.ttl;
+        let container_labels = HashMap::from([
+            (labels::OWNER.to_string(), self.owner.clone()),
+            (labels::RUN.to_string(), request.run_id.clone()),
+            (labels::ROLE.to_string(), request.role.clone()),
+            (labels::EXPIRES_AT.to_string(), unix_secs(expires_at).to_string()),
+        ]);
+        let mut binds = vec![format!("{}:{}:rw", request.socket_dir.display(), SOCKET_DIR_IN_SANDBOX)];
+        if request.shipping == AgentShipping::Bind {
+            binds.push(format!("{}:{}:ro", request.agent_binary.display(), AGENT_PATH_IN_SANDBOX));
+        }
+        let resources = &request.resources;
+        let memory = i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX);
+        let host_config = HostConfig {
+            binds: Some(binds),
+            nano_cpus: Some((resources.cpus * 1e9).round() as i64),
+            cpuset_cpus: resources.cpuset.clone(),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(resources.pids_limit),
+            network_mode: Some(if request.network { "bridge" } else { "none" }.to_string()),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            cap_add: Some(CAPABILITIES.iter().map(|c| c.to_string()).collect()),
+            privileged: Some(false),
+            security_opt: Some(vec!["no-new-privileges:true".to_string()]),
+            init: Some(false),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(request.image.clone()),
+            entrypoint: Some(vec![AGENT_PATH_IN_SANDBOX.to_string()]),
+            cmd: Some(vec![]),
+            user: Some("0:0".to_string()),
+            // Only what the agent needs; nothing from the controller's environment.
+            env: Some(vec![
+                format!("{}={}", env::SANDBOX_ID, name),
+                format!("{}={}", env::TOKEN, request.token),
+                format!("{}={}/{}", env::SOCKET, SOCKET_DIR_IN_SANDBOX, SOCKET_NAME),
+            ]),
+            labels: Some(container_labels),
+            network_disabled: Some(!request.network),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|source| ProvisionError::Create { name: name.clone(), source })?;
+        let sandbox = Sandbox {
+            id: name.clone(),
+            container_id: created.id,
+            run_id: request.run_id.clone(),
+            role: request.role.clone(),
+            requested_at,
+            queued,
+            expires_at,
+        };
+        if request.shipping == AgentShipping::Upload {
+            let result = async {
+                let tar = agent_tar(&request.agent_binary).await?;
+                let options = UploadToContainerOptions { path: "/".to_string(), ..Default::default() };
+                self.docker.upload_to_container(&name, Some(options), bollard::body_full(tar.into())).await?;
+                anyhow::Ok(())
+            }
+            .await;
+            if let Err(source) = result {
+                let _ = self.remove(&name).await;
+                return Err(ProvisionError::Upload { name, source });
+            }
+        }
+        Ok(sandbox)
+    }
+
+    pub async fn start(&self, name: &str) -> Result<(), ProvisionError> {
+        self.docker
+            .start_container(name, None::<StartContainerOptions>)
+            .await
+            .map_err(|source| ProvisionError::Start { name: name.to_string(), source })
+    }
+
+    /// Sends a signal to the container's main process (the agent).
+    pub async fn kill(&self, name: &str, signal: &str) -> Result<(), ProvisionError> {
+        let options = KillContainerOptions { signal: signal.to_string() };
+        self.docker
+            .kill_container(name, Some(options))
+            .await
+            .map_err(|source| ProvisionError::Kill { name: name.to_string(), source })
+    }
+
+    /// Waits until the container stops; returns its exit code.
+    pub async fn wait_exit(&self, name: &str) -> Result<i64, ProvisionError> {
+        let options = WaitContainerOptions { condition: "not-running".to_string() };
+        let mut wait = self.docker.wait_container(name, Some(options));
+        match wait.next().await {
+            Some(Ok(response)) => Ok(response.status_code),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
+            Some(Err(source)) => Err(ProvisionError::Wait { name: name.to_string(), source }),
+            None => Ok(0),
+        }
+    }
+
+    /// The host pid of the container's main process, when it runs.
+    pub async fn main_pid(&self, name: &str) -> Result<Option<u32>, ProvisionError> {
+        let info = self
+            .docker
+            .inspect_container(name, None)
+            .await
+            .map_err(|source| ProvisionError::Inspect { name: name.to_string(), source })?;
+        let pid = info.state.and_then(|s| s.pid).filter(|&p| p > 0);
+        Ok(pid.map(|p| p as u32))
+    }
+
+    /// The container's stdout and stderr so far (the agent's log).
+    pub async fn logs(&self, name: &str) -> Result<String, ProvisionError> {
+        let options = LogsOptions { stdout: true, stderr: true, tail: "all".to_string(), ..Default::default() };
+        let mut stream = self.docker.logs(name, Some(options));
+        let mut text = String::new();
+        while let Some(item) = stream.next().await {
+            let output = item.map_err(|source| ProvisionError::Logs { name: name.to_string(), source })?;
+            text.push_str(&String::from_utf8_lossy(&output.into_bytes()));
+        }
+        Ok(text)
+    }
+
+    /// Removes the container and its anonymous volumes, running or not. Absent is fine.
+    pub async fn remove(&self, name: &str) -> Result<(), ProvisionError> {
+        let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        match self.docker.remove_container(name, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            Err(source) => Err(ProvisionError::Remove { name: name.to_string(), source }),
+        }
+    }
+
+    /// Lists sandbench containers, optionally only those with `label=value`.
+    pub async fn list(&self, label: Option<(&str, &str)>) -> Result<Vec<ContainerInfo>, ProvisionError> {
+        let filter = match label {
+            Some((key, value)) => format!("{key}={value}"),
+            None => labels::OWNER.to_string(),
+        };
+        let filters = HashMap::from([("label".to_string(), vec![filter])]);
+        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+        let containers =
+            self.docker.list_containers(Some(options)).await.map_err(|source| ProvisionError::List { source })?;
+        Ok(containers
+            .into_iter()
+            .filter(|c| c.labels.as_ref().is_some_and(|l| l.contains_key(labels::OWNER)))
+            .map(|c| ContainerInfo {
+                id: c.id.unwrap_or_default(),
+                name: c.names.and_then(|n| n.first().cloned()).unwrap_or_default().trim_start_matches('/').to_string(),
+                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                labels: c.labels.unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// Removes sandbench containers that have expired, or whose owning controller process on
+    /// this host is gone. Containers of live controllers are left alone.
+    pub async fn reap(&self) -> Result<Vec<Reaped>, ProvisionError> {
+        let now = unix_secs(SystemTime::now());
+        let mut reaped = Vec::new();
+        for container in self.list(None).await? {
+            let Some(reason) = reap_reason(&container.labels, now, &self.owner) else { continue };
+            self.remove(&container.id).await?;
+            tracing::info!(container = %container.name, "reaped: {reason}");
+            reaped.push(Reaped { name: container.name, reason });
+        }
+        Ok(reaped)
+    }
+
+    /// Runs a container to completion and removes it: the bare baseline of the benchmark.
+    /// Returns how long create, start and wait took together (removal not included).
+    pub async fn run_bare(
+        &self,
+        name: &str,
+        image: &str,
+        cmd: Vec<String>,
+        binds: Vec<String>,
+        run_id: &str,
+    ) -> Result<Duration, ProvisionError> {
+        let begun = Instant::now();
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(cmd),
+            labels: Some(HashMap::from([
+                (labels::OWNER.to_string(), self.owner.clone()),
+                (labels::RUN.to_string(), run_id.to_string()),
+                (labels::EXPIRES_AT.to_string(), (unix_secs(SystemTime::now()) + 600).to_string()),
+            ])),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                binds: Some(binds),
+                network_mode: Some("none".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+        self.docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|source| ProvisionError::Create { name: name.to_string(), source })?;
+        let result = async {
+            self.start(name).await?;
+            self.wait_exit(name).await
+        }
+        .await
+        .map(|_| begun.elapsed());
+        self.remove(name).await?;
+        result
+    }
+}
+
+/// Why a container should be reaped, or None to keep it.
+pub fn reap_reason(container_labels: &HashMap<String, String>, now_unix: u64, my_owner: &str) -> Option<String> {
+    if let Some(expires) = container_labels.get(labels::EXPIRES_AT).and_then(|v| v.parse::<u64>().ok())
+        && expires <= now_unix
+    {
+        return Some(format!("expired {} s ago", now_unix - expires));
+    }
+    let owner = container_labels.get(labels::OWNER)?;
+    if owner == my_owner {
+        return None;
+    }
+    match owner_alive(owner) {
+        Some(false) => Some(format!("its controller ({owner}) is gone")),
+        _ => None,
+    }
+}
+
+/// `host/pid/start-ticks` of this process: unique across pid reuse.
+fn owner_id() -> String {
+    let pid = std::process::id();
+    format!("{}/{}/{}", hostname(), pid, process_start_ticks(pid).unwrap_or(0))
+}
+
+/// Whether the controller process named by an owner label still runs. None when it ran on
+/// another host (only expiry can tell then).
+fn owner_alive(owner: &str) -> Option<bool> {
+    let mut parts = owner.rsplitn(3, '/');
+    let ticks: u64 = parts.next()?.parse().ok()?;
+    let pid: u32 = parts.next()?.parse().ok()?;
+    let host = parts.next()?;
+    if host != hostname() {
+        return None;
+    }
+    Some(process_start_ticks(pid) == Some(ticks))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Field 22 of /proc/PID/stat: start time in clock ticks since boot.
+fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// A tar holding the agent at `AGENT_PATH_IN_SANDBOX`, root-owned, mode 0755.
+async fn agent_tar(agent: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let bytes = tokio::fs::read(agent).await?;
+    let mut builder = tar::Builder::new(Vec::with_capacity(bytes.len() + 4096));
+    let mut dir = tar::Header::new_gnu();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o755);
+    dir.set_size(0);
+    dir.set_uid(0);
+    dir.set_gid(0);
+    builder.append_data(
+        &mut dir,
+        AGENT_PATH_IN_SANDBOX.trim_start_matches('/').rsplit_once('/').map_or("", |p| p.0),
+        std::io::empty(),
+    )?;
+    let mut file = tar::Header::new_gnu();
+    file.set_mode(0o755);
+    file.set_size(bytes.len() as u64);
+    file.set_uid(0);
+    file.set_gid(0);
+    builder.append_data(&mut file, AGENT_PATH_IN_SANDBOX.trim_start_matches('/'), bytes.as_slice())?;
+    Ok(builder.into_inner()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels_with(owner: &str, expires: u64) -> HashMap<String, String> {
+        HashMap::from([
+            (labels::OWNER.to_string(), owner.to_string()),
+            (labels::EXPIRES_AT.to_string(), expires.to_string()),
+        ])
+    }
+
+    #[test]
+    fn reaps_expired_and_orphaned_but_not_live_sandboxes() {
+        let me = owner_id();
+        assert!(reap_reason(&labels_with(&me, 100), 200, &me).unwrap().starts_with("expired"));
+        assert_eq!(reap_reason(&labels_with(&me, 300), 200, &me), None);
+        // A pid that exists but with another start time: the pid was reused, the owner is gone.
+        let reused = format!("{}/{}/{}", hostname(), std::process::id(), 1);
+        assert!(reap_reason(&labels_with(&reused, 300), 200, &me).unwrap().contains("is gone"));
+        // Another host: only expiry can tell.
+        assert_eq!(reap_reason(&labels_with("elsewhere/1/1", 300), 200, &me), None);
+        // Our own process, as another controller instance would see it: alive.
+        assert_eq!(reap_reason(&labels_with(&me, 300), 200, "other/1/1"), None);
+    }
+}

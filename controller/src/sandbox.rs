@@ -1,0 +1,105 @@
+//! One sandbox's life as the controller drives it: register its token, create and start it,
+//! wait for its agent's Hello; and the teardown every path ends in (agent log collected,
+//! container removed with its volumes, lifetime recorded).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+
+use crate::provision::{DockerProvisioner, Sandbox, SandboxRequest};
+use crate::server::{HelloInfo, Hub};
+
+/// A sandbox whose agent is connected.
+#[derive(Debug, Clone)]
+pub struct LiveSandbox {
+    pub sandbox: Sandbox,
+    pub hello: HelloInfo,
+    /// From the create request to the agent's Hello.
+    pub provision_to_hello: Duration,
+}
+
+/// What teardown found and did.
+#[derive(Debug, Clone)]
+pub struct Teardown {
+    pub id: String,
+    /// From the create request to confirmed removal.
+    pub lifetime: Duration,
+    pub log_path: Option<PathBuf>,
+    /// Removal failed: the sandbox may live until its expiry.
+    pub removal_error: Option<String>,
+}
+
+/// Creates and starts a sandbox and waits for its agent. On failure nothing is left behind and
+/// the error carries the agent's log.
+pub async fn launch(
+    provisioner: &DockerProvisioner,
+    hub: &Hub,
+    mut request: SandboxRequest,
+    hello_timeout: Duration,
+) -> anyhow::Result<LiveSandbox> {
+    let id = request.sandbox_id();
+    let begun = Instant::now();
+    request.token = hub.register(&id)?;
+    let sandbox = provisioner.create(&request).await?;
+    let started = async {
+        provisioner.start(&sandbox.id).await?;
+        hub.wait_hello(&sandbox.id, hello_timeout).await
+    }
+    .await;
+    match started {
+        Ok(hello) => {
+            let provision_to_hello = hello.at.saturating_duration_since(begun);
+            Ok(LiveSandbox { sandbox, hello, provision_to_hello })
+        }
+        Err(err) => {
+            let log = provisioner.logs(&sandbox.id).await.unwrap_or_default();
+            let _ = hub.retire(&sandbox.id);
+            let removal = provisioner.remove(&sandbox.id).await;
+            let mut message = format!("{err:#}");
+            if !log.trim().is_empty() {
+                message.push_str(&format!("\nagent log of {}:\n{}", sandbox.id, tail(&log, 40)));
+            }
+            if let Err(removal) = removal {
+                message.push_str(&format!("\nand removing it failed too: {removal}"));
+            }
+            Err(anyhow::anyhow!(message))
+        }
+    }
+}
+
+/// Retires the token, saves the agent's log under `run_dir/sandboxes/<id>/agent.log`, and
+/// removes the container. Never fails: problems are reported in the result.
+pub async fn teardown(provisioner: &DockerProvisioner, hub: &Hub, run_dir: &Path, sandbox: &Sandbox) -> Teardown {
+    let _ = hub.retire(&sandbox.id);
+    let log_path = match provisioner.logs(&sandbox.id).await {
+        Ok(log) => save_log(run_dir, &sandbox.id, &log).ok(),
+        Err(err) => {
+            tracing::warn!(sandbox = %sandbox.id, "cannot collect the agent log: {err}");
+            None
+        }
+    };
+    let removal_error = provisioner.remove(&sandbox.id).await.err().map(|e| e.to_string());
+    if let Some(err) = &removal_error {
+        tracing::error!(sandbox = %sandbox.id, "{err}; it will be reaped after its expiry");
+    }
+    Teardown {
+        id: sandbox.id.clone(),
+        lifetime: SystemTime::now().duration_since(sandbox.requested_at).unwrap_or_default(),
+        log_path,
+        removal_error,
+    }
+}
+
+fn save_log(run_dir: &Path, id: &str, log: &str) -> anyhow::Result<PathBuf> {
+    let dir = run_dir.join("sandboxes").join(id);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("agent.log");
+    std::fs::write(&path, log).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -1,0 +1,645 @@
+//! The controller's end of protocol v1: a tonic service on a Unix socket that authenticates
+//! agents by their per-sandbox token, persists their events in the run directory before acking,
+//! drops duplicates by `(sandbox, seq)`, delivers commands (again after every reconnection), and
+//! exchanges heartbeats.
+//!
+//! [`Hub`] holds the state; it can be reopened from the run directory after a restart, so a
+//! controller that comes back continues where the log ends.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use sandbench_proto::v1::agent_server::{Agent, AgentServer};
+use sandbench_proto::v1::{
+    AgentMessage, Command, ControllerMessage, Event, Facts, Heartbeat, PhaseStatus, Welcome, agent_message, command,
+    controller_message, event, observation,
+};
+use serde::{Deserialize, Serialize};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::store::{Data, EventLog, OBSERVATIONS_FILE, StoredBody, StoredEvent};
+
+const TOKENS_FILE: &str = ".agent-tokens.json";
+
+/// Timing of the conversation with agents.
+#[derive(Debug, Clone, Copy)]
+pub struct HubConfig {
+    pub heartbeat: Duration,
+    /// Missed heartbeats after which either side gives the other up.
+    pub dead_after: u32,
+    /// How long an agent has to send Hello once its stream is open.
+    pub hello_timeout: Duration,
+}
+
+impl Default for HubConfig {
+    fn default() -> Self {
+        HubConfig { heartbeat: Duration::from_millis(500), dead_after: 10, hello_timeout: Duration::from_secs(10) }
+    }
+}
+
+/// What an agent told about itself when it connected.
+#[derive(Debug, Clone)]
+pub struct HelloInfo {
+    pub boot_id: String,
+    pub agent_version: String,
+    pub facts: Facts,
+    pub at: Instant,
+}
+
+/// A finished command, as the agent reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhaseOutcome {
+    pub status: PhaseStatus,
+    pub error: String,
+}
+
+/// What the controller knows of one sandbox's agent, updated as events are persisted.
+#[derive(Debug, Clone, Default)]
+pub struct AgentStatus {
+    pub connected: bool,
+    /// Sessions accepted so far (1 + reconnections).
+    pub sessions: u32,
+    /// Distinct agent processes seen (1 + restarts).
+    pub boots: u32,
+    pub first_hello: Option<HelloInfo>,
+    pub last_hello: Option<HelloInfo>,
+    pub persisted_seq: u64,
+    /// Observations persisted by this hub (since it was opened).
+    pub observations: u64,
+    pub done: HashMap<String, PhaseOutcome>,
+}
+
+/// A Hello that was refused.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub sandbox_id: String,
+    pub reason: String,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct TokenRecord {
+    token: String,
+    retired: bool,
+}
+
+struct SandboxState {
+    token: String,
+    retired: bool,
+    persisted_seq: u64,
+    /// Bumped on every accepted session; an older session sees it change and ends.
+    generation: watch::Sender<u64>,
+    outbound: Option<mpsc::Sender<Result<ControllerMessage, Status>>>,
+    /// RunPhase commands without a PhaseDone yet, resent after every reconnection.
+    pending: Vec<Command>,
+    status: watch::Sender<AgentStatus>,
+    /// Serialises check-and-append of events, so two sessions cannot both persist a seq.
+    persist: Arc<tokio::sync::Mutex<()>>,
+}
+
+struct Inner {
+    run_dir: PathBuf,
+    config: HubConfig,
+    log: tokio::sync::RwLock<Option<EventLog>>,
+    sandboxes: Mutex<HashMap<String, SandboxState>>,
+    refusals: Mutex<Vec<Refusal>>,
+    closed: watch::Sender<bool>,
+}
+
+/// The controller's registry of sandboxes and their agents' sessions. Cheap to clone.
+#[derive(Clone)]
+pub struct Hub {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Hub {
+    /// Opens the hub of a run directory, recovering registered sandboxes and what their agents
+    /// already delivered (after a controller restart).
+    pub fn open(run_dir: &Path, config: HubConfig) -> anyhow::Result<Hub> {
+        std::fs::create_dir_all(run_dir).with_context(|| format!("cannot create {}", run_dir.display()))?;
+        let log_path = run_dir.join(OBSERVATIONS_FILE);
+        let (log, last_seqs) =
+            EventLog::open(&log_path).with_context(|| format!("cannot open {}", log_path.display()))?;
+        let tokens: HashMap<String, TokenRecord> = match std::fs::read(run_dir.join(TOKENS_FILE)) {
+            Ok(bytes) => serde_json::from_slice(&bytes).context("corrupt agent token file")?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(e) => return Err(e).context("cannot read the agent token file"),
+        };
+        let sandboxes = tokens
+            .into_iter()
+            .map(|(id, record)| {
+                let seq = last_seqs.get(&id).copied().unwrap_or(0);
+                (id, SandboxState::new(record.token, record.retired, seq))
+            })
+            .collect();
+        Ok(Hub {
+            inner: Arc::new(Inner {
+                run_dir: run_dir.to_path_buf(),
+                config,
+                log: tokio::sync::RwLock::new(Some(log)),
+                sandboxes: Mutex::new(sandboxes),
+                refusals: Mutex::new(Vec::new()),
+                closed: watch::Sender::new(false),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> HubConfig {
+        self.inner.config
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.inner.run_dir.join(OBSERVATIONS_FILE)
+    }
+
+    /// Registers a sandbox and returns the random token its agent must present.
+    pub fn register(&self, sandbox_id: &str) -> anyhow::Result<String> {
+        let token = random_token()?;
+        {
+            let mut sandboxes = lock(&self.inner.sandboxes);
+            if sandboxes.contains_key(sandbox_id) {
+                bail!("sandbox {sandbox_id} is already registered in this run");
+            }
+            sandboxes.insert(sandbox_id.to_string(), SandboxState::new(token.clone(), false, 0));
+        }
+        self.save_tokens()?;
+        Ok(token)
+    }
+
+    /// Ends a sandbox's registration: its token is refused from now on.
+    pub fn retire(&self, sandbox_id: &str) -> anyhow::Result<()> {
+        if let Some(state) = lock(&self.inner.sandboxes).get_mut(sandbox_id) {
+            state.retired = true;
+            state.outbound = None;
+            state.generation.send_modify(|g| *g += 1);
+            state.status.send_modify(|s| s.connected = false);
+        }
+        self.save_tokens()
+    }
+
+    fn save_tokens(&self) -> anyhow::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let records: HashMap<String, TokenRecord> = lock(&self.inner.sandboxes)
+            .iter()
+            .map(|(id, s)| (id.clone(), TokenRecord { token: s.token.clone(), retired: s.retired }))
+            .collect();
+        let tmp = self.inner.run_dir.join(format!("{TOKENS_FILE}.tmp"));
+        let mut file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&tmp)?;
+        std::io::Write::write_all(&mut file, &serde_json::to_vec(&records)?)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, self.inner.run_dir.join(TOKENS_FILE))?;
+        Ok(())
+    }
+
+    /// Watches one sandbox's agent.
+    pub fn status(&self, sandbox_id: &str) -> Option<watch::Receiver<AgentStatus>> {
+        lock(&self.inner.sandboxes).get(sandbox_id).map(|s| s.status.subscribe())
+    }
+
+    pub fn refusals(&self) -> Vec<Refusal> {
+        lock(&self.inner.refusals).clone()
+    }
+
+    /// Waits until the sandbox's agent has said Hello (now or before).
+    pub async fn wait_hello(&self, sandbox_id: &str, timeout: Duration) -> anyhow::Result<HelloInfo> {
+        let mut status = self.status(sandbox_id).with_context(|| format!("unknown sandbox {sandbox_id}"))?;
+        let wait = status.wait_for(|s| s.first_hello.is_some());
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(status)) => Ok(status.first_hello.clone().context("no Hello")?),
+            Ok(Err(_)) => bail!("sandbox {sandbox_id} was dropped while waiting for its agent"),
+            Err(_) => {
+                bail!("the agent of sandbox {sandbox_id} did not say Hello within {:.0} s", timeout.as_secs_f64())
+            }
+        }
+    }
+
+    /// Sends a command; RunPhase commands are kept and resent after reconnections until done.
+    pub async fn send(&self, sandbox_id: &str, command: Command) -> anyhow::Result<()> {
+        let outbound = {
+            let mut sandboxes = lock(&self.inner.sandboxes);
+            let state = sandboxes.get_mut(sandbox_id).with_context(|| format!("unknown sandbox {sandbox_id}"))?;
+            if state.retired {
+                bail!("sandbox {sandbox_id} is retired");
+            }
+            if matches!(command.body, Some(command::Body::RunPhase(_))) {
+                let done = state.status.borrow().done.contains_key(&command.command_id);
+                let known = state.pending.iter().any(|c| c.command_id == command.command_id);
+                if !done && !known {
+                    state.pending.push(command.clone());
+                }
+            }
+            state.outbound.clone()
+        };
+        if let Some(outbound) = outbound {
+            // A closed session is not an error: the command is resent on reconnection.
+            let _ =
+                outbound.send(Ok(ControllerMessage { body: Some(controller_message::Body::Command(command)) })).await;
+        }
+        Ok(())
+    }
+
+    /// Waits until the agent reports command `command_id` finished.
+    pub async fn wait_done(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<PhaseOutcome> {
+        let mut status = self.status(sandbox_id).with_context(|| format!("unknown sandbox {sandbox_id}"))?;
+        let wait = status.wait_for(|s| s.done.contains_key(command_id));
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(status)) => Ok(status.done[command_id].clone()),
+            Ok(Err(_)) => bail!("sandbox {sandbox_id} was dropped while waiting for command {command_id}"),
+            Err(_) => bail!(
+                "command {command_id} on sandbox {sandbox_id} did not finish within {:.0} s",
+                timeout.as_secs_f64()
+            ),
+        }
+    }
+
+    /// Starts serving agents on a Unix socket at `socket`.
+    pub async fn serve(&self, socket: &Path) -> anyhow::Result<ServerHandle> {
+        if *self.inner.closed.borrow() {
+            bail!("this hub is closed");
+        }
+        match std::fs::remove_file(socket) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", socket.display())),
+        }
+        let listener = UnixListener::bind(socket).with_context(|| format!("cannot listen on {}", socket.display()))?;
+        let service = AgentServer::new(Service { hub: self.clone() })
+            .max_decoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let incoming = UnixListenerStream::new(listener);
+        let task = tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stop_rx.await;
+                })
+                .await;
+            if let Err(err) = result {
+                tracing::error!("agent server failed: {err}");
+            }
+        });
+        Ok(ServerHandle { hub: self.clone(), socket: socket.to_path_buf(), stop: Some(stop_tx), task: Some(task) })
+    }
+
+    /// Ends every session (agents will reconnect to whatever serves the socket next).
+    fn disconnect_all(&self) {
+        for state in lock(&self.inner.sandboxes).values_mut() {
+            state.outbound = None;
+            state.generation.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// Ends all sessions and waits until everything accepted is on disk. The hub can no longer
+    /// be used; reopen the run directory with [`Hub::open`] to continue.
+    pub async fn close(&self) {
+        self.inner.closed.send_replace(true);
+        self.disconnect_all();
+        if let Some(log) = self.inner.log.write().await.take() {
+            log.close().await;
+        }
+    }
+
+    /// Accepts or refuses a Hello; on success returns the session's generation and what to send.
+    fn accept(
+        &self,
+        hello: &sandbench_proto::v1::Hello,
+        outbound: mpsc::Sender<Result<ControllerMessage, Status>>,
+    ) -> Result<(u64, u64, Vec<Command>), Status> {
+        let mut sandboxes = lock(&self.inner.sandboxes);
+        let refusal = match sandboxes.get(&hello.sandbox_id) {
+            None => Some(format!("unknown sandbox {:?}", hello.sandbox_id)),
+            Some(state) if !constant_time_eq(state.token.as_bytes(), hello.token.as_bytes()) => {
+                let owner = sandboxes
+                    .iter()
+                    .find(|(_, s)| constant_time_eq(s.token.as_bytes(), hello.token.as_bytes()))
+                    .map(|(id, _)| id.clone());
+                Some(match owner {
+                    Some(other) => format!("token reused: it belongs to sandbox {other}"),
+                    None => "wrong token".to_string(),
+                })
+            }
+            Some(state) if state.retired => Some("token reused: the sandbox was retired".to_string()),
+            Some(_) => None,
+        };
+        if let Some(reason) = refusal {
+            drop(sandboxes);
+            tracing::warn!(sandbox = %hello.sandbox_id, boot = %hello.boot_id, "refused an agent: {reason}");
+            lock(&self.inner.refusals).push(Refusal { sandbox_id: hello.sandbox_id.clone(), reason: reason.clone() });
+            return Err(Status::unauthenticated(reason));
+        }
+        let Some(state) = sandboxes.get_mut(&hello.sandbox_id) else {
+            return Err(Status::internal("sandbox vanished"));
+        };
+        if hello.journal_seq < state.persisted_seq {
+            tracing::warn!(
+                sandbox = %hello.sandbox_id,
+                "agent journal ends at seq {} but {} are persisted: its journal was lost",
+                hello.journal_seq,
+                state.persisted_seq
+            );
+        }
+        state.generation.send_modify(|g| *g += 1);
+        let generation = *state.generation.borrow();
+        state.outbound = Some(outbound);
+        let info = HelloInfo {
+            boot_id: hello.boot_id.clone(),
+            agent_version: hello.agent_version.clone(),
+            facts: hello.facts.clone().unwrap_or_default(),
+            at: Instant::now(),
+        };
+        state.status.send_modify(|s| {
+            if s.last_hello.as_ref().map(|h| &h.boot_id) != Some(&hello.boot_id) {
+                s.boots += 1;
+            }
+            s.connected = true;
+            s.sessions += 1;
+            s.first_hello.get_or_insert_with(|| info.clone());
+            s.last_hello = Some(info);
+        });
+        tracing::info!(sandbox = %hello.sandbox_id, boot = %hello.boot_id, acked = state.persisted_seq, "agent connected");
+        Ok((generation, state.persisted_seq, state.pending.clone()))
+    }
+
+    fn session_ended(&self, sandbox_id: &str, generation: u64) {
+        if let Some(state) = lock(&self.inner.sandboxes).get_mut(sandbox_id)
+            && *state.generation.borrow() == generation
+        {
+            state.outbound = None;
+            state.status.send_modify(|s| s.connected = false);
+        }
+    }
+
+    /// Persists a batch: drops what is already held, refuses gaps, writes and fsyncs, then
+    /// returns the highest seq now held (the cumulative ack).
+    async fn persist(&self, sandbox_id: &str, events: Vec<Event>) -> anyhow::Result<u64> {
+        let persist_lock = {
+            let sandboxes = lock(&self.inner.sandboxes);
+            sandboxes.get(sandbox_id).context("unknown sandbox")?.persist.clone()
+        };
+        let _guard = persist_lock.lock().await;
+        let held = lock(&self.inner.sandboxes).get(sandbox_id).context("unknown sandbox")?.persisted_seq;
+        let mut expected = held + 1;
+        let mut bytes = Vec::new();
+        let mut observations = 0u64;
+        let mut finished = Vec::new();
+        for event in events {
+            if event.seq < expected {
+                continue; // a duplicate: already persisted
+            }
+            if event.seq > expected {
+                bail!("events out of order: got seq {} where {expected} was expected", event.seq);
+            }
+            expected += 1;
+            let Some(stored) = to_stored(sandbox_id, event) else { continue };
+            match &stored.body {
+                StoredBody::Observation { .. } => observations += 1,
+                StoredBody::PhaseDone { command_id, status, error } => finished.push((
+                    command_id.clone(),
+                    PhaseOutcome { status: status_from_name(status), error: error.clone() },
+                )),
+                _ => {}
+            }
+            serde_json::to_writer(&mut bytes, &stored)?;
+            bytes.push(b'\n');
+        }
+        let new_seq = expected - 1;
+        if new_seq == held {
+            return Ok(held);
+        }
+        {
+            let log = self.inner.log.read().await;
+            let log = log.as_ref().context("the hub is closed")?;
+            log.append(bytes).await.with_context(|| format!("cannot write {}", log.path().display()))?;
+        }
+        let mut sandboxes = lock(&self.inner.sandboxes);
+        let state = sandboxes.get_mut(sandbox_id).context("unknown sandbox")?;
+        state.persisted_seq = new_seq;
+        state.pending.retain(|c| !finished.iter().any(|(id, _)| *id == c.command_id));
+        state.status.send_modify(|s| {
+            s.persisted_seq = new_seq;
+            s.observations += observations;
+            s.done.extend(finished);
+        });
+        Ok(new_seq)
+    }
+}
+
+impl SandboxState {
+    fn new(token: String, retired: bool, persisted_seq: u64) -> SandboxState {
+        SandboxState {
+            token,
+            retired,
+            persisted_seq,
+            generation: watch::Sender::new(0),
+            outbound: None,
+            pending: Vec::new(),
+            status: watch::Sender::new(AgentStatus { persisted_seq, ..AgentStatus::default() }),
+            persist: Arc::default(),
+        }
+    }
+}
+
+/// A running server; stop it explicitly.
+pub struct ServerHandle {
+    hub: Hub,
+    socket: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Stops accepting, ends every session, and removes the socket.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.hub.disconnect_all();
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(3), &mut task).await.is_err()
+        {
+            task.abort();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+struct Service {
+    hub: Hub,
+}
+
+type Outbound = mpsc::Sender<Result<ControllerMessage, Status>>;
+
+#[tonic::async_trait]
+impl Agent for Service {
+    type SessionStream = ReceiverStream<Result<ControllerMessage, Status>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<AgentMessage>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let config = self.hub.inner.config;
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(config.hello_timeout, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no Hello"))??;
+        let Some(AgentMessage { body: Some(agent_message::Body::Hello(hello)) }) = first else {
+            return Err(Status::invalid_argument("the first message must be Hello"));
+        };
+        let (tx, rx) = mpsc::channel(256);
+        let (generation, acked_seq, pending) = self.hub.accept(&hello, tx.clone())?;
+        let welcome = Welcome {
+            acked_seq,
+            heartbeat_interval_ms: config.heartbeat.as_millis() as u32,
+            dead_after_intervals: config.dead_after,
+        };
+        let _ = tx.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Welcome(welcome)) }));
+        for command in pending {
+            let _ = tx.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Command(command)) }));
+        }
+        let hub = self.hub.clone();
+        tokio::spawn(async move {
+            let sandbox_id = hello.sandbox_id;
+            if let Err(err) = run_session(&hub, &sandbox_id, generation, inbound, &tx).await {
+                tracing::info!(sandbox = %sandbox_id, "agent session ended: {err:#}");
+            }
+            hub.session_ended(&sandbox_id, generation);
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+async fn run_session(
+    hub: &Hub,
+    sandbox_id: &str,
+    generation: u64,
+    mut inbound: Streaming<AgentMessage>,
+    tx: &Outbound,
+) -> anyhow::Result<()> {
+    let config = hub.inner.config;
+    let mut current = lock(&hub.inner.sandboxes).get(sandbox_id).context("unknown sandbox")?.generation.subscribe();
+    let mut closed = hub.inner.closed.subscribe();
+    let mut heartbeat = tokio::time::interval(config.heartbeat);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_heard = Instant::now();
+    loop {
+        tokio::select! {
+            message = inbound.message() => {
+                let Some(message) = message? else { bail!("the agent closed the stream") };
+                last_heard = Instant::now();
+                match message.body {
+                    Some(agent_message::Body::Events(batch)) => {
+                        let seq = hub.persist(sandbox_id, batch.events).await?;
+                        let ack = ControllerMessage { body: Some(controller_message::Body::Ack(sandbench_proto::v1::Ack { seq })) };
+                        tx.send(Ok(ack)).await.context("the agent went away")?;
+                    }
+                    Some(agent_message::Body::Heartbeat(_)) => {}
+                    Some(agent_message::Body::Hello(_)) => bail!("a second Hello on one stream"),
+                    None => {}
+                }
+            }
+            _ = async { current.wait_for(|g| *g != generation).await.map(|_| ()) } => bail!("superseded by a newer session"),
+            _ = async { closed.wait_for(|c| *c).await.map(|_| ()) } => bail!("the hub closed"),
+            _ = heartbeat.tick() => {
+                if last_heard.elapsed() >= config.heartbeat * config.dead_after {
+                    bail!("no word from the agent for {:.1} s", last_heard.elapsed().as_secs_f64());
+                }
+                let beat = ControllerMessage { body: Some(controller_message::Body::Heartbeat(Heartbeat { unix_ms: unix_ms() })) };
+                let _ = tx.try_send(Ok(beat));
+            }
+        }
+    }
+}
+
+fn to_stored(sandbox_id: &str, event: Event) -> Option<StoredEvent> {
+    let body = match event.body? {
+        event::Body::Observation(o) => {
+            let (value, error) = match o.outcome {
+                Some(observation::Outcome::Value(v)) if v.is_finite() => (Some(v), None),
+                Some(observation::Outcome::Value(v)) => (None, Some(format!("non-finite value {v}"))),
+                Some(observation::Outcome::Error(e)) => (None, Some(e)),
+                None => (None, Some("no value and no error".to_string())),
+            };
+            StoredBody::Observation {
+                command_id: o.command_id,
+                metric: o.metric,
+                trial: o.trial,
+                value,
+                error,
+                unit: o.unit,
+            }
+        }
+        event::Body::Log(l) => StoredBody::Log {
+            stream: l.stream().as_str_name().trim_start_matches("LOG_STREAM_").to_ascii_lowercase(),
+            command_id: l.command_id,
+            data: Data::from_bytes(l.chunk),
+        },
+        event::Body::PhaseStarted(p) => {
+            StoredBody::PhaseStarted { command_id: p.command_id, phase: p.phase, trial: p.trial }
+        }
+        event::Body::PhaseDone(d) => StoredBody::PhaseDone {
+            status: status_name(d.status()).to_string(),
+            command_id: d.command_id,
+            error: d.error,
+        },
+        event::Body::File(f) => StoredBody::File {
+            command_id: f.command_id,
+            path: f.path,
+            offset: f.offset,
+            data: Data::from_bytes(f.data),
+            last: f.last,
+        },
+    };
+    Some(StoredEvent { sandbox: sandbox_id.to_string(), seq: event.seq, unix_ms: event.unix_ms, body })
+}
+
+fn status_name(status: PhaseStatus) -> &'static str {
+    match status {
+        PhaseStatus::Ok => "ok",
+        PhaseStatus::Failed => "failed",
+        PhaseStatus::Canceled => "canceled",
+        PhaseStatus::Unspecified => "unspecified",
+    }
+}
+
+fn status_from_name(name: &str) -> PhaseStatus {
+    match name {
+        "ok" => PhaseStatus::Ok,
+        "failed" => PhaseStatus::Failed,
+        "canceled" => PhaseStatus::Canceled,
+        _ => PhaseStatus::Unspecified,
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// 32 random bytes from the kernel, hex-encoded.
+fn random_token() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 32];
+    rand::fill(&mut bytes);
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,27 @@
+//! sandbench protocol v1, generated from `proto/sandbench/v1/agent.proto`.
+
+/// Generated messages and the `Agent` service.
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("sandbench.v1");
+}
+
+/// Largest message either side accepts or sends. Event batches are cut well below it.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Largest log or file chunk carried in one event.
+pub const MAX_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Name of the Unix socket the controller listens on, inside the folder mounted into sandboxes.
+pub const SOCKET_NAME: &str = "agent.sock";
+
+/// Where the socket folder is mounted inside a sandbox.
+pub const SOCKET_DIR_IN_SANDBOX: &str = "/run/sandbench";
+
+/// Environment variables the controller sets for the agent (PID 1 only; never passed on).
+pub mod env {
+    pub const SANDBOX_ID: &str = "SANDBENCH_SANDBOX_ID";
+    pub const TOKEN: &str = "SANDBENCH_TOKEN";
+    pub const SOCKET: &str = "SANDBENCH_SOCKET";
+    pub const STATE_DIR: &str = "SANDBENCH_STATE_DIR";
+}

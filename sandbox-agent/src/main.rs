@@ -1,0 +1,184 @@
+//! sandbox-agent: runs as root (PID 1) inside a sandbench sandbox, runs the phases the controller
+//! asks for, and streams every event back over gRPC on a Unix socket, journaled on disk first so
+//! nothing is lost or sent twice whatever fails.
+//!
+//! It is a static executable: it runs in an empty container, and never calls NSS or resolves
+//! host names through libc.
+
+// A panic here loses a measurement: no unwrap outside tests.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod commands;
+mod facts;
+mod journal;
+mod phases;
+mod reaper;
+mod session;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+
+use crate::commands::Workloads;
+use crate::journal::Journal;
+use crate::session::{Exit, Identity, Session};
+
+const DEFAULT_STATE_DIR: &str = "/var/lib/sandbench";
+/// Events waiting for the journal writer, at most; phases block beyond it.
+const EMIT_QUEUE: usize = 4096;
+/// Events the journal writer appends with one fdatasync, at most.
+const JOURNAL_BATCH: usize = 4096;
+
+/// Exit codes, so `docker inspect` tells why an agent stopped.
+const EXIT_REFUSED: u8 = 3;
+const EXIT_CONTROLLER_LOST: u8 = 4;
+const EXIT_JOURNAL: u8 = 5;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        None => {}
+        Some("--version" | "version") => {
+            println!("sandbox-agent {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => {
+            eprintln!("sandbox-agent: unknown argument {other:?}; usage: sandbox-agent [--version]");
+            return ExitCode::from(2);
+        }
+    }
+    match run() {
+        Ok(code) => code,
+        Err(err) => {
+            log(&format!("error: {err:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The agent's own log, on stderr, which the controller collects at teardown.
+pub(crate) fn log(message: &str) {
+    let ms = journal::now_unix_ms();
+    eprintln!("sandbox-agent {}.{:03} {message}", ms / 1000, ms % 1000);
+}
+
+/// Returns memory freed by the allocator to the kernel (glibc keeps it otherwise, and the
+/// agent's idle footprint is part of what it costs the sandbox).
+pub(crate) fn release_free_memory() {
+    // SAFETY: malloc_trim only releases free heap memory; it takes a plain integer.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+fn required_env(name: &str) -> anyhow::Result<String> {
+    std::env::var(name).with_context(|| format!("environment variable {name} is not set (the controller sets it)"))
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let identity = Identity {
+        sandbox_id: required_env(env::SANDBOX_ID)?,
+        token: required_env(env::TOKEN)?,
+        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| format!("pid{}-{}", std::process::id(), journal::now_unix_ms())),
+        socket: std::env::var_os(env::SOCKET)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(SOCKET_DIR_IN_SANDBOX).join(SOCKET_NAME)),
+    };
+    let state_dir =
+        std::env::var_os(env::STATE_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
+    set_private(&state_dir);
+    let journal_path = state_dir.join("journal");
+    let mut journal =
+        Journal::open(&journal_path).with_context(|| format!("cannot open the journal {}", journal_path.display()))?;
+    reaper::become_subreaper();
+    log(&format!(
+        "starting: sandbox {}, boot {}, journal at seq {}",
+        identity.sandbox_id,
+        identity.boot_id,
+        journal.last_seq()
+    ));
+
+    let (emit_tx, mut emit_rx) = mpsc::channel(EMIT_QUEUE);
+    let (durable_tx, durable_rx) = watch::channel(journal.last_seq());
+    let source = journal.source();
+    let workloads = Workloads::new(journal.progress(), emit_tx);
+
+    // The journal writer: a plain thread, so fdatasync never stalls the connection.
+    std::thread::Builder::new().name("journal".into()).spawn(move || {
+        let mut batch = Vec::new();
+        while let Some(first) = emit_rx.blocking_recv() {
+            batch.push(first);
+            while batch.len() < JOURNAL_BATCH {
+                match emit_rx.try_recv() {
+                    Ok(body) => batch.push(body),
+                    Err(_) => break,
+                }
+            }
+            match journal.append(std::mem::take(&mut batch)) {
+                Ok(seq) => {
+                    let _ = durable_tx.send(seq);
+                }
+                Err(err) => {
+                    log(&format!("error: cannot write the journal: {err}; stopping"));
+                    std::process::exit(i32::from(EXIT_JOURNAL));
+                }
+            }
+        }
+    })?;
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let exit = runtime.block_on(async move {
+        let owned = Arc::default();
+        tokio::spawn(reaper::run(owned));
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                return;
+            };
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            let _ = stop_tx.send(true);
+        });
+        let mut session = Session::new(identity, source, durable_rx, workloads);
+        let exit = session.run(&mut stop_rx).await;
+        session.workloads.cancel_all();
+        exit
+    });
+    let code = match exit {
+        Exit::Shutdown => {
+            log("shutting down at the controller's request");
+            ExitCode::SUCCESS
+        }
+        Exit::Signal => {
+            log("stopping on signal");
+            ExitCode::SUCCESS
+        }
+        Exit::Refused(reason) => {
+            log(&format!("error: the controller refused this agent: {reason}"));
+            ExitCode::from(EXIT_REFUSED)
+        }
+        Exit::ControllerLost(silent) => {
+            log(&format!(
+                "error: no word from the controller for {:.1} s; workload stopped, exiting",
+                silent.as_secs_f64()
+            ));
+            ExitCode::from(EXIT_CONTROLLER_LOST)
+        }
+    };
+    // Give phase threads a moment to see their cancel flag; the process exit ends them anyway.
+    std::thread::sleep(Duration::from_millis(10));
+    Ok(code)
+}
+
+fn set_private(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+}

@@ -1,0 +1,153 @@
+//! Shared harness of the end-to-end tests: a real Docker engine, a real hub on a Unix socket,
+//! static test images built here, and cleanup that runs whether the test passed or panicked.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbench::provision::{AgentShipping, DockerProvisioner, Resources, SandboxRequest, labels};
+use sandbench::server::{Hub, HubConfig, ServerHandle};
+use tokio::sync::Mutex;
+
+/// An image with nothing in it but empty folders: the agent brings everything it needs.
+pub const SCRATCH_IMAGE: &str = "sandbench-test/scratch:1";
+/// The sandbox image built by images/node24-bookworm/build-offline.sh (or pulled).
+pub const NODE_IMAGE: &str = "node:24-bookworm";
+
+pub struct Harness {
+    pub provisioner: DockerProvisioner,
+    pub run_dir: tempfile::TempDir,
+    pub socket_dir: PathBuf,
+    pub run_id: String,
+    pub agent: PathBuf,
+    pub hub: Mutex<Hub>,
+    pub server: Mutex<Option<ServerHandle>>,
+}
+
+impl Harness {
+    pub fn socket(&self) -> PathBuf {
+        self.socket_dir.join(sandbench_proto::SOCKET_NAME)
+    }
+
+    pub async fn hub(&self) -> Hub {
+        self.hub.lock().await.clone()
+    }
+
+    pub fn request(&self, role: &str, image: &str, shipping: AgentShipping) -> SandboxRequest {
+        SandboxRequest {
+            run_id: self.run_id.clone(),
+            role: role.to_string(),
+            image: image.to_string(),
+            resources: Resources { cpus: 1.0, cpuset: None, memory_bytes: 512 << 20, pids_limit: 256 },
+            network: false,
+            ttl: Duration::from_secs(900),
+            shipping,
+            agent_binary: self.agent.clone(),
+            socket_dir: self.socket_dir.clone(),
+            token: String::new(),
+        }
+    }
+
+    /// Stops the server and closes the hub (as a crashing controller would lose them), then
+    /// reopens the hub from the run directory and serves again on the same socket.
+    pub async fn restart_server(&self) -> Hub {
+        if let Some(server) = self.server.lock().await.take() {
+            server.stop().await;
+        }
+        let mut hub = self.hub.lock().await;
+        hub.close().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let reopened = Hub::open(self.run_dir.path(), hub.config()).expect("reopen the hub");
+        let server = reopened.serve(&self.socket()).await.expect("serve again");
+        *self.server.lock().await = Some(server);
+        *hub = reopened.clone();
+        reopened
+    }
+
+    /// Stops serving agents without restarting.
+    pub async fn stop_server(&self) {
+        if let Some(server) = self.server.lock().await.take() {
+            server.stop().await;
+        }
+        self.hub.lock().await.close().await;
+    }
+}
+
+/// Runs `body` against a fresh harness, then removes every container of the test's run and
+/// asserts none is left — whether `body` passed or panicked.
+pub async fn with_harness<F, Fut>(name: &str, config: HubConfig, body: F)
+where
+    F: FnOnce(Arc<Harness>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let provisioner = DockerProvisioner::connect(4)
+        .await
+        .expect("these tests need a Docker engine (images/ensure-docker.sh starts one)");
+    ensure_scratch_image(&provisioner).await;
+    let agent = sandbench::agent_binary::locate(None).expect("build the agent first: cargo build --workspace");
+    let run_dir = tempfile::Builder::new().prefix("sbt-").tempdir().expect("temp dir");
+    let socket_dir = run_dir.path().join("sock");
+    std::fs::create_dir(&socket_dir).expect("socket dir");
+    let run_id = format!("t{}{}", name, std::process::id());
+    let hub = Hub::open(run_dir.path(), config).expect("open hub");
+    let server = hub.serve(&socket_dir.join(sandbench_proto::SOCKET_NAME)).await.expect("serve");
+    let harness = Arc::new(Harness {
+        provisioner,
+        run_dir,
+        socket_dir,
+        run_id: run_id.clone(),
+        agent,
+        hub: Mutex::new(hub),
+        server: Mutex::new(Some(server)),
+    });
+
+    let outcome = tokio::spawn(body(harness.clone())).await;
+
+    // Cleanup, layered: whatever the test did, remove its containers, then check.
+    let mut cleanup_errors = Vec::new();
+    match harness.provisioner.list(Some((labels::RUN, &run_id))).await {
+        Ok(containers) => {
+            for c in containers {
+                if let Err(err) = harness.provisioner.remove(&c.id).await {
+                    cleanup_errors.push(err.to_string());
+                }
+            }
+        }
+        Err(err) => cleanup_errors.push(err.to_string()),
+    }
+    harness.stop_server().await;
+    let left = harness.provisioner.list(Some((labels::RUN, &run_id))).await.expect("list containers");
+    if let Err(panic) = outcome {
+        if panic.is_panic() {
+            std::panic::resume_unwind(panic.into_panic());
+        }
+        panic!("test task failed: {panic}");
+    }
+    assert!(cleanup_errors.is_empty(), "cleanup failed: {cleanup_errors:?}");
+    assert!(left.is_empty(), "containers left behind: {:?}", left.iter().map(|c| &c.name).collect::<Vec<_>>());
+}
+
+/// Builds the empty test image once (idempotent, safe to race).
+pub async fn ensure_scratch_image(provisioner: &DockerProvisioner) {
+    if provisioner.image_exists(SCRATCH_IMAGE).await {
+        return;
+    }
+    let mut builder = tar::Builder::new(Vec::new());
+    for dir in ["tmp/", "var/", "var/lib/", "run/"] {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(if dir == "tmp/" { 0o1777 } else { 0o755 });
+        header.set_size(0);
+        builder.append_data(&mut header, dir, std::io::empty()).expect("tar");
+    }
+    let tar = builder.into_inner().expect("tar");
+    provisioner.import_image(SCRATCH_IMAGE, tar).await.expect("import the scratch test image");
+}
+
+/// A fast config so dead-man tests finish quickly; the delivery tests use the default.
+pub fn quick_heartbeats() -> HubConfig {
+    HubConfig { heartbeat: Duration::from_millis(200), dead_after: 5, hello_timeout: Duration::from_secs(5) }
+}

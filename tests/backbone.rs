@@ -249,7 +249,7 @@ async fn the_node_sandbox_image_runs_the_agent_both_ways() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_reaper_removes_orphans_but_not_live_sandboxes() {
+async fn the_reaper_removes_expired_sandboxes_but_not_live_ones() {
     with_harness("reap", HubConfig::default(), |h| async move {
         let live = launch_all(&h, 1, SCRATCH_IMAGE, AgentShipping::Bind).await.remove(0);
         // Our own live sandbox survives a reap.
@@ -274,4 +274,45 @@ async fn the_reaper_removes_orphans_but_not_live_sandboxes() {
         sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxes_of_a_killed_controller_are_reaped() {
+    let provisioner = sandbench::provision::DockerProvisioner::connect(2).await.expect("a Docker engine");
+    support::ensure_scratch_image(&provisioner).await;
+    // A real controller process, killed without warning in the middle of its work. Its
+    // temporary files go to a folder this test removes.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
+        .env("TMPDIR", tmp.path())
+        .args(["bench", "--image", SCRATCH_IMAGE, "--samples", "1000", "--observations", "1000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start sandbench");
+    let marker = format!("/{}/", child.id());
+    let owned_by_child = |containers: Vec<sandbench::provision::docker::ContainerInfo>| -> Vec<String> {
+        containers
+            .into_iter()
+            .filter(|c| c.labels.get("io.sandbench.owner").is_some_and(|o| o.contains(&marker)))
+            .map(|c| c.name)
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    while seen.is_empty() && std::time::Instant::now() < deadline {
+        seen = owned_by_child(provisioner.list(None).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().expect("kill sandbench");
+    child.wait().expect("reap sandbench");
+    // Let anything the dead controller had in flight at the engine land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reaped = provisioner.reap().await.unwrap();
+    let left = owned_by_child(provisioner.list(None).await.unwrap());
+    for name in &left {
+        provisioner.remove(name).await.unwrap();
+    }
+    assert!(!seen.is_empty(), "the controller never created a sandbox");
+    assert!(left.is_empty(), "orphans survived the reaper: {left:?} (reaped: {reaped:?})");
 }

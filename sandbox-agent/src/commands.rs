@@ -97,7 +97,16 @@ impl Workloads {
                     return;
                 }
             }
-            let result = phases::run(&phase, &ctx);
+            // A panic is a bug, but it must still end the command with a report, not silence.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| phases::run(&phase, &ctx)))
+                .unwrap_or_else(|panic| {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(anyhow::anyhow!("agent bug: phase {phase} panicked: {what}"))
+                });
             let (status, error) = match result {
                 Ok(()) if ctx.canceled() => (PhaseStatus::Canceled, String::new()),
                 Ok(()) => (PhaseStatus::Ok, String::new()),

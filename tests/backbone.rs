@@ -316,3 +316,44 @@ async fn sandboxes_of_a_killed_controller_are_reaped() {
     assert!(!seen.is_empty(), "the controller never created a sandbox");
     assert!(left.is_empty(), "orphans survived the reaper: {left:?} (reaped: {reaped:?})");
 }
+
+/// The agent is static and contains no NSS or libc resolver code: it never looks up users or
+/// hosts through glibc (which cannot work in a static binary, nor in an empty container).
+#[test]
+fn the_agent_is_static_and_links_no_nss_or_resolver_code() {
+    let agent = sandbench::agent_binary::locate(None).expect("build the agent first: cargo build --workspace");
+    sandbench::agent_binary::check_static(&agent).unwrap();
+    let out = std::process::Command::new("nm").arg("--defined-only").arg(&agent).output().expect("run nm (binutils)");
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    if symbols.trim().is_empty() {
+        // A stripped (release) binary has no symbol table; then the linker's warning sections
+        // tell whether any NSS or resolver function was linked.
+        let sections = std::process::Command::new("readelf").args(["-W", "-S"]).arg(&agent).output().unwrap();
+        let sections = String::from_utf8_lossy(&sections.stdout);
+        for banned in ["getaddrinfo", "gethostbyname", "getpwnam", "getpwuid", "getgrnam", "initgroups"] {
+            assert!(!sections.contains(&format!(".gnu.warning.{banned}")), "{banned} is linked into the agent");
+        }
+        return;
+    }
+    let banned = [
+        "getaddrinfo",
+        "gethostbyname",
+        "gethostbyname2",
+        "getpwnam",
+        "getpwnam_r",
+        "getpwuid",
+        "getpwuid_r",
+        "getgrnam",
+        "getgrnam_r",
+        "getgrouplist",
+        "initgroups",
+        "getservbyname",
+        "__res_context_query",
+    ];
+    let linked: Vec<&str> = symbols
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|s| banned.contains(s) || s.starts_with("_nss_"))
+        .collect();
+    assert!(linked.is_empty(), "NSS or resolver functions linked into the agent: {linked:?}");
+}

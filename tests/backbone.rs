@@ -357,3 +357,50 @@ fn the_agent_is_static_and_links_no_nss_or_resolver_code() {
         .collect();
     assert!(linked.is_empty(), "NSS or resolver functions linked into the agent: {linked:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxes_are_created_locked_down_with_their_labels_and_limits() {
+    with_harness("settings", HubConfig::default(), |h| async move {
+        let mut request = h.request("base", SCRATCH_IMAGE, AgentShipping::Bind);
+        request.resources = sandbench::provision::Resources {
+            cpus: 1.5,
+            cpuset: Some("0".into()),
+            memory_bytes: 256 << 20,
+            pids_limit: 64,
+        };
+        let hub = h.hub().await;
+        let live = sandbox::launch(&h.provisioner, &hub, request, Duration::from_secs(60)).await.unwrap();
+        let s = h.provisioner.settings(&live.sandbox.id).await.unwrap();
+        assert_eq!(live.sandbox.id, format!("sandbench-{}-base", h.run_id));
+        assert_eq!(s.labels["io.sandbench.run"], h.run_id);
+        assert_eq!(s.labels["io.sandbench.role"], "base");
+        assert_eq!(s.labels["io.sandbench.owner"], h.provisioner.owner());
+        assert!(s.labels["io.sandbench.expires-at"].parse::<u64>().is_ok());
+        assert_eq!(s.network_mode, "none");
+        assert_eq!(
+            (s.nano_cpus, s.cpuset_cpus.as_str(), s.memory_bytes, s.pids_limit),
+            (1_500_000_000, "0", 256 << 20, 64)
+        );
+        assert_eq!(s.cap_drop, ["ALL"]);
+        assert!(!s.cap_add.iter().any(|c| c.contains("SYS_ADMIN") || c.contains("NET_ADMIN")), "{:?}", s.cap_add);
+        assert!(!s.privileged);
+        assert!(s.security_opt.iter().any(|o| o.starts_with("no-new-privileges")));
+        assert_eq!(s.entrypoint, ["/sandbench/sandbox-agent"]);
+        assert_eq!(s.user, "0:0");
+        let mut env = s.env_names.clone();
+        env.sort();
+        assert_eq!(env, ["SANDBENCH_SANDBOX_ID", "SANDBENCH_SOCKET", "SANDBENCH_TOKEN"], "nothing from the host");
+        assert!(s.binds.iter().any(|b| b.ends_with(":/sandbench/sandbox-agent:ro")), "{:?}", s.binds);
+        sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_missing_image_that_cannot_be_pulled_says_what_to_do() {
+    let provisioner = sandbench::provision::DockerProvisioner::connect(1).await.expect("a Docker engine");
+    // A registry on a closed loopback port: the pull fails at once, without leaving the machine.
+    let err = provisioner.ensure_image("127.0.0.1:9/sandbench/absent:1", &mut |_| {}).await.unwrap_err().to_string();
+    assert!(err.contains("127.0.0.1:9/sandbench/absent:1") && err.contains("cannot be pulled"), "{err}");
+    assert!(err.contains("images/node24-bookworm/build-offline.sh"), "{err}");
+}

@@ -67,6 +67,26 @@ pub struct ContainerInfo {
     pub labels: HashMap<String, String>,
 }
 
+/// How a container was set up, as the engine reports it (token values left out).
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSettings {
+    pub labels: HashMap<String, String>,
+    pub entrypoint: Vec<String>,
+    /// Names of the environment variables (values may be secret).
+    pub env_names: Vec<String>,
+    pub user: String,
+    pub network_mode: String,
+    pub nano_cpus: i64,
+    pub cpuset_cpus: String,
+    pub memory_bytes: i64,
+    pub pids_limit: i64,
+    pub cap_add: Vec<String>,
+    pub cap_drop: Vec<String>,
+    pub privileged: bool,
+    pub security_opt: Vec<String>,
+    pub binds: Vec<String>,
+}
+
 /// Why the reaper removed a container.
 #[derive(Debug, Clone)]
 pub struct Reaped {
@@ -256,6 +276,38 @@ impl DockerProvisioner {
             Some(Err(source)) => Err(ProvisionError::Wait { name: name.to_string(), source }),
             None => Ok(0),
         }
+    }
+
+    /// The container's settings as the engine holds them.
+    pub async fn settings(&self, name: &str) -> Result<ContainerSettings, ProvisionError> {
+        let info = self
+            .docker
+            .inspect_container(name, None)
+            .await
+            .map_err(|source| ProvisionError::Inspect { name: name.to_string(), source })?;
+        let config = info.config.unwrap_or_default();
+        let host = info.host_config.unwrap_or_default();
+        Ok(ContainerSettings {
+            labels: config.labels.unwrap_or_default(),
+            entrypoint: config.entrypoint.unwrap_or_default(),
+            env_names: config
+                .env
+                .unwrap_or_default()
+                .iter()
+                .map(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k).to_string())
+                .collect(),
+            user: config.user.unwrap_or_default(),
+            network_mode: host.network_mode.unwrap_or_default(),
+            nano_cpus: host.nano_cpus.unwrap_or_default(),
+            cpuset_cpus: host.cpuset_cpus.unwrap_or_default(),
+            memory_bytes: host.memory.unwrap_or_default(),
+            pids_limit: host.pids_limit.unwrap_or_default(),
+            cap_add: host.cap_add.unwrap_or_default(),
+            cap_drop: host.cap_drop.unwrap_or_default(),
+            privileged: host.privileged.unwrap_or_default(),
+            security_opt: host.security_opt.unwrap_or_default(),
+            binds: host.binds.unwrap_or_default(),
+        })
     }
 
     /// The host pid of the container's main process, when it runs.

@@ -8,13 +8,6 @@
 // A panic here loses a measurement: no unwrap outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-mod commands;
-mod facts;
-mod journal;
-mod phases;
-mod reaper;
-mod session;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -25,9 +18,10 @@ use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
-use crate::commands::Workloads;
-use crate::journal::Journal;
-use crate::session::{Exit, Identity, Session};
+use sandbox_agent::commands::Workloads;
+use sandbox_agent::journal::{self, Journal};
+use sandbox_agent::session::{Exit, Identity, Session};
+use sandbox_agent::{log, reaper};
 
 const DEFAULT_STATE_DIR: &str = "/var/lib/sandbench";
 /// Events waiting for the journal writer, at most; phases block beyond it.
@@ -59,21 +53,6 @@ fn main() -> ExitCode {
             log(&format!("error: {err:#}"));
             ExitCode::FAILURE
         }
-    }
-}
-
-/// The agent's own log, on stderr, which the controller collects at teardown.
-pub(crate) fn log(message: &str) {
-    let ms = journal::now_unix_ms();
-    eprintln!("sandbox-agent {}.{:03} {message}", ms / 1000, ms % 1000);
-}
-
-/// Returns memory freed by the allocator to the kernel (glibc keeps it otherwise, and the
-/// agent's idle footprint is part of what it costs the sandbox).
-pub(crate) fn release_free_memory() {
-    // SAFETY: malloc_trim only releases free heap memory; it takes a plain integer.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

@@ -1,0 +1,127 @@
+//! The processes of a user: listing them from `/proc`, and process hygiene between trials —
+//! every process of the benchmark user gets SIGTERM, then SIGKILL; survivors fail the trial.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+/// A live (not zombie) process and the fields of `/proc/PID/status` the probes use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStatus {
+    pub pid: i32,
+    pub name: String,
+    pub real_uid: u32,
+    pub state: char,
+    pub rss_bytes: u64,
+}
+
+/// Parses `/proc/PID/status`.
+pub fn parse_status(pid: i32, text: &str) -> Option<ProcStatus> {
+    let mut name = None;
+    let mut uid = None;
+    let mut state = None;
+    let mut rss_kib = 0;
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else { continue };
+        let value = value.trim();
+        match key {
+            "Name" => name = Some(value.to_string()),
+            "Uid" => uid = value.split_whitespace().next().and_then(|v| v.parse().ok()),
+            "State" => state = value.chars().next(),
+            "VmRSS" => rss_kib = value.trim_end_matches("kB").trim().parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    Some(ProcStatus { pid, name: name?, real_uid: uid?, state: state?, rss_bytes: rss_kib * 1024 })
+}
+
+/// Live processes whose real uid is `uid`, read from `proc` (normally `/proc`). Processes that
+/// vanish while being read are skipped.
+pub fn of_user(proc: &Path, uid: u32) -> Vec<ProcStatus> {
+    let Ok(entries) = std::fs::read_dir(proc) else { return Vec::new() };
+    let mut found: Vec<ProcStatus> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let text = std::fs::read_to_string(proc.join(pid.to_string()).join("status")).ok()?;
+            parse_status(pid, &text)
+        })
+        .filter(|p| p.real_uid == uid && p.state != 'Z')
+        .collect();
+    found.sort_by_key(|p| p.pid);
+    found
+}
+
+/// Stops every process of `uid`: SIGTERM and up to 3 s, then SIGKILL and up to 2 s (polling every
+/// 50 ms, as the reference does). Fails naming the survivors.
+pub fn stop_user_processes(user: &str, uid: u32) -> anyhow::Result<()> {
+    if uid == 0 {
+        bail!("refusing to stop the processes of root");
+    }
+    let proc = Path::new("/proc");
+    for (signal, wait) in [(libc::SIGTERM, Duration::from_secs(3)), (libc::SIGKILL, Duration::from_secs(2))] {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = of_user(proc, uid);
+            if left.is_empty() {
+                return Ok(());
+            }
+            for p in &left {
+                // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+                unsafe {
+                    libc::kill(p.pid, signal);
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let left = of_user(proc, uid);
+    if left.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = left.iter().map(|p| format!("{} ({})", p.pid, p.name)).collect();
+    bail!("Processes remain for {user}: {}", names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tnode\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nPid:\t42\nPPid:\t1\n\
+        Uid:\t2001\t2001\t2001\t2001\nGid:\t2001\t2001\t2001\t2001\nVmPeak:\t  100 kB\nVmRSS:\t   51200 kB\n";
+
+    #[test]
+    fn parses_proc_status() {
+        let p = parse_status(42, STATUS).unwrap();
+        assert_eq!(p, ProcStatus { pid: 42, name: "node".into(), real_uid: 2001, state: 'S', rss_bytes: 51200 * 1024 });
+        // A kernel thread has no VmRSS line.
+        let k = parse_status(2, "Name:\tkthreadd\nState:\tS (sleeping)\nUid:\t0\t0\t0\t0\n").unwrap();
+        assert_eq!(k.rss_bytes, 0);
+        assert_eq!(parse_status(1, "garbage"), None);
+    }
+
+    #[test]
+    fn lists_a_users_live_processes_from_a_proc_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |pid: &str, text: &str| {
+            std::fs::create_dir_all(dir.path().join(pid)).unwrap();
+            std::fs::write(dir.path().join(pid).join("status"), text).unwrap();
+        };
+        write("42", STATUS);
+        write("43", &STATUS.replace("State:\tS (sleeping)", "State:\tZ (zombie)"));
+        write("44", &STATUS.replace("Uid:\t2001", "Uid:\t0"));
+        write("self", STATUS);
+        std::fs::create_dir_all(dir.path().join("45")).unwrap(); // vanished mid-read
+        let found = of_user(dir.path(), 2001);
+        assert_eq!(found.iter().map(|p| p.pid).collect::<Vec<_>>(), [42]);
+    }
+
+    #[test]
+    fn refuses_to_stop_root() {
+        assert!(stop_user_processes("root", 0).is_err());
+    }
+}

@@ -6,6 +6,9 @@ pub mod v1 {
     tonic::include_proto!("sandbench.v1");
 }
 
+/// The agent's plan, as JSON inside `RunPhase`.
+pub mod plan;
+
 /// Largest message either side accepts or sends. Event batches are cut well below it.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 

@@ -7,6 +7,7 @@
 pub mod commands;
 pub mod facts;
 pub mod journal;
+pub mod origin;
 pub mod phases;
 pub mod probes;
 pub mod reaper;

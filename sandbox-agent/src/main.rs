@@ -10,7 +10,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -116,8 +115,7 @@ fn run() -> anyhow::Result<ExitCode> {
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let exit = runtime.block_on(async move {
-        let owned = Arc::default();
-        tokio::spawn(reaper::run(owned));
+        tokio::spawn(reaper::run());
         let (stop_tx, mut stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {

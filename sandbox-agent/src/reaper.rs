@@ -3,15 +3,31 @@
 //! here. Processes the agent waits for itself are left alone (their pids are `owned`).
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::process::{Child, Command};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::journal::lock;
 
-/// Pids of children that some phase waits for itself.
-pub type Owned = Arc<Mutex<HashSet<i32>>>;
+/// Pids of children that some phase waits for itself. The lock is held while a phase spawns
+/// and registers a child and while the reaper scans, so the reaper never takes a child's exit
+/// status from the phase that waits for it.
+static OWNED: LazyLock<Mutex<HashSet<i32>>> = LazyLock::new(Mutex::default);
+
+/// Spawns a child that the caller will wait for itself.
+pub fn spawn_owned(command: &mut Command) -> std::io::Result<Child> {
+    let mut owned = lock(&OWNED);
+    let child = command.spawn()?;
+    owned.insert(child.id() as i32);
+    Ok(child)
+}
+
+/// Forgets a child once the caller has waited for it.
+pub fn disown(pid: u32) {
+    lock(&OWNED).remove(&(pid as i32));
+}
 
 /// Marks the agent as a child subreaper, so orphans come to it even when it is not PID 1.
 pub fn become_subreaper() {
@@ -22,13 +38,13 @@ pub fn become_subreaper() {
 }
 
 /// Reaps on every SIGCHLD, and once a second in case a signal was coalesced.
-pub async fn run(owned: Owned) {
+pub async fn run() {
     let mut sigchld = match signal(SignalKind::child()) {
         Ok(s) => s,
         Err(err) => {
             crate::log(&format!("cannot watch SIGCHLD ({err}); reaping once a second"));
             loop {
-                reap_zombies(&owned);
+                reap_zombies();
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
@@ -38,12 +54,13 @@ pub async fn run(owned: Owned) {
             _ = sigchld.recv() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-        reap_zombies(&owned);
+        reap_zombies();
     }
 }
 
-fn reap_zombies(owned: &Owned) {
+fn reap_zombies() {
     let me = std::process::id() as i32;
+    let owned = lock(&OWNED);
     let Ok(entries) = std::fs::read_dir("/proc") else { return };
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
@@ -51,7 +68,7 @@ fn reap_zombies(owned: &Owned) {
         if let Some((state, ppid)) = parse_stat_state_ppid(&stat)
             && state == 'Z'
             && ppid == me
-            && !lock(owned).contains(&pid)
+            && !owned.contains(&pid)
         {
             let mut status = 0;
             // SAFETY: waitpid on a specific pid with WNOHANG; status is a valid out pointer.

@@ -193,7 +193,8 @@ impl Terminal {
             });
         }
         let started = Instant::now();
-        let child = command.spawn().with_context(|| format!("cannot start {}", launch.program.display()))?;
+        let child = crate::reaper::spawn_owned(&mut command)
+            .with_context(|| format!("cannot start {}", launch.program.display()))?;
         let rows = std::num::NonZeroU16::new(ROWS).context("rows")?;
         let cols = std::num::NonZeroU16::new(COLS).context("cols")?;
         Ok(Terminal {
@@ -344,6 +345,7 @@ impl Terminal {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
+        crate::reaper::disown(self.child.id());
         if let Some(prefix) = transcript_prefix {
             let raw = prefix.with_extension("raw");
             std::fs::write(&raw, &self.transcript).with_context(|| format!("cannot write {}", raw.display()))?;

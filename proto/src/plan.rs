@@ -1,0 +1,273 @@
+//! The plan an agent works from: the agent's part of a validated bench spec, sent as JSON in
+//! every `RunPhase`. The controller builds it (`sandbench` spec module); the agent only reads it.
+//!
+//! Paths may start with `~/`, meaning the home of the user the step runs as. Shell commands run
+//! with `/bin/sh -c` in an environment built from scratch (see the agent's `users` module).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Names of the phases, as in `RunPhase.phase`.
+pub mod phase {
+    pub const PREPARE: &str = "prepare";
+    pub const INSTALL: &str = "install";
+    pub const MEASURE: &str = "measure";
+    pub const RUNTIME: &str = "runtime";
+}
+
+/// The user that builds (prepare), and where the source goes.
+pub const BUILDER_USER: &str = "builder";
+pub const BUILDER_UID: u32 = 1500;
+pub const SOURCE_DIR: &str = "/home/builder/source";
+/// Benchmark users are `benchmark<t+1>` with uid `2001 + t` for install trial `t`; measure and
+/// runtime run as the first one.
+pub const BENCHMARK_UID_BASE: u32 = 2001;
+
+pub fn benchmark_user(trial: u32) -> (String, u32) {
+    (format!("benchmark{}", trial + 1), BENCHMARK_UID_BASE + trial)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentPlan {
+    pub source: Source,
+    pub prepare: Prepare,
+    pub install: Install,
+    pub measure: Measure,
+    pub runtime: Runtime,
+    /// Variables added to every benchmark user's environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Source {
+    /// The controller uploaded `git archive` of the commit into `SOURCE_DIR`.
+    Archive { commit: String },
+    /// The agent clones `url` and checks out `commit` (needs the sandbox's network).
+    Git { url: String, commit: String },
+    /// No source (a spec that benchmarks something already in the image).
+    None,
+}
+
+/// A shell command with its limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub run: String,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    pub timeout_s: f64,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prepare {
+    pub commands: Vec<Step>,
+    /// Globs relative to the source folder; their sizes sum to the `bundle` metric.
+    #[serde(default)]
+    pub artifacts: Vec<String>,
+    /// Folder (relative to the source) served by the loopback origin, where `SHA256SUMS` goes;
+    /// by default the folder of the first artifact.
+    #[serde(default)]
+    pub release_dir: Option<String>,
+    /// Port of the loopback HTTP origin; none serves nothing.
+    #[serde(default)]
+    pub origin_port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Install {
+    /// The timed command (metric `install`, seconds).
+    pub command: Step,
+    /// Untimed checks after it.
+    #[serde(default)]
+    pub checks: Vec<Check>,
+    /// Laid in the first user's home after trial 0.
+    #[serde(default)]
+    pub fixture: Option<Fixture>,
+    /// Names excluded from the footprint (glob on the entry name).
+    #[serde(default)]
+    pub footprint_excludes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Check {
+    /// Output of `run` (stdout and stderr) contains `contains`.
+    Output {
+        run: String,
+        contains: String,
+    },
+    FileExists {
+        path: String,
+    },
+    /// The file's first bytes are `prefix` (text, or `\xNN` escapes).
+    FileStartsWith {
+        path: String,
+        prefix: Vec<u8>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fixture {
+    /// Folder under the home (e.g. `workspace`).
+    pub dir: String,
+    pub files: BTreeMap<String, String>,
+    /// Make it a git repository with one commit by a fixed author at a fixed date.
+    #[serde(default)]
+    pub git: bool,
+    /// Files written relative to the home (settings the product reads).
+    #[serde(default)]
+    pub home_files: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Measure {
+    /// Interactive start-up, timed cold then warm (metrics `cold`, `warm`).
+    #[serde(default)]
+    pub startup: Option<Startup>,
+    /// Run between the cold and the warm start (e.g. stop sessions but keep a daemon).
+    #[serde(default)]
+    pub between: Option<Step>,
+    /// Pump the terminal this long after the cold start before sampling memory (`rss`, `pss`).
+    pub settle_s: f64,
+    /// Record `disk` (footprint after first use) in trial 0.
+    #[serde(default)]
+    pub footprint: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Startup {
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    pub timeout_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    #[serde(default)]
+    pub scenarios: Vec<Scenario>,
+    #[serde(default)]
+    pub commands: Vec<RepeatedCommand>,
+    #[serde(default)]
+    pub scripts: Vec<Script>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    Mean,
+    Total,
+}
+
+/// A command run `repeat` times; its metric is the mean or total time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepeatedCommand {
+    pub metric: String,
+    pub step: Step,
+    pub repeat: u32,
+    pub aggregate: Aggregate,
+}
+
+/// A command whose `RESULT {json}` lines become metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    pub name: String,
+    pub step: Step,
+    /// Metric names the script must report (others are errors).
+    pub metrics: Vec<String>,
+}
+
+/// A long-running child spoken to over JSON lines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// The first event must have `event == ready_event`.
+    pub ready_event: String,
+    /// Metric for spawn → ready, if any.
+    #[serde(default)]
+    pub start_metric: Option<String>,
+    /// Seconds to wait for any one response.
+    pub timeout_s: f64,
+    /// Sent to stop the child; it gets 5 s before SIGKILL.
+    #[serde(default)]
+    pub shutdown: Option<serde_json::Value>,
+    pub steps: Vec<ScenarioStep>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ScenarioStep {
+    /// Send `send` (an object; an `id` is added) `repeat` times; each completes at the event
+    /// with `event == done_event` and that id, whose fields must include `expect`.
+    Request {
+        #[serde(default)]
+        metric: Option<String>,
+        send: serde_json::Value,
+        #[serde(default = "one")]
+        repeat: u32,
+        #[serde(default = "mean")]
+        aggregate: Aggregate,
+        #[serde(default)]
+        expect: serde_json::Map<String, serde_json::Value>,
+        /// Total bytes of `text` in output events of each request must equal this.
+        #[serde(default)]
+        output_bytes: Option<u64>,
+    },
+    /// Send `send`, wait for an output event of it containing `marker`, then time sending
+    /// `interrupt` (with the same id) until its done event, which must include `expect`.
+    Interrupt {
+        metric: String,
+        send: serde_json::Value,
+        marker: String,
+        interrupt: serde_json::Value,
+        #[serde(default)]
+        expect: serde_json::Map<String, serde_json::Value>,
+    },
+    /// Summed RSS of the user's processes.
+    Memory { metric: String },
+    /// Stop the child and start it again (waiting for ready); optional metric for the start.
+    Restart {
+        #[serde(default)]
+        metric: Option<String>,
+    },
+    /// Wait.
+    Settle { seconds: f64 },
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn mean() -> Aggregate {
+    Aggregate::Mean
+}
+
+/// Protocol of the JSON-lines child: field names the engine relies on.
+pub mod jsonl {
+    /// Every event object carries its kind in this field.
+    pub const EVENT: &str = "event";
+    /// Requests and their events carry this id field.
+    pub const ID: &str = "id";
+    /// The event kind of a finished request.
+    pub const DONE: &str = "done";
+    /// Output events carry their text in this field.
+    pub const TEXT: &str = "text";
+}

@@ -1,0 +1,156 @@
+//! The loopback HTTP origin: serves the release folder made by prepare to the installer on
+//! `127.0.0.1:<port>`, until the sandbox ends. GET and HEAD of files only; nothing outside the
+//! folder is reachable.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+
+use crate::journal::lock;
+
+/// A running origin; the folder it serves can be changed (a new prepare).
+#[derive(Clone)]
+pub struct Origin {
+    root: Arc<Mutex<PathBuf>>,
+    pub port: u16,
+}
+
+impl Origin {
+    /// Binds `127.0.0.1:port` (0 picks a free port) and serves `root` on a thread.
+    pub fn start(root: PathBuf, port: u16) -> anyhow::Result<Origin> {
+        let listener =
+            TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
+        let port = listener.local_addr()?.port();
+        let origin = Origin { root: Arc::new(Mutex::new(root)), port };
+        let root = origin.root.clone();
+        std::thread::Builder::new().name("origin".into()).spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let root = lock(&root).clone();
+                let _ = std::thread::Builder::new().name("origin-conn".into()).spawn(move || {
+                    let _ = handle(stream, &root);
+                });
+            }
+        })?;
+        Ok(origin)
+    }
+
+    pub fn set_root(&self, root: PathBuf) {
+        *lock(&self.root) = root;
+    }
+}
+
+fn handle(mut stream: TcpStream, root: &Path) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // Skip the headers.
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    if method != "GET" && method != "HEAD" {
+        return respond(&mut stream, "405 Method Not Allowed", b"", method == "HEAD");
+    }
+    let Some(path) = resolve(root, target) else {
+        return respond(&mut stream, "404 Not Found", b"not found\n", method == "HEAD");
+    };
+    match std::fs::File::open(&path).and_then(|f| f.metadata().map(|m| (f, m))) {
+        Ok((mut file, meta)) if meta.is_file() => {
+            let header = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
+                meta.len()
+            );
+            stream.write_all(header.as_bytes())?;
+            if method == "GET" {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = file.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    stream.write_all(&buf[..n])?;
+                }
+            }
+            stream.flush()
+        }
+        _ => respond(&mut stream, "404 Not Found", b"not found\n", method == "HEAD"),
+    }
+}
+
+fn respond(stream: &mut TcpStream, status: &str, body: &[u8], head: bool) -> std::io::Result<()> {
+    let header = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    stream.write_all(header.as_bytes())?;
+    if !head {
+        stream.write_all(body)?;
+    }
+    stream.flush()
+}
+
+/// Maps a request target to a file under `root`; None for anything that would leave it.
+pub fn resolve(root: &Path, target: &str) -> Option<PathBuf> {
+    let path = target.split(['?', '#']).next()?;
+    let decoded = percent_decode(path)?;
+    let relative = Path::new(decoded.trim_start_matches('/'));
+    if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    Some(root.join(relative))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_only_paths_inside_the_root() {
+        let root = Path::new("/srv");
+        assert_eq!(resolve(root, "/releases/v1/a%20b.tgz?x=1"), Some(PathBuf::from("/srv/releases/v1/a b.tgz")));
+        assert_eq!(resolve(root, "/../etc/passwd"), None);
+        assert_eq!(resolve(root, "/a/%2e%2e/%2e%2e/etc"), None);
+        assert_eq!(resolve(root, "/bad%zz"), None);
+    }
+
+    #[test]
+    fn serves_files_over_loopback() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("v1")).unwrap();
+        std::fs::write(dir.path().join("v1/pkg.tgz"), b"tarball").unwrap();
+        let origin = Origin::start(dir.path().to_path_buf(), 0).unwrap();
+        let get = |path: &str| {
+            let mut s = TcpStream::connect(("127.0.0.1", origin.port)).unwrap();
+            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        let ok = get("/v1/pkg.tgz");
+        assert!(ok.starts_with("HTTP/1.1 200 OK") && ok.ends_with("\r\n\r\ntarball"), "{ok}");
+        assert!(get("/v1/missing").starts_with("HTTP/1.1 404"));
+        assert!(get("/v1").starts_with("HTTP/1.1 404"));
+    }
+}

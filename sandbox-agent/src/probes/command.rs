@@ -1,0 +1,214 @@
+//! Shell commands run as a user: `/bin/sh -c`, an environment given whole, its own process
+//! group (so a timeout kills everything it started), output streamed to the caller in chunks as
+//! it comes and kept (up to a cap) for checks.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use sandbench_proto::v1::LogStream;
+
+/// Output kept per command for checks and error messages.
+const KEEP_BYTES: usize = 1024 * 1024;
+const CHUNK: usize = 64 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct ShellCommand {
+    pub run: String,
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    pub user: Option<(u32, u32)>,
+    pub timeout: Duration,
+}
+
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    /// stdout and stderr interleaved as read, at most 1 MiB (the start is kept).
+    pub output: Vec<u8>,
+    /// From just before spawn to the exit.
+    pub elapsed: Duration,
+}
+
+impl Finished {
+    pub fn output_text(&self) -> String {
+        String::from_utf8_lossy(&self.output).into_owned()
+    }
+
+    /// Fails unless the command exited 0, quoting the end of its output.
+    pub fn success(self, what: &str) -> anyhow::Result<Finished> {
+        if self.status.success() {
+            return Ok(self);
+        }
+        let text = self.output_text();
+        let tail: String = text.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+        bail!(
+            "{what} failed ({}){}",
+            describe(self.status),
+            if tail.trim().is_empty() { String::new() } else { format!(": {}", tail.trim()) }
+        )
+    }
+}
+
+pub fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        _ => "unknown status".to_string(),
+    }
+}
+
+/// Runs the command to completion (or its timeout), calling `sink` with every chunk of output.
+pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> anyhow::Result<Finished> {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(&command.run)
+        .env_clear()
+        .envs(&command.env)
+        .current_dir(&command.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some((uid, gid)) = command.user {
+        cmd.uid(uid).gid(gid);
+    }
+    let started = Instant::now();
+    let mut child = crate::reaper::spawn_owned(&mut cmd)
+        .with_context(|| format!("cannot start `{}` in {}", command.run, command.cwd.display()))?;
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel::<(LogStream, Vec<u8>)>();
+    let mut readers = Vec::new();
+    for (stream, pipe) in [
+        (LogStream::Stdout, child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
+        (LogStream::Stderr, child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
+    ] {
+        let Some(mut pipe) = pipe else { continue };
+        let tx = tx.clone();
+        readers.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if tx.send((stream, buf[..n].to_vec())).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    drop(tx);
+    let (done_tx, done_rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = done_tx.send(());
+        status
+    });
+    let deadline = started + command.timeout;
+    let mut output = Vec::new();
+    let mut timed_out = false;
+    let mut exited_at = None;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(5)) {
+            Ok((stream, chunk)) => {
+                sink(stream, &chunk);
+                let room = KEEP_BYTES.saturating_sub(output.len());
+                output.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // Both pipes closed; the exit may still be pending.
+                if exited_at.is_none() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match done_rx.recv_timeout(left) {
+                        Ok(()) => exited_at = Some(Instant::now()),
+                        Err(_) => timed_out = true,
+                    }
+                }
+                break;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if exited_at.is_none() && done_rx.try_recv().is_ok() {
+            exited_at = Some(Instant::now());
+        }
+        if exited_at.is_none() && Instant::now() >= deadline {
+            timed_out = true;
+            break;
+        }
+    }
+    if timed_out {
+        // SAFETY: kill(2) on the child's process group.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+        }
+    } else {
+        // The command exited; anything it left running in its group must not outlive it.
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+        }
+    }
+    let status = waiter.join().map_err(|_| anyhow::anyhow!("waiter thread panicked"))?;
+    crate::reaper::disown(pid);
+    // Drain what the readers still hold (they end once every holder of the pipes is gone).
+    while let Ok((stream, chunk)) = rx.recv_timeout(Duration::from_millis(200)) {
+        sink(stream, &chunk);
+        let room = KEEP_BYTES.saturating_sub(output.len());
+        output.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+    let status = status.context("cannot wait for the command")?;
+    if timed_out {
+        bail!("`{}` timed out after {:.0} s", command.run, command.timeout.as_secs_f64());
+    }
+    let elapsed = exited_at.unwrap_or_else(Instant::now).saturating_duration_since(started);
+    Ok(Finished { status, output, elapsed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shell(run: &str, timeout_ms: u64) -> ShellCommand {
+        ShellCommand {
+            run: run.into(),
+            env: BTreeMap::from([
+                ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+                ("X".to_string(), "42".to_string()),
+            ]),
+            cwd: std::env::temp_dir(),
+            user: None,
+            timeout: Duration::from_millis(timeout_ms),
+        }
+    }
+
+    #[test]
+    fn streams_and_keeps_output_with_only_the_given_environment() {
+        let mut chunks = Vec::new();
+        let done =
+            run(&shell("echo out $X; echo err >&2; env | wc -l", 5000), &mut |s, c| chunks.push((s, c.to_vec())))
+                .unwrap();
+        assert!(done.status.success());
+        let text = done.output_text();
+        assert!(text.contains("out 42") && text.contains("err"), "{text}");
+        // PATH, X, and the PWD sh adds.
+        assert!(text.lines().any(|l| l.trim() == "3"), "{text}");
+        assert!(chunks.iter().any(|(s, _)| *s == LogStream::Stderr));
+    }
+
+    #[test]
+    fn reports_failure_with_output_and_kills_on_timeout() {
+        let err = run(&shell("echo broken; exit 3", 5000), &mut |_, _| {}).unwrap().success("build").unwrap_err();
+        assert_eq!(err.to_string(), "build failed (exit status 3): broken");
+        let started = Instant::now();
+        let err = run(&shell("sleep 30 & sleep 30", 300), &mut |_, _| {}).unwrap_err().to_string();
+        assert!(err.contains("timed out after"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}

@@ -3,10 +3,13 @@
 //! done resumes from what the journal holds.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use sandbench_proto::v1::{PhaseDone, PhaseStarted, PhaseStatus, RunPhase, command, event};
+use sandbench_proto::v1::{
+    FileChunk, Log, LogStream, Observation, PhaseDone, PhaseStarted, PhaseStatus, RunPhase, command, event, observation,
+};
 use tokio::sync::mpsc;
 
 use crate::journal::{Progress, lock};
@@ -24,9 +27,63 @@ pub struct PhaseContext {
     pub resume_observations: u64,
     pub cancel: Arc<AtomicBool>,
     pub emit: Emit,
+    /// The agent's state folder (journal, phase state, transcripts).
+    pub state_dir: PathBuf,
 }
 
 impl PhaseContext {
+    /// Records a measured value.
+    pub fn value(&self, metric: &str, trial: u32, value: f64, unit: &str) -> bool {
+        self.observation(metric, trial, observation::Outcome::Value(value), unit)
+    }
+
+    /// Records why a metric could not be measured (at most 500 characters, as the reference).
+    pub fn error(&self, metric: &str, trial: u32, error: &anyhow::Error, unit: &str) -> bool {
+        let text: String = format!("{error:#}").chars().take(500).collect();
+        self.observation(metric, trial, observation::Outcome::Error(text), unit)
+    }
+
+    fn observation(&self, metric: &str, trial: u32, outcome: observation::Outcome, unit: &str) -> bool {
+        self.emit(event::Body::Observation(Observation {
+            command_id: self.command_id.clone(),
+            metric: metric.to_string(),
+            trial,
+            outcome: Some(outcome),
+            unit: unit.to_string(),
+        }))
+    }
+
+    /// Streams process output (or the agent's own notes) to the controller.
+    pub fn log(&self, stream: LogStream, bytes: &[u8]) {
+        for chunk in bytes.chunks(sandbench_proto::MAX_CHUNK_BYTES) {
+            self.emit(event::Body::Log(Log {
+                command_id: self.command_id.clone(),
+                stream: stream as i32,
+                chunk: chunk.to_vec(),
+            }));
+        }
+    }
+
+    pub fn note(&self, text: &str) {
+        self.log(LogStream::Agent, format!("{text}\n").as_bytes());
+    }
+
+    /// Sends a file (a transcript) to the controller in chunks.
+    pub fn file(&self, path: &str, bytes: &[u8]) {
+        let chunks: Vec<&[u8]> =
+            if bytes.is_empty() { vec![&[]] } else { bytes.chunks(sandbench_proto::MAX_CHUNK_BYTES).collect() };
+        let last = chunks.len() - 1;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            self.emit(event::Body::File(FileChunk {
+                command_id: self.command_id.clone(),
+                path: path.to_string(),
+                offset: (i * sandbench_proto::MAX_CHUNK_BYTES) as u64,
+                data: chunk.to_vec(),
+                last: i == last,
+            }));
+        }
+    }
+
     /// Hands an event to the journal; false when the agent is shutting down.
     pub fn emit(&self, body: event::Body) -> bool {
         self.emit.blocking_send(body).is_ok()
@@ -44,11 +101,12 @@ pub struct Workloads {
     started: HashMap<String, Arc<AtomicBool>>,
     progress: Progress,
     emit: Emit,
+    state_dir: PathBuf,
 }
 
 impl Workloads {
-    pub fn new(progress: Progress, emit: Emit) -> Workloads {
-        Workloads { started: HashMap::new(), progress, emit }
+    pub fn new(progress: Progress, emit: Emit, state_dir: PathBuf) -> Workloads {
+        Workloads { started: HashMap::new(), progress, emit, state_dir }
     }
 
     pub fn handle(&mut self, command_id: String, body: command::Body) {
@@ -87,6 +145,7 @@ impl Workloads {
             resume_observations: recorded.observations,
             cancel,
             emit: self.emit.clone(),
+            state_dir: self.state_dir.clone(),
         };
         let phase = run.phase;
         let spawned = std::thread::Builder::new().name(format!("phase-{phase}")).spawn(move || {

@@ -78,6 +78,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let mut journal =
         Journal::open(&journal_path).with_context(|| format!("cannot open the journal {}", journal_path.display()))?;
     reaper::become_subreaper();
+    sandbox_agent::phases::restore_origin(&state_dir);
     log(&format!(
         "starting: sandbox {}, boot {}, journal at seq {}",
         identity.sandbox_id,
@@ -88,7 +89,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let (emit_tx, mut emit_rx) = mpsc::channel(EMIT_QUEUE);
     let (durable_tx, durable_rx) = watch::channel(journal.last_seq());
     let source = journal.source();
-    let workloads = Workloads::new(journal.progress(), emit_tx);
+    let workloads = Workloads::new(journal.progress(), emit_tx, state_dir.clone());
 
     // The journal writer: a plain thread, so fdatasync never stalls the connection.
     std::thread::Builder::new().name("journal".into()).spawn(move || {

@@ -69,6 +69,28 @@ impl Accounts {
     /// populated from `/etc/skel`, shell `/bin/bash`. A user left by an earlier attempt with the
     /// same name and uid is replaced, home and all, so every trial starts fresh.
     pub fn create_fresh(&self, name: &str, uid: u32) -> anyhow::Result<User> {
+        self.create(name, uid, true)
+    }
+
+    /// The user `name` with `uid`, created if missing; an existing home is kept (and owned by it).
+    pub fn ensure(&self, name: &str, uid: u32) -> anyhow::Result<User> {
+        if let Some(user) = self.find(name)?
+            && user.uid == uid
+        {
+            let home = self.host_path(&user.home);
+            fs::create_dir_all(&home)?;
+            chown_tree(&home, user.uid, user.gid)?;
+            return Ok(user);
+        }
+        self.create(name, uid, false)
+    }
+
+    /// Where a path of the sandbox is under this root.
+    pub fn host_path(&self, path: &Path) -> PathBuf {
+        self.root.join(path.strip_prefix("/").unwrap_or(path))
+    }
+
+    fn create(&self, name: &str, uid: u32, wipe: bool) -> anyhow::Result<User> {
         validate_name(name)?;
         let passwd = self.read("passwd")?;
         let group = self.read("group")?;
@@ -99,13 +121,13 @@ impl Accounts {
             let shadow = self.read("shadow")?;
             write_atomic(&self.etc("shadow"), &format!("{}{name}:!:19000:0:99999:7:::\n", keep(&shadow)), 0o640)?;
         }
-        let home = self.root.join(home_in_sandbox.strip_prefix("/").unwrap_or(&home_in_sandbox));
-        if home.exists() {
+        let home = self.host_path(&home_in_sandbox);
+        if wipe && home.exists() {
             fs::remove_dir_all(&home).with_context(|| format!("cannot remove the old home {}", home.display()))?;
         }
         fs::create_dir_all(&home).with_context(|| format!("cannot create {}", home.display()))?;
         let skel = self.etc("skel");
-        if skel.is_dir() {
+        if skel.is_dir() && wipe {
             copy_tree(&skel, &home)?;
         }
         fs::set_permissions(&home, fs::Permissions::from_mode(0o750))?;

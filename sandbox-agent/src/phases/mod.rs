@@ -1,15 +1,38 @@
-//! The phases the controller can ask for, by name.
+//! The phases the controller can ask for, by name. Each reads the agent plan from the command.
 
+mod common;
+pub mod install;
+pub mod measure;
+pub mod prepare;
+pub mod runtime;
 mod synthetic;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use sandbench_proto::plan::{AgentPlan, phase};
 
 use crate::commands::PhaseContext;
 
+pub use common::restore_origin;
+
 /// Runs phase `name` to completion (or cancellation) on the calling thread.
 pub fn run(name: &str, ctx: &PhaseContext) -> anyhow::Result<()> {
+    if name == synthetic::NAME {
+        return synthetic::run(ctx);
+    }
+    let plan: AgentPlan =
+        serde_json::from_slice(&ctx.plan).with_context(|| format!("invalid plan for phase {name}"))?;
     match name {
-        synthetic::NAME => synthetic::run(ctx),
-        other => bail!("unknown phase {other:?} (this agent knows: {})", synthetic::NAME),
+        phase::PREPARE => prepare::run(ctx, &plan),
+        phase::INSTALL => install::run(ctx, &plan, ctx.trial),
+        phase::MEASURE => measure::run(ctx, &plan, ctx.trial),
+        phase::RUNTIME => runtime::run(ctx, &plan, ctx.trial),
+        other => bail!(
+            "unknown phase {other:?} (this agent knows: {}, {}, {}, {}, {})",
+            phase::PREPARE,
+            phase::INSTALL,
+            phase::MEASURE,
+            phase::RUNTIME,
+            synthetic::NAME
+        ),
     }
 }

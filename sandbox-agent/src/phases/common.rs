@@ -1,0 +1,129 @@
+//! What every phase needs: the plan, the agent's saved state, the users, and running a step as
+//! one of them with its output streamed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use sandbench_proto::plan::Step;
+use sandbench_proto::v1::LogStream;
+use serde::{Deserialize, Serialize};
+
+use crate::commands::PhaseContext;
+use crate::journal::lock;
+use crate::origin::Origin;
+use crate::probes::command::{self, Finished, ShellCommand};
+use crate::users::{self, Accounts, User};
+
+/// What phases leave for later phases, kept in the state folder so an agent restart keeps it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AgentState {
+    /// Folder the origin serves, when prepare made one.
+    pub release_dir: Option<PathBuf>,
+    pub origin_port: Option<u16>,
+    /// Footprint of the first user's home before its installation (trial 0).
+    pub home_before_install_bytes: Option<u64>,
+    pub first_install_ok: bool,
+}
+
+impl AgentState {
+    fn path(state_dir: &Path) -> PathBuf {
+        state_dir.join("phases.json")
+    }
+
+    pub fn load(state_dir: &Path) -> anyhow::Result<AgentState> {
+        match std::fs::read(Self::path(state_dir)) {
+            Ok(bytes) => serde_json::from_slice(&bytes).context("corrupt agent state"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(AgentState::default()),
+            Err(e) => Err(e).context("cannot read the agent state"),
+        }
+    }
+
+    pub fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
+        let tmp = state_dir.join("phases.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, Self::path(state_dir)).context("cannot save the agent state")
+    }
+}
+
+/// The loopback origin, started once per agent process.
+static ORIGIN: OnceLock<Mutex<Option<Origin>>> = OnceLock::new();
+
+/// Serves `dir` on `port`, starting the origin or pointing it at the new folder.
+pub fn serve_origin(dir: PathBuf, port: u16) -> anyhow::Result<()> {
+    let slot = ORIGIN.get_or_init(Mutex::default);
+    let mut origin = lock(slot);
+    match origin.as_ref() {
+        Some(running) if running.port == port => running.set_root(dir),
+        _ => *origin = Some(Origin::start(dir, port)?),
+    }
+    Ok(())
+}
+
+/// After an agent restart: serve again what prepare had made.
+pub fn restore_origin(state_dir: &Path) {
+    if let Ok(AgentState { release_dir: Some(dir), origin_port: Some(port), .. }) = AgentState::load(state_dir)
+        && let Err(err) = serve_origin(dir, port)
+    {
+        crate::log(&format!("cannot restart the release origin: {err:#}"));
+    }
+}
+
+pub fn accounts() -> Accounts {
+    Accounts::new("/")
+}
+
+/// `~/x` is the user's home; relative paths are relative to `base`.
+pub fn expand(user: &User, base: &Path, path: &str) -> PathBuf {
+    if path == "~" {
+        user.home.clone()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        user.home.join(rest)
+    } else {
+        base.join(path)
+    }
+}
+
+pub fn user_env(
+    user: &User,
+    plan_env: &BTreeMap<String, String>,
+    step_env: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut extra = plan_env.clone();
+    extra.extend(step_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    users::environment(user, &extra)
+}
+
+/// Runs a step as `user` in `base` (or the step's cwd), streaming its output.
+pub fn run_step(
+    ctx: &PhaseContext,
+    step: &Step,
+    user: &User,
+    base: &Path,
+    env: &BTreeMap<String, String>,
+) -> anyhow::Result<Finished> {
+    let shell = ShellCommand {
+        run: step.run.clone(),
+        env: user_env(user, env, &step.env),
+        cwd: step.cwd.as_deref().map(|c| expand(user, base, c)).unwrap_or_else(|| base.to_path_buf()),
+        user: Some((user.uid, user.gid)),
+        timeout: Duration::from_secs_f64(step.timeout_s),
+    };
+    command::run(&shell, &mut |stream: LogStream, chunk: &[u8]| ctx.log(stream, chunk))
+}
+
+/// Stops every process of `user`, noting it in the log.
+pub fn hygiene(user: &User) -> anyhow::Result<()> {
+    crate::probes::processes::stop_user_processes(&user.name, user.uid)
+}
+
+/// Writes a transcript to the state folder and sends it to the controller.
+pub fn keep_transcript(ctx: &PhaseContext, name: &str, bytes: &[u8]) {
+    let dir = ctx.state_dir.join("transcripts");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join(name), bytes);
+    }
+    ctx.file(&format!("transcripts/{name}"), bytes);
+}

@@ -1,0 +1,145 @@
+//! measure: start-up in a terminal, cold then warm (metrics `cold`, `warm`, seconds), memory of
+//! the user's processes after the cold start has settled (`rss`, and `pss` when every process
+//! has it), and in trial 0 the installed footprint after first use (`disk`). The reference's
+//! failure rules: a failed cold start means no warm sample; a failed settle is an `rss` error and
+//! no warm sample; a failed memory sample is an `rss` error but warm still runs.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use sandbench_proto::plan::{AgentPlan, Startup, benchmark_user};
+
+use super::common::{self, AgentState};
+use crate::commands::PhaseContext;
+use crate::probes::terminal::{Launch, Terminal};
+use crate::probes::{disk, memory, readiness};
+use crate::users::User;
+
+pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
+    let state = AgentState::load(&ctx.state_dir)?;
+    let (name, _) = benchmark_user(0);
+    let user = match common::accounts().find(&name)? {
+        Some(user) if state.first_install_ok => user,
+        _ => {
+            let err = anyhow!("The first installation must succeed before interactive measurements");
+            ctx.error("cold", trial, &err, "s");
+            return Err(err);
+        }
+    };
+    common::hygiene(&user)?;
+    let mut cold_ok = false;
+    let result = match &plan.measure.startup {
+        Some(startup) => startups(ctx, plan, startup, &user, trial, &mut cold_ok),
+        None => Ok(()),
+    };
+    let cleanup = common::hygiene(&user);
+    if trial == 0 && plan.measure.footprint && (cold_ok || plan.measure.startup.is_none()) {
+        let footprint = state
+            .home_before_install_bytes
+            .ok_or_else(|| anyhow!("no footprint baseline: install trial 0 did not record one"))
+            .and_then(|before| {
+                let after = disk::apparent_size(&user.home, &plan.install.footprint_excludes)?;
+                Ok(after.saturating_sub(before))
+            });
+        match footprint {
+            Ok(bytes) => ctx.value("disk", 0, bytes as f64, "bytes"),
+            Err(err) => ctx.error("disk", 0, &err, "bytes"),
+        };
+    }
+    result.and(cleanup)
+}
+
+fn startups(
+    ctx: &PhaseContext,
+    plan: &AgentPlan,
+    startup: &Startup,
+    user: &User,
+    trial: u32,
+    cold_ok: &mut bool,
+) -> anyhow::Result<()> {
+    let workdir =
+        startup.cwd.as_deref().map(|c| common::expand(user, &user.home, c)).unwrap_or_else(|| user.home.clone());
+    let launch = Launch {
+        program: startup.command[0].clone().into(),
+        args: startup.command[1..].to_vec(),
+        env: common::user_env(user, &plan.env, &Default::default()),
+        cwd: workdir.clone(),
+        user: Some((user.uid, user.gid)),
+    };
+    let timeout = Duration::from_secs_f64(startup.timeout_s);
+
+    // Cold.
+    let mut term = match Terminal::spawn(&launch) {
+        Ok(term) => term,
+        Err(err) => {
+            ctx.error("cold", trial, &err, "s");
+            return Ok(());
+        }
+    };
+    match readiness::ready(&mut term, timeout) {
+        Ok(elapsed) => {
+            ctx.value("cold", trial, elapsed.as_secs_f64(), "s");
+            *cold_ok = true;
+        }
+        Err(err) => {
+            ctx.error("cold", trial, &err, "s");
+            close(ctx, term, &format!("cold-{trial}"));
+            return Ok(());
+        }
+    }
+    if let Err(err) = term.settle(Duration::from_secs_f64(plan.measure.settle_s)) {
+        ctx.error("rss", trial, &err, "bytes");
+        close(ctx, term, &format!("cold-{trial}"));
+        return Ok(());
+    }
+    let sample = memory::sample(Path::new("/proc"), user.uid);
+    if sample.processes.is_empty() {
+        ctx.error("rss", trial, &anyhow!("No owned processes found for memory measurement"), "bytes");
+    } else {
+        ctx.value("rss", trial, sample.rss_bytes as f64, "bytes");
+        if let Some(pss) = sample.pss_bytes {
+            ctx.value("pss", trial, pss as f64, "bytes");
+        }
+        ctx.file(&format!("memory-{trial}.json"), &serde_json::to_vec_pretty(&sample).unwrap_or_default());
+    }
+    close(ctx, term, &format!("cold-{trial}"));
+    if let Some(between) = &plan.measure.between {
+        common::run_step(ctx, between, user, &workdir, &plan.env)?.success("the step between cold and warm")?;
+    }
+
+    // Warm.
+    let mut term = match Terminal::spawn(&launch) {
+        Ok(term) => term,
+        Err(err) => {
+            ctx.error("warm", trial, &err, "s");
+            return Ok(());
+        }
+    };
+    let warm = readiness::ready(&mut term, timeout);
+    match &warm {
+        Ok(elapsed) => ctx.value("warm", trial, elapsed.as_secs_f64(), "s"),
+        Err(err) => ctx.error("warm", trial, err, "s"),
+    };
+    let settled = if warm.is_ok() { term.settle(Duration::from_secs_f64(plan.measure.settle_s)) } else { Ok(()) };
+    close(ctx, term, &format!("warm-{trial}"));
+    if let Err(err) = settled {
+        bail!("warm settle: {err:#}");
+    }
+    Ok(())
+}
+
+fn close(ctx: &PhaseContext, term: Terminal, name: &str) {
+    let dir = ctx.state_dir.join("transcripts");
+    let _ = std::fs::create_dir_all(&dir);
+    let prefix = dir.join(name);
+    if let Err(err) = term.close(Some(&prefix)) {
+        ctx.note(&format!("cannot write the transcript {name}: {err:#}"));
+        return;
+    }
+    for ext in ["raw", "txt"] {
+        if let Ok(bytes) = std::fs::read(prefix.with_extension(ext)) {
+            ctx.file(&format!("transcripts/{name}.{ext}"), &bytes);
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! prepare (untimed), as user `builder`: the source at the exact commit, the build commands with
+//! their output streamed, the release artifacts (sizes → metric `bundle`, a `SHA256SUMS` file in
+//! the reference's format), and the loopback origin that serves them to the installer.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use sandbench_proto::plan::{AgentPlan, BUILDER_UID, BUILDER_USER, SOURCE_DIR, Source, Step};
+use sha2::{Digest, Sha256};
+
+use super::common::{self, AgentState};
+use crate::commands::PhaseContext;
+use crate::probes::disk::glob_match;
+use crate::users::chown_tree;
+
+pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
+    let builder = common::accounts().ensure(BUILDER_USER, BUILDER_UID)?;
+    let source = PathBuf::from(SOURCE_DIR);
+    std::fs::create_dir_all(&source)?;
+    chown_tree(&source, builder.uid, builder.gid)?;
+    let no_env = Default::default();
+    match &plan.source {
+        Source::Archive { commit } => {
+            let empty = std::fs::read_dir(&source)?.next().is_none();
+            if empty {
+                bail!("the source of {commit} was not uploaded into {SOURCE_DIR}");
+            }
+            ctx.note(&format!("source: archive of {commit}"));
+        }
+        Source::Git { url, commit } => {
+            let fetch = Step {
+                run: format!(
+                    "git init --quiet && git fetch --quiet --depth=1 '{url}' '{commit}' && git checkout --quiet --detach FETCH_HEAD"
+                ),
+                cwd: None,
+                timeout_s: 600.0,
+                env: Default::default(),
+            };
+            common::run_step(ctx, &fetch, &builder, &source, &no_env)?.success("fetching the source")?;
+            let head = Step { run: "git rev-parse HEAD".into(), cwd: None, timeout_s: 30.0, env: Default::default() };
+            let head = common::run_step(ctx, &head, &builder, &source, &no_env)?.success("git rev-parse")?;
+            if head.output_text().trim() != commit {
+                bail!("Checkout did not resolve to the requested commit ({commit}, got {})", head.output_text().trim());
+            }
+        }
+        Source::None => {}
+    }
+    for step in &plan.prepare.commands {
+        ctx.note(&format!("$ {}", step.run));
+        common::run_step(ctx, step, &builder, &source, &no_env)?.success(&format!("`{}`", step.run))?;
+    }
+    if plan.prepare.artifacts.is_empty() {
+        return Ok(());
+    }
+    let mut artifacts = Vec::new();
+    for pattern in &plan.prepare.artifacts {
+        let found = glob_paths(&source, pattern)?;
+        if found.is_empty() {
+            bail!("no release artifact matches {pattern:?} in {SOURCE_DIR}");
+        }
+        artifacts.extend(found);
+    }
+    artifacts.sort();
+    artifacts.dedup();
+    let release_dir = match &plan.prepare.release_dir {
+        Some(dir) => source.join(dir),
+        None => artifacts[0].parent().context("artifact without a folder")?.to_path_buf(),
+    };
+    let mut sums = String::new();
+    let mut total = 0u64;
+    for path in &artifacts {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        total += bytes.len() as u64;
+        let name = path.file_name().context("artifact without a name")?.to_string_lossy();
+        sums.push_str(&sha256sums_line(&bytes, &name));
+        ctx.note(&format!("artifact {} ({} bytes)", path.display(), bytes.len()));
+    }
+    std::fs::write(release_dir.join("SHA256SUMS"), sums).context("cannot write SHA256SUMS")?;
+    ctx.value("bundle", 0, total as f64, "bytes");
+    let mut state = AgentState::load(&ctx.state_dir)?;
+    if let Some(port) = plan.prepare.origin_port {
+        common::serve_origin(release_dir.clone(), port)?;
+        ctx.note(&format!("serving {} on http://127.0.0.1:{port}/", release_dir.display()));
+    }
+    state.release_dir = Some(release_dir);
+    state.origin_port = plan.prepare.origin_port;
+    state.save(&ctx.state_dir)
+}
+
+/// One line of `SHA256SUMS`: lowercase hex digest, two spaces, the file name, a newline.
+pub fn sha256sums_line(bytes: &[u8], name: &str) -> String {
+    let digest = Sha256::digest(bytes);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{hex}  {name}\n")
+}
+
+/// Files under `root` matching a relative pattern whose segments may hold `*` and `?`.
+pub fn glob_paths(root: &Path, pattern: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut current = vec![root.to_path_buf()];
+    let segments: Vec<&str> = pattern.split('/').filter(|s| !s.is_empty() && *s != ".").collect();
+    for (i, segment) in segments.iter().enumerate() {
+        if *segment == ".." {
+            bail!("artifact pattern {pattern:?} leaves the source folder");
+        }
+        let last = i == segments.len() - 1;
+        let mut next = Vec::new();
+        for dir in &current {
+            if !segment.contains(['*', '?']) {
+                let path = dir.join(segment);
+                if path.exists() {
+                    next.push(path);
+                }
+                continue;
+            }
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            for entry in entries.flatten() {
+                if glob_match(segment, &entry.file_name().to_string_lossy()) {
+                    next.push(entry.path());
+                }
+            }
+        }
+        current = next.into_iter().filter(|p| if last { p.is_file() } else { p.is_dir() }).collect();
+    }
+    current.sort();
+    Ok(current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256sums_lines_have_the_reference_format() {
+        assert_eq!(
+            sha256sums_line(b"abc", "demo-1.0.0.tgz"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  demo-1.0.0.tgz\n"
+        );
+    }
+
+    #[test]
+    fn globs_artifacts_segment_by_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let rel = dir.path().join("pkg/release");
+        std::fs::create_dir_all(&rel).unwrap();
+        for f in ["b.tgz", "a.tgz", "notes.txt"] {
+            std::fs::write(rel.join(f), f).unwrap();
+        }
+        let found = glob_paths(dir.path(), "pkg/*/*.tgz").unwrap();
+        assert_eq!(found, vec![rel.join("a.tgz"), rel.join("b.tgz")]);
+        assert!(glob_paths(dir.path(), "pkg/../x").is_err());
+        assert!(glob_paths(dir.path(), "nothing/*.tgz").unwrap().is_empty());
+    }
+}

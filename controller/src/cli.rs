@@ -23,6 +23,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Validate a bench spec and print the plan (or every error, with file, line and field).
+    Check {
+        /// The bench spec (TOML).
+        spec: std::path::PathBuf,
+    },
     /// Remove sandbench sandboxes that expired or whose controller is gone.
     Gc,
     /// Measure the backbone: provision-to-Hello against a bare container, observation
@@ -53,6 +58,16 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Check { spec } => match crate::spec::load(&spec) {
+            Ok(plan) => {
+                print!("{}", crate::spec::describe(&plan));
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(errors) => {
+                eprint!("{errors}");
+                Ok(ExitCode::from(2))
+            }
+        },
         Command::Gc => {
             let provisioner = DockerProvisioner::connect(1).await?;
             let reaped = provisioner.reap().await?;

@@ -9,4 +9,5 @@ pub mod cli;
 pub mod provision;
 pub mod sandbox;
 pub mod server;
+pub mod spec;
 pub mod store;

@@ -215,8 +215,9 @@ pub struct Scenario {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ScenarioStep {
-    /// Send `send` (an object; an `id` is added) `repeat` times; each completes at the event
-    /// with `event == done_event` and that id, whose fields must include `expect`.
+    /// Send `send` (an object, or a list of objects used in turn; an `id` is added) `repeat`
+    /// times; each completes at the `done` event with that id, whose fields must include
+    /// `expect`.
     Request {
         #[serde(default)]
         metric: Option<String>,

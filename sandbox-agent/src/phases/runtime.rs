@@ -239,7 +239,11 @@ impl Engine<'_> {
         match step {
             ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes } => {
                 let mut total = Duration::ZERO;
-                for _ in 0..*repeat {
+                for i in 0..*repeat as usize {
+                    let send = match send {
+                        Value::Array(items) if !items.is_empty() => &items[i % items.len()],
+                        single => single,
+                    };
                     let (took, output) = self.request(send, expect)?;
                     if let Some(bytes) = output_bytes
                         && output.len() as u64 != *bytes

@@ -1,0 +1,190 @@
+use std::path::Path;
+
+use sandbench_proto::plan::{Check, ScenarioStep, Source};
+
+use super::*;
+
+const MINIMAL: &str = r#"
+name = "mini"
+[install]
+command = "true"
+"#;
+
+fn errors(text: &str) -> Vec<String> {
+    match parse(Path::new("bench.toml"), text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(SpecErrors(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+#[test]
+fn a_minimal_spec_gets_the_reference_defaults() {
+    let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
+    assert_eq!(plan.sandbox.image, "node:24-bookworm");
+    assert_eq!(
+        (plan.trials.install, plan.trials.measure, plan.trials.runtime, plan.trials.failure_limit),
+        (3, 10, 10, 2)
+    );
+    assert_eq!(
+        (plan.cost.cpu_usd_per_hour, plan.cost.memory_usd_per_gb_hour, plan.cost.disk_usd_per_gb_hour),
+        (0.05, 0.01, 0.001)
+    );
+    assert_eq!(plan.agent.install.command.timeout_s, 240.0);
+    assert!(!plan.sandbox.network);
+    assert_eq!(plan.metrics.iter().map(|m| m.key.as_str()).collect::<Vec<_>>(), ["install"]);
+    assert_eq!(plan.agent_plan("abc").source, Source::None);
+}
+
+#[test]
+fn the_examples_are_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let demo = load(&root.join("examples/demo/bench.toml")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(demo.source, SourceSettings::Local { .. }));
+    assert!(matches!(demo.agent_plan("c0ffee").source, Source::Archive { ref commit } if commit == "c0ffee"));
+    let keys: Vec<&str> = demo.metrics.iter().map(|m| m.key.as_str()).collect();
+    for key in [
+        "bundle",
+        "install",
+        "cold",
+        "warm",
+        "rss",
+        "disk",
+        "kernel_start",
+        "interrupt",
+        "restore",
+        "git_status",
+        "parse_ms",
+    ] {
+        assert!(keys.contains(&key), "demo lacks {key}");
+    }
+    // A partial definition overrides only what it names.
+    let exec = demo.metrics.iter().find(|m| m.key == "kernel_exec").unwrap();
+    assert_eq!((exec.unit.as_str(), exec.absolute), ("ms", 0.0001));
+    assert!(
+        demo.agent
+            .install
+            .checks
+            .contains(&Check::FileStartsWith { path: "~/.local/bin/demo".into(), prefix: b"#!".to_vec() })
+    );
+    let prime = load(&root.join("examples/prime-agent/bench.toml")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(prime.trials.install, 3);
+    assert_eq!(prime.trials.measure, 10);
+    assert_eq!(prime.agent.install.command.env["PRIME_AGENT_INSTALLER_PLAIN"], "1");
+    assert_eq!(prime.metrics.len(), 17);
+    assert_eq!(prime.cost.budget_usd, Some(1.0));
+}
+
+#[test]
+fn syntax_and_unknown_fields_name_the_line() {
+    assert_eq!(
+        errors("name = \"x\"\n[install]\ncommand = \"true\"\ntimeout = 3\n"),
+        [
+            "bench.toml:4: timeout: unknown field `timeout`, expected one of `command`, `timeout_s`, `env`, `checks`, `footprint_excludes`, `fixture`"
+        ]
+    );
+    let e = errors("name = \"x\"\n[install\n");
+    assert!(e[0].starts_with("bench.toml:2: (syntax):"), "{e:?}");
+    assert_eq!(errors("name = \"x\"\n"), ["bench.toml:1: install: missing field `install`"]);
+    assert_eq!(
+        errors("name = \"x\"\n[install]\ncommand = \"true\"\n[sandbox]\ncpus = \"two\"\n"),
+        ["bench.toml:5: cpus: invalid type: string \"two\", expected f64"]
+    );
+}
+
+#[test]
+fn every_semantic_error_is_reported_with_file_line_and_field() {
+    let spec = r#"name = "bad"
+[sandbox]
+cpus = -1
+memory_gb = 0
+[source]
+url = "https://example.invalid/repo.git"
+[trials]
+measure = 0
+[prepare]
+origin_port = 70000
+artifacts = ["../outside/*.tgz"]
+[install]
+command = "sh install.sh"
+checks = [ { output = "x --version" }, { file_exists = "a", file_starts_with = "b" }, { file_starts_with = "b", prefix = "\\xZZ" } ]
+[measure]
+startup = []
+[[runtime.scenario]]
+name = "k"
+command = ["kernel"]
+  [[runtime.scenario.step]]
+  kind = "interrupt"
+  metric = "stop"
+  [[runtime.scenario.step]]
+  kind = "teleport"
+[[runtime.command]]
+metric = "Git-Status"
+run = "git status"
+aggregate = "median"
+[metrics.never]
+title = "Never"
+unit = "s"
+"#;
+    assert_eq!(
+        errors(spec),
+        [
+            "bench.toml:3: sandbox.cpus: expected a number greater than 0 and at most 64, got -1",
+            "bench.toml:4: sandbox.memory_gb: expected a number greater than 0 and at most 512, got 0",
+            "bench.toml:6: source.url: a git URL is cloned inside the sandbox, which needs sandbox.network = true",
+            "bench.toml:8: trials.measure: expected a whole number from 1 to 100, got 0",
+            "bench.toml:10: prepare.origin_port: expected a TCP port from 1 to 65535, got 70000",
+            "bench.toml:11: prepare.artifacts[0]: expected a path inside the source folder",
+            "bench.toml:14: install.checks[0]: an output check needs `contains`",
+            "bench.toml:14: install.checks[1]: expected exactly one of output (with contains), file_exists, file_starts_with (with prefix)",
+            "bench.toml:14: install.checks[2].prefix: expected two hex digits after \\x, got \"ZZ\"",
+            "bench.toml:16: measure.startup: expected the command line of the program, e.g. [\"demo\"]",
+            "bench.toml:21: runtime.scenario[0].step[0]: an interrupt step needs `send`, `marker` and `interrupt`",
+            "bench.toml:24: runtime.scenario[0].step[1].kind: expected request, interrupt, memory, restart or settle, got \"teleport\"",
+            "bench.toml:26: runtime.command[0].metric: expected a metric key of lowercase letters, digits and '_', got \"Git-Status\"",
+            "bench.toml:26: metrics.Git-Status: this metric is recorded but not defined: add [metrics.KEY] with title, unit, scale, absolute and relative",
+            "bench.toml:28: runtime.command[0].aggregate: expected \"mean\" or \"total\", got \"median\"",
+            "bench.toml:29: metrics.never: defined, but no phase records it",
+        ]
+    );
+}
+
+#[test]
+fn scenario_steps_become_the_agent_plan() {
+    let spec = r#"name = "s"
+[install]
+command = "true"
+[[runtime.scenario]]
+name = "kernel"
+command = ["python3", "k.py"]
+start_metric = "kernel_start"
+shutdown = { type = "shutdown" }
+  [[runtime.scenario.step]]
+  kind = "request"
+  metric = "kernel_exec"
+  send = { type = "execute", code = "pass" }
+  repeat = 3
+  aggregate = "total"
+  expect = { status = "ok" }
+"#;
+    let plan = parse(Path::new("bench.toml"), spec).unwrap();
+    let scenario = &plan.agent.runtime.scenarios[0];
+    assert_eq!(scenario.ready_event, "ready");
+    assert_eq!(scenario.shutdown, Some(serde_json::json!({"type": "shutdown"})));
+    match &scenario.steps[0] {
+        ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes } => {
+            assert_eq!(metric.as_deref(), Some("kernel_exec"));
+            assert_eq!(send, &serde_json::json!({"type": "execute", "code": "pass"}));
+            assert_eq!((*repeat, *aggregate, output_bytes), (3, sandbench_proto::plan::Aggregate::Total, &None));
+            assert_eq!(expect["status"], "ok");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(plan.metrics_of_phase("runtime"), ["kernel_start", "kernel_exec"]);
+}
+
+#[test]
+fn prefixes_accept_hex_escapes() {
+    assert_eq!(unescape("\\x7fELF").unwrap(), b"\x7fELF");
+    assert_eq!(unescape("#!").unwrap(), b"#!");
+    assert!(unescape("\\x7").is_err());
+}

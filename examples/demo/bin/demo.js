@@ -1,0 +1,92 @@
+#!/usr/bin/env node
+// demo: a line editor in raw terminal mode that needs a background daemon. The first start
+// launches the daemon (slow: it warms up); later starts find it running (fast).
+'use strict';
+
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { spawn } = require('child_process');
+const { request, socketPath } = require('../lib/client.js');
+
+const VERSION = require('../package.json').version;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function ensureDaemon() {
+  try {
+    return await request({ type: 'hello' });
+  } catch {
+    // Not running: start it, detached, and wait until it answers.
+  }
+  fs.mkdirSync(path.dirname(socketPath()), { recursive: true });
+  const child = spawn(process.execPath, [path.join(__dirname, '..', 'lib', 'daemon.js')], {
+    detached: true,
+    stdio: 'ignore',
+  });
+  child.unref();
+  for (let i = 0; i < 1000; i++) {
+    await sleep(5);
+    try {
+      return await request({ type: 'hello' });
+    } catch {
+      // still starting
+    }
+  }
+  throw new Error('the demo daemon did not start');
+}
+
+function editor(session) {
+  const out = process.stdout;
+  let line = '';
+  // Replies to our terminal query arrive as input; skip escape sequences.
+  let escape = null;
+  const draw = () => out.write(`\x1b[?2026h\r\x1b[2K> ${line}\x1b[?2026l`);
+  out.write(`session ${session.id}\r\n`);
+  out.write('\x1b[6n');
+  process.stdin.setRawMode(true);
+  process.stdin.resume();
+  draw();
+  process.stdin.on('data', (data) => {
+    for (const byte of data) {
+      if (escape !== null) {
+        if (escape === '' && byte !== 0x5b && byte !== 0x5d) escape = null;
+        else if (byte >= 0x40 && byte <= 0x7e && escape !== '') escape = null;
+        else if (byte === 0x07) escape = null;
+        else escape += String.fromCharCode(byte);
+        continue;
+      }
+      if (byte === 0x1b) escape = '';
+      else if (byte === 0x03) process.exit(0);
+      else if (byte === 0x7f) line = line.slice(0, -1);
+      else if (byte === 0x0d) {
+        out.write(`\r\n(${line.length} characters sent)\r\n`);
+        line = '';
+      } else if (byte >= 0x20 && byte < 0x7f) line += String.fromCharCode(byte);
+    }
+    draw();
+  });
+}
+
+async function main(args) {
+  if (args[0] === '--version') {
+    console.log(`demo ${VERSION}`);
+    return;
+  }
+  if (args[0] === 'sessions' && args[1] === 'stop') {
+    console.log(JSON.stringify(await request({ type: 'stop-sessions' })));
+    return;
+  }
+  if (args.length > 0) {
+    console.error(`usage: demo [--version | sessions stop]`);
+    process.exitCode = 2;
+    return;
+  }
+  process.stdout.write(`demo ${VERSION} in ${process.cwd().replace(os.homedir(), '~')}\r\n`);
+  await ensureDaemon();
+  editor(await request({ type: 'open-session' }));
+}
+
+main(process.argv.slice(2)).catch((err) => {
+  console.error(`demo: ${err.message}`);
+  process.exit(1);
+});

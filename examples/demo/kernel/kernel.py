@@ -1,0 +1,146 @@
+"""The demo kernel: runs Python cells for the demo CLI, spoken to over JSON lines.
+
+Requests (one JSON object per line on stdin):
+  {"type": "execute", "id": "1", "code": "..."}
+  {"type": "interrupt", "id": "<id of the running execute>"}
+  {"type": "snapshot", "id": "2", "path": "..."}
+  {"type": "restore", "id": "3", "path": "..."}
+  {"type": "shutdown"}
+Events (stdout): ready, stdout, error, done. Standard library only.
+"""
+
+import contextlib
+import io
+import json
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+
+PROTOCOL = 1
+_out = os.fdopen(os.dup(1), "w", buffering=1)
+_lock = threading.Lock()
+_running = {"id": None}
+
+
+def emit(**event):
+    with _lock:
+        _out.write(json.dumps(event) + "\n")
+        _out.flush()
+
+
+class Bash:
+    def __init__(self, exit_code, output):
+        self.exit_code = exit_code
+        self.output = output
+
+
+def bash(command):
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    return Bash(done.returncode, done.stdout + done.stderr)
+
+
+class Stream(io.TextIOBase):
+    """stdout of a cell: every write becomes a stdout event of that cell."""
+
+    def __init__(self, cell_id):
+        self.cell_id = cell_id
+
+    def write(self, text):
+        if text:
+            emit(event="stdout", id=self.cell_id, text=text)
+        return len(text)
+
+
+namespace = {"bash": bash, "__name__": "__cell__"}
+
+
+def execute(request):
+    cell_id = request["id"]
+    _running["id"] = cell_id
+    try:
+        with contextlib.redirect_stdout(Stream(cell_id)):
+            exec(compile(request["code"], f"<cell {cell_id}>", "exec"), namespace)
+        emit(event="done", id=cell_id, status="ok")
+    except KeyboardInterrupt:
+        emit(event="error", id=cell_id, ename="KeyboardInterrupt", evalue="")
+        emit(event="done", id=cell_id, status="error")
+    except BaseException as error:  # a cell may raise anything
+        emit(event="error", id=cell_id, ename=type(error).__name__, evalue=str(error),
+             traceback=traceback.format_exc(limit=5))
+        emit(event="done", id=cell_id, status="error")
+    finally:
+        _running["id"] = None
+
+
+def snapshot(request):
+    saved = {}
+    for name, value in namespace.items():
+        if name.startswith("_") or name in ("bash",) or callable(value):
+            continue
+        try:
+            pickle.dumps(value)
+        except Exception:
+            continue
+        saved[name] = value
+    with open(request["path"], "wb") as f:
+        pickle.dump(saved, f)
+    emit(event="done", id=request["id"], status="ok", saved=sorted(saved))
+
+
+def restore(request):
+    with open(request["path"], "rb") as f:
+        saved = pickle.load(f)
+    namespace.update(saved)
+    emit(event="done", id=request["id"], status="ok", restored=sorted(saved))
+
+
+def reader(requests):
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            request = json.loads(line)
+        except ValueError:
+            emit(event="error", id=None, ename="ProtocolError", evalue="not JSON")
+            continue
+        if request.get("type") == "interrupt":
+            if _running["id"] is not None and _running["id"] == request.get("id"):
+                os.kill(os.getpid(), signal.SIGINT)
+            continue
+        requests.put(request)
+    requests.put({"type": "shutdown"})
+
+
+def main():
+    requests = queue.Queue()
+    threading.Thread(target=reader, args=(requests,), daemon=True).start()
+    emit(event="ready", protocol=PROTOCOL, python=sys.version.split()[0])
+    handlers = {"execute": execute, "snapshot": snapshot, "restore": restore}
+    while True:
+        try:
+            request = requests.get()
+        except KeyboardInterrupt:
+            continue  # an interrupt that arrived between cells
+        kind = request.get("type")
+        if kind == "shutdown":
+            return
+        handler = handlers.get(kind)
+        if handler is None:
+            emit(event="done", id=request.get("id"), status="error", error=f"unknown request {kind}")
+            continue
+        try:
+            handler(request)
+        except KeyboardInterrupt:
+            emit(event="done", id=request.get("id"), status="error", error="interrupted")
+        except Exception as error:
+            emit(event="done", id=request.get("id"), status="error", error=str(error))
+
+
+if __name__ == "__main__":
+    main()

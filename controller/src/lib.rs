@@ -9,5 +9,6 @@ pub mod cli;
 pub mod provision;
 pub mod sandbox;
 pub mod server;
+pub mod source;
 pub mod spec;
 pub mod store;

@@ -7,8 +7,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 
+use sandbench_proto::plan::{AgentPlan, SOURCE_DIR, Source};
+use sandbench_proto::v1::{Command, RunPhase, command};
+
 use crate::provision::{DockerProvisioner, Sandbox, SandboxRequest};
-use crate::server::{HelloInfo, Hub};
+use crate::server::{HelloInfo, Hub, PhaseOutcome};
+use crate::spec::{Plan, SourceSettings};
 
 /// A sandbox whose agent is connected.
 #[derive(Debug, Clone)]
@@ -89,6 +93,46 @@ pub async fn teardown(provisioner: &DockerProvisioner, hub: &Hub, run_dir: &Path
         log_path,
         removal_error,
     }
+}
+
+/// Uploads `git archive` of the commit into the sandbox when the plan's source is a local
+/// repository (the agent fetches git URLs itself).
+pub async fn deliver_source(
+    provisioner: &DockerProvisioner,
+    plan: &Plan,
+    sandbox: &Sandbox,
+    agent_plan: &AgentPlan,
+) -> anyhow::Result<()> {
+    if let (SourceSettings::Local { repository }, Source::Archive { commit }) = (&plan.source, &agent_plan.source) {
+        let tar = crate::source::archive(repository, commit, SOURCE_DIR).await?;
+        provisioner.upload(&sandbox.id, tar).await?;
+    }
+    Ok(())
+}
+
+/// The id of a phase's command: one per phase and trial, so a repeated request is the same
+/// command and the agent runs it once.
+pub fn command_id(phase: &str, trial: u32) -> String {
+    format!("{phase}-{trial}")
+}
+
+/// Runs one phase (one trial) on a sandbox and waits for the agent to report it done.
+pub async fn run_phase(
+    hub: &Hub,
+    sandbox_id: &str,
+    agent_plan: &AgentPlan,
+    phase: &str,
+    trial: u32,
+    timeout: Duration,
+) -> anyhow::Result<PhaseOutcome> {
+    let command_id = command_id(phase, trial);
+    let plan = serde_json::to_vec(agent_plan)?;
+    let command = Command {
+        command_id: command_id.clone(),
+        body: Some(command::Body::RunPhase(RunPhase { phase: phase.to_string(), trial, plan })),
+    };
+    hub.send(sandbox_id, command).await?;
+    hub.wait_done(sandbox_id, &command_id, timeout).await
 }
 
 fn save_log(run_dir: &Path, id: &str, log: &str) -> anyhow::Result<PathBuf> {

@@ -405,6 +405,13 @@ impl Hub {
                 bail!("events out of order: got seq {} where {expected} was expected", event.seq);
             }
             expected += 1;
+            if let Some(event::Body::File(chunk)) = &event.body {
+                // The bytes go to their own file before the event that names them is persisted.
+                let target = crate::store::sandbox_file(&self.inner.run_dir, sandbox_id, &chunk.path)
+                    .with_context(|| format!("the agent sent a file with an unsafe path {:?}", chunk.path))?;
+                crate::store::write_file_chunk(&target, chunk.offset, &chunk.data)
+                    .with_context(|| format!("cannot write {}", target.display()))?;
+            }
             let Some(stored) = to_stored(sandbox_id, event) else { continue };
             match &stored.body {
                 StoredBody::Observation { .. } => observations += 1,
@@ -604,7 +611,7 @@ fn to_stored(sandbox_id: &str, event: Event) -> Option<StoredEvent> {
             command_id: f.command_id,
             path: f.path,
             offset: f.offset,
-            data: Data::from_bytes(f.data),
+            bytes: f.data.len() as u64,
             last: f.last,
         },
     };

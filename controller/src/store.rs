@@ -55,12 +55,13 @@ pub enum StoredBody {
         #[serde(default, skip_serializing_if = "String::is_empty")]
         error: String,
     },
+    /// A piece of a file the agent sent (a transcript); the bytes are in
+    /// `sandboxes/<sandbox>/<path>` of the run directory.
     File {
         command_id: String,
         path: String,
         offset: u64,
-        #[serde(flatten)]
-        data: Data,
+        bytes: u64,
         last: bool,
     },
 }
@@ -80,6 +81,27 @@ impl Data {
             Err(err) => Data::Hex { hex: err.into_bytes().iter().map(|b| format!("{b:02x}")).collect() },
         }
     }
+}
+
+/// Where a file sent by a sandbox's agent is kept in the run directory; None for a path that
+/// would leave the sandbox's folder.
+pub fn sandbox_file(run_dir: &Path, sandbox: &str, path: &str) -> Option<PathBuf> {
+    let relative = Path::new(path);
+    let safe = !path.is_empty()
+        && relative.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+        && !sandbox.contains('/');
+    safe.then(|| run_dir.join("sandboxes").join(sandbox).join(relative))
+}
+
+/// Writes a chunk of a sandbox's file at its offset, durably.
+pub fn write_file_chunk(target: &Path, offset: u64, data: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let file = OpenOptions::new().create(true).truncate(false).write(true).open(target)?;
+    file.write_all_at(data, offset)?;
+    file.sync_data()
 }
 
 /// Reads every event of a run directory's log, in file order.

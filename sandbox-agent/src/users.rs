@@ -130,7 +130,7 @@ impl Accounts {
         if skel.is_dir() && wipe {
             copy_tree(&skel, &home)?;
         }
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o750))?;
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o755))?;
         chown_tree(&home, uid, uid)?;
         Ok(user)
     }

@@ -250,6 +250,15 @@ impl DockerProvisioner {
         Ok(sandbox)
     }
 
+    /// Unpacks a tar into the container's file system at `/` (paths inside the tar say where).
+    pub async fn upload(&self, name: &str, tar: Vec<u8>) -> Result<(), ProvisionError> {
+        let options = UploadToContainerOptions { path: "/".to_string(), ..Default::default() };
+        self.docker
+            .upload_to_container(name, Some(options), bollard::body_full(tar.into()))
+            .await
+            .map_err(|source| ProvisionError::Upload { name: name.to_string(), source: source.into() })
+    }
+
     pub async fn start(&self, name: &str) -> Result<(), ProvisionError> {
         self.docker
             .start_container(name, None::<StartContainerOptions>)

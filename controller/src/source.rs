@@ -1,0 +1,88 @@
+//! Source delivery from a local git repository: resolve a revision to its exact commit, and
+//! export that commit's tree (of the spec's folder) as a tar to upload into the sandbox.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use tokio::process::Command;
+
+async fn git(repo: &Path, args: &[&str]) -> anyhow::Result<Vec<u8>> {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .output()
+        .await
+        .context("cannot run git (is it installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "git {} failed in {}: {}",
+            args.join(" "),
+            repo.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output.stdout)
+}
+
+/// The full commit id a revision names in `repo`.
+pub async fn resolve(repo: &Path, rev: &str) -> anyhow::Result<String> {
+    if rev.starts_with('-') {
+        bail!("invalid revision {rev:?}");
+    }
+    let out = git(repo, &["rev-parse", "--verify", "--quiet", &format!("{rev}^{{commit}}")])
+        .await
+        .with_context(|| format!("revision {rev:?} is not a commit of {}", repo.display()))?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// A tar of `commit`'s tree of the folder `repo` (which may be a subfolder of its repository),
+/// with every path under `dest` (e.g. `home/builder/source/`).
+pub async fn archive(repo: &Path, commit: &str, dest: &str) -> anyhow::Result<Vec<u8>> {
+    let prefix = String::from_utf8_lossy(&git(repo, &["rev-parse", "--show-prefix"]).await?).trim().to_string();
+    let top = String::from_utf8_lossy(&git(repo, &["rev-parse", "--show-toplevel"]).await?).trim().to_string();
+    let tree = format!("{commit}:{prefix}");
+    let dest = format!("{}/", dest.trim_matches('/'));
+    // From the top: run in a subfolder, git archive would narrow the tree to it a second time.
+    git(Path::new(&top), &["archive", "--format=tar", &format!("--prefix={dest}"), &tree])
+        .await
+        .with_context(|| format!("cannot export {tree} from {}", repo.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(dir: &Path, script: &str) {
+        let ok = std::process::Command::new("sh").arg("-c").arg(script).current_dir(dir).status().unwrap().success();
+        assert!(ok, "{script}");
+    }
+
+    #[tokio::test]
+    async fn exports_the_exact_commit_of_a_subfolder() {
+        let dir = tempfile::tempdir().unwrap();
+        sh(
+            dir.path(),
+            "git init -q -b main . && mkdir -p app && echo one > app/a && echo top > t \
+             && git add -A && git -c user.name=t -c user.email=t@t commit -qm one \
+             && echo two > app/a && git -c user.name=t -c user.email=t@t commit -qam two && echo dirty > app/a",
+        );
+        let app = dir.path().join("app");
+        let first = resolve(&app, "HEAD~1").await.unwrap();
+        assert_eq!(first.len(), 40);
+        let tar = archive(&app, &first, "/home/builder/source").await.unwrap();
+        let mut entries = tar::Archive::new(tar.as_slice());
+        let mut files = Vec::new();
+        for entry in entries.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let path = entry.path().unwrap().display().to_string();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            files.push((path, text));
+        }
+        assert!(files.contains(&("home/builder/source/a".to_string(), "one\n".to_string())), "{files:?}");
+        assert!(!files.iter().any(|(p, _)| p.ends_with("/t")), "only the subfolder: {files:?}");
+        let err = resolve(&app, "no-such-branch").await.unwrap_err().to_string();
+        assert!(err.contains("no-such-branch"), "{err}");
+    }
+}

@@ -92,3 +92,275 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
     })
     .await;
 }
+
+/// Runs phases of a spec (given as TOML text, source none) on one busybox sandbox with the
+/// fixtures uploaded; returns each phase's outcome and every observation.
+struct BusyboxRun {
+    outcomes: Vec<(String, u32, PhaseStatus, String)>,
+    values: BTreeMap<(String, u32), f64>,
+    errors: BTreeMap<(String, u32), String>,
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(&str, u32, &str)], fetch: &[&str]) -> BusyboxRun {
+    support::ensure_busybox_image(&h.provisioner).await;
+    let hub = h.hub().await;
+    let request = h.request(role, support::BUSYBOX_IMAGE, AgentShipping::Bind);
+    let live = sandbox::launch(&h.provisioner, &hub, request, Duration::from_secs(60)).await.unwrap();
+    let id = live.sandbox.id.clone();
+    h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture", "jsonl-fixture"])).await.unwrap();
+    let mut outcomes = Vec::new();
+    for (name, trial, spec) in specs {
+        let plan = sandbench::spec::parse(Path::new("test.toml"), spec).unwrap_or_else(|e| panic!("{e}"));
+        let outcome =
+            sandbox::run_phase(&hub, &id, &plan.agent_plan(""), name, *trial, Duration::from_secs(120)).await.unwrap();
+        outcomes.push((name.to_string(), *trial, outcome.status, outcome.error));
+    }
+    let mut files = BTreeMap::new();
+    for path in fetch {
+        files.insert(path.to_string(), h.provisioner.download(&id, path).await.unwrap_or_default());
+    }
+    sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+    let mut values = BTreeMap::new();
+    let mut errors = BTreeMap::new();
+    for event in read_events(&hub.log_path()).unwrap().into_iter().filter(|e| e.sandbox == id) {
+        if let StoredBody::Observation { metric, trial, value, error, .. } = event.body {
+            match (value, error) {
+                (Some(v), _) => values.insert((metric, trial), v),
+                (_, Some(e)) => errors.insert((metric, trial), e).map(|_| 0.0),
+                _ => None,
+            };
+        }
+    }
+    BusyboxRun { outcomes, values, errors, files }
+}
+
+const ENGINE_SPEC: &str = r#"
+name = "fixtures"
+[env]
+SPEC_VAR = "from-spec"
+[install]
+# Records its environment and ids, and leaves a process that ignores SIGTERM behind.
+command = "env | sort > /tmp/env-$(id -u); id >> /tmp/env-$(id -u); ls -A ~ >> /tmp/env-$(id -u); touch ~/mark; (trap '' TERM; sleep 1000) & echo installed"
+env = { STEP_VAR = "from-step" }
+checks = [ { output = "echo hello", contains = "hello" }, { file_exists = "~/mark" }, { file_starts_with = "/bin/busybox", prefix = "\\x7fELF" } ]
+[measure]
+startup = ["/usr/local/bin/pty-fixture", "--raw-after-ms", "RAW_AFTER", "--log", "/tmp/pty-RAW_AFTER.log"]
+settle_s = 0.2
+[[runtime.scenario]]
+name = "kernel"
+command = ["/usr/local/bin/jsonl-fixture", "--start-ms", "50"]
+start_metric = "k_start"
+timeout_s = 10
+shutdown = { type = "shutdown" }
+  [[runtime.scenario.step]]
+  kind = "request"
+  metric = "k_exec"
+  send = { type = "execute", code = "pass" }
+  repeat = 20
+  expect = { status = "ok" }
+  [[runtime.scenario.step]]
+  kind = "request"
+  metric = "k_output"
+  send = { type = "execute", code = "print:5000" }
+  output_bytes = 5000
+  expect = { status = "ok" }
+  [[runtime.scenario.step]]
+  kind = "interrupt"
+  metric = "k_interrupt"
+  send = { type = "execute", code = "sleep:10000" }
+  marker = "interrupt-ready"
+  interrupt = { type = "interrupt" }
+  expect = { status = "error" }
+  [[runtime.scenario.step]]
+  kind = "memory"
+  metric = "k_rss"
+  [[runtime.scenario.step]]
+  kind = "restart"
+  metric = "k_restart"
+[[runtime.script]]
+name = "no-enter"
+run = "for f in /tmp/pty-*.log; do tr -cd '\\r\\n' < $f; done | wc -c | sed 's/ //g; s/.*/RESULT {\"enter_bytes\": &}/'"
+metrics = ["enter_bytes"]
+[metrics.k_start]
+title = "start"
+unit = "ms"
+[metrics.k_exec]
+title = "exec"
+unit = "ms"
+[metrics.k_output]
+title = "output"
+unit = "ms"
+[metrics.k_interrupt]
+title = "interrupt"
+unit = "ms"
+[metrics.k_rss]
+title = "rss"
+unit = "MB"
+[metrics.k_restart]
+title = "restart"
+unit = "ms"
+[metrics.enter_bytes]
+title = "Enter keys received"
+unit = "bytes"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_jsonl_engine() {
+    with_harness("fixtures", HubConfig::default(), |h| async move {
+        let slow = ENGINE_SPEC.replace("RAW_AFTER", "600");
+        let fast = ENGINE_SPEC.replace("RAW_AFTER", "50");
+        let specs = [
+            (phase::INSTALL, 0, slow.as_str()),
+            (phase::INSTALL, 1, slow.as_str()),
+            (phase::MEASURE, 0, slow.as_str()),
+            (phase::MEASURE, 1, fast.as_str()),
+            (phase::RUNTIME, 0, slow.as_str()),
+        ];
+        let run = run_on_busybox(&h, "bb", &specs, &["/tmp/env-2001", "/tmp/env-2002"]).await;
+        for (name, trial, status, error) in &run.outcomes {
+            assert_eq!(*status, PhaseStatus::Ok, "{name} {trial}: {error} (errors: {:?})", run.errors);
+        }
+        assert!(run.errors.is_empty(), "{:?}", run.errors);
+
+        // Fresh users with their own uid and home, and exactly the environment built for them.
+        for (uid, user) in [(2001, "benchmark1"), (2002, "benchmark2")] {
+            let text = String::from_utf8(run.files[&format!("/tmp/env-{uid}")].clone()).unwrap();
+            let mut keys: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+                .filter(|k| !k.starts_with("uid"))
+                .collect();
+            keys.retain(|k| !["PWD", "SHLVL", "_", "OLDPWD"].contains(k));
+            assert_eq!(
+                keys,
+                [
+                    "COLORTERM",
+                    "HOME",
+                    "LANG",
+                    "LOGNAME",
+                    "NPM_CONFIG_CACHE",
+                    "NPM_CONFIG_PREFIX",
+                    "PATH",
+                    "SHELL",
+                    "SPEC_VAR",
+                    "STEP_VAR",
+                    "TERM",
+                    "USER",
+                    "UV_CACHE_DIR",
+                    "UV_LINK_MODE"
+                ],
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("HOME=/home/{user}\n")) && text.contains(&format!("USER={user}\n")),
+                "{text}"
+            );
+            assert!(text.contains(&format!("PATH=/home/{user}/.local/bin:/usr/local/bin:/usr/bin:/bin\n")), "{text}");
+            // Supplementary groups dropped: only the user's own group.
+            let id_line = text.lines().find(|l| l.starts_with("uid=")).unwrap_or_default();
+            assert!(
+                id_line == format!("uid={uid}({user}) gid={uid}({user})")
+                    || id_line == format!("uid={uid}({user}) gid={uid}({user}) groups={uid}({user})"),
+                "{text}"
+            );
+            let home_listing: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("uid=")).skip(1).collect();
+            assert!(!home_listing.contains(&"mark"), "the home was not fresh: {text}");
+        }
+        // Installs were timed; the stubborn process left behind was killed (else the trial fails).
+        assert!(run.values.contains_key(&("install".into(), 1)));
+
+        // Readiness: 0.60 s and 0.05 s starts told apart; Enter never sent.
+        let (slow_cold, fast_cold) = (run.values[&("cold".into(), 0)], run.values[&("cold".into(), 1)]);
+        assert!(slow_cold >= 0.6, "slow cold {slow_cold}");
+        assert!(slow_cold - fast_cold > 0.25, "slow {slow_cold} vs fast {fast_cold}");
+        assert!(run.values[&("warm".into(), 0)] >= 0.6);
+        assert!(run.values[&("rss".into(), 0)] > 0.0);
+        assert_eq!(run.values[&("enter_bytes".into(), 0)], 0.0);
+
+        // The JSON-lines engine over 17-byte fragments.
+        let start = run.values[&("k_start".into(), 0)];
+        assert!((0.05..5.0).contains(&start), "k_start {start}");
+        for key in ["k_exec", "k_output", "k_interrupt", "k_rss", "k_restart"] {
+            assert!(run.values.contains_key(&(key.into(), 0)), "{key} missing: {:?}", run.values);
+        }
+        assert!(run.values[&("k_interrupt".into(), 0)] < 1.0, "the interrupt took the whole sleep");
+    })
+    .await;
+}
+
+const FAILING_SPEC: &str = r#"
+name = "failing"
+[install]
+command = "echo installing; exit 3"
+[[runtime.scenario]]
+name = "kernel"
+command = ["/usr/local/bin/jsonl-fixture", "--start-ms", "0"]
+timeout_s = 5
+  [[runtime.scenario.step]]
+  kind = "request"
+  metric = "k_ok"
+  send = { type = "execute", code = "pass" }
+  expect = { status = "ok" }
+  [[runtime.scenario.step]]
+  kind = "request"
+  metric = "k_fail"
+  send = { type = "execute", code = "fail" }
+  expect = { status = "ok" }
+  [[runtime.scenario.step]]
+  kind = "memory"
+  metric = "k_after"
+[[runtime.script]]
+name = "bad"
+run = "echo 'RESULT {\"s_value\": -1}'"
+metrics = ["s_value"]
+[metrics.k_ok]
+title = "ok"
+unit = "ms"
+[metrics.k_fail]
+title = "fail"
+unit = "ms"
+[metrics.k_after]
+title = "after"
+unit = "MB"
+[metrics.s_value]
+title = "script"
+unit = "ms"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_recorded_on_their_metrics_and_nothing_is_faked() {
+    with_harness("failing", HubConfig::default(), |h| async move {
+        let specs =
+            [(phase::INSTALL, 0, FAILING_SPEC), (phase::MEASURE, 0, FAILING_SPEC), (phase::RUNTIME, 0, FAILING_SPEC)];
+        let run = run_on_busybox(&h, "first", &specs, &[]).await;
+        let status: Vec<PhaseStatus> = run.outcomes.iter().map(|o| o.2).collect();
+        assert_eq!(status, [PhaseStatus::Failed, PhaseStatus::Failed, PhaseStatus::Failed]);
+        assert_eq!(run.errors[&("install".into(), 0)], "the install command failed (exit status 3): installing");
+        // The first install failed: no measurement pretends otherwise.
+        assert_eq!(
+            run.errors[&("cold".into(), 0)],
+            "The first installation must succeed before interactive measurements"
+        );
+        assert!(run.outcomes[2].3.contains("The first installation must succeed"), "{:?}", run.outcomes[2]);
+        assert!(run.values.is_empty(), "{:?}", run.values);
+
+        // A failing step: its metric gets the error, the ones after it say why they are missing,
+        // the ones before keep their values; a script's invalid RESULT fails its metrics.
+        let ok_install = FAILING_SPEC.replace("echo installing; exit 3", "true");
+        let specs = [(phase::INSTALL, 0, ok_install.as_str()), (phase::RUNTIME, 0, ok_install.as_str())];
+        let run = run_on_busybox(&h, "second", &specs, &[]).await;
+        assert_eq!(run.outcomes[0].2, PhaseStatus::Ok);
+        assert_eq!(run.outcomes[1].2, PhaseStatus::Failed);
+        assert!(run.values.contains_key(&("k_ok".into(), 0)));
+        assert!(
+            run.errors[&("k_fail".into(), 0)].starts_with("request failed: expected status = \"ok\", got \"error\""),
+            "{:?}",
+            run.errors
+        );
+        assert_eq!(run.errors[&("k_after".into(), 0)], "not measured: an earlier step of scenario kernel failed");
+        assert_eq!(run.errors[&("s_value".into(), 0)], "invalid RESULT line: s_value: -1 is negative");
+        assert!(!run.values.contains_key(&("s_value".into(), 0)));
+    })
+    .await;
+}

@@ -14,6 +14,8 @@ use tokio::sync::Mutex;
 
 /// An image with nothing in it but empty folders: the agent brings everything it needs.
 pub const SCRATCH_IMAGE: &str = "sandbench-test/scratch:1";
+/// Busybox (static, from Debian's busybox-static) as /bin/sh and the usual tools, nothing else.
+pub const BUSYBOX_IMAGE: &str = "sandbench-test/busybox:1";
 /// The sandbox image built by images/node24-bookworm/build-offline.sh (or pulled).
 pub const NODE_IMAGE: &str = "node:24-bookworm";
 
@@ -145,6 +147,72 @@ pub async fn ensure_scratch_image(provisioner: &DockerProvisioner) {
     }
     let tar = builder.into_inner().expect("tar");
     provisioner.import_image(SCRATCH_IMAGE, tar).await.expect("import the scratch test image");
+}
+
+/// Builds the busybox test image once from the host's static /bin/busybox.
+pub async fn ensure_busybox_image(provisioner: &DockerProvisioner) {
+    if provisioner.image_exists(BUSYBOX_IMAGE).await {
+        return;
+    }
+    let busybox =
+        std::fs::read("/bin/busybox").expect("/bin/busybox (Debian's busybox-static; scripts/test installs it)");
+    let applets = std::process::Command::new("/bin/busybox").arg("--list").output().expect("busybox --list").stdout;
+    let mut builder = tar::Builder::new(Vec::new());
+    let dir = |builder: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32| {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(mode);
+        header.set_size(0);
+        builder.append_data(&mut header, path, std::io::empty()).expect("tar");
+    };
+    let file = |builder: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, bytes: &[u8]| {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(mode);
+        header.set_size(bytes.len() as u64);
+        builder.append_data(&mut header, path, bytes).expect("tar");
+    };
+    for (path, mode) in [
+        ("bin/", 0o755),
+        ("etc/", 0o755),
+        ("home/", 0o755),
+        ("tmp/", 0o1777),
+        ("usr/", 0o755),
+        ("usr/local/", 0o755),
+        ("usr/local/bin/", 0o755),
+        ("var/", 0o755),
+        ("var/lib/", 0o755),
+        ("run/", 0o755),
+    ] {
+        dir(&mut builder, path, mode);
+    }
+    file(&mut builder, "bin/busybox", 0o755, &busybox);
+    for applet in String::from_utf8_lossy(&applets).lines().filter(|a| !a.is_empty() && *a != "busybox") {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header.set_mode(0o777);
+        builder.append_link(&mut header, format!("bin/{applet}"), "busybox").expect("tar");
+    }
+    file(&mut builder, "etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n");
+    file(&mut builder, "etc/group", 0o644, b"root:x:0:\n");
+    let tar = builder.into_inner().expect("tar");
+    provisioner.import_image(BUSYBOX_IMAGE, tar).await.expect("import the busybox test image");
+}
+
+/// A tar putting the named fixture executables (built beside the tests) in /usr/local/bin.
+pub fn fixtures_tar(names: &[&str]) -> Vec<u8> {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target folder");
+    let mut builder = tar::Builder::new(Vec::new());
+    for name in names {
+        let bytes = std::fs::read(dir.join(name))
+            .unwrap_or_else(|e| panic!("fixture {name}: {e}; build it with cargo build --workspace"));
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o755);
+        header.set_size(bytes.len() as u64);
+        builder.append_data(&mut header, format!("usr/local/bin/{name}"), bytes.as_slice()).expect("tar");
+    }
+    builder.into_inner().expect("tar")
 }
 
 /// A fast config so dead-man tests finish quickly; the delivery tests use the default.

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptions, CreateImageOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, StartContainerOptions, UploadToContainerOptions, WaitContainerOptions,
+    CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions, KillContainerOptions,
+    ListContainersOptions, LogsOptions, RemoveContainerOptions, StartContainerOptions, UploadToContainerOptions,
+    WaitContainerOptions,
 };
 use futures_util::StreamExt;
 use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
@@ -42,6 +43,8 @@ pub enum ProvisionError {
     Create { name: String, source: bollard::errors::Error },
     #[error("cannot upload the agent into {name}: {source}")]
     Upload { name: String, source: anyhow::Error },
+    #[error("cannot read {path} from {name}: {source}")]
+    Download { name: String, path: String, source: anyhow::Error },
     #[error("cannot start container {name}: {source}")]
     Start { name: String, source: bollard::errors::Error },
     #[error("cannot inspect container {name}: {source}")]
@@ -257,6 +260,30 @@ impl DockerProvisioner {
             .upload_to_container(name, Some(options), bollard::body_full(tar.into()))
             .await
             .map_err(|source| ProvisionError::Upload { name: name.to_string(), source: source.into() })
+    }
+
+    /// The bytes of one file in the container (read through the archive API).
+    pub async fn download(&self, name: &str, path: &str) -> Result<Vec<u8>, ProvisionError> {
+        let options = DownloadFromContainerOptions { path: path.to_string() };
+        let mut stream = self.docker.download_from_container(name, Some(options));
+        let mut tar = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|source| ProvisionError::Download {
+                name: name.to_string(),
+                path: path.to_string(),
+                source: source.into(),
+            })?;
+            tar.extend_from_slice(&chunk);
+        }
+        let fail =
+            |source: anyhow::Error| ProvisionError::Download { name: name.to_string(), path: path.to_string(), source };
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let mut entries = archive.entries().map_err(|e| fail(e.into()))?;
+        let mut entry =
+            entries.next().ok_or_else(|| fail(anyhow::anyhow!("empty archive")))?.map_err(|e| fail(e.into()))?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).map_err(|e| fail(e.into()))?;
+        Ok(bytes)
     }
 
     pub async fn start(&self, name: &str) -> Result<(), ProvisionError> {

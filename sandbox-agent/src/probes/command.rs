@@ -108,13 +108,17 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
     let (done_tx, done_rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {
         let status = child.wait();
-        let _ = done_tx.send(());
+        // The exit time is taken here, not when the caller notices, so timings are exact.
+        let _ = done_tx.send(Instant::now());
         status
     });
     let deadline = started + command.timeout;
     let mut output = Vec::new();
     let mut timed_out = false;
-    let mut exited_at = None;
+    let mut exited_at: Option<Instant> = None;
+    // After the exit, output still in the pipes is read for a moment; a process that escaped
+    // the group and holds the pipes open must not hold the caller.
+    let mut grace_until: Option<Instant> = None;
     loop {
         match rx.recv_timeout(Duration::from_millis(5)) {
             Ok((stream, chunk)) => {
@@ -123,11 +127,9 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
                 output.extend_from_slice(&chunk[..chunk.len().min(room)]);
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // Both pipes closed; the exit may still be pending.
                 if exited_at.is_none() {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    match done_rx.recv_timeout(left) {
-                        Ok(()) => exited_at = Some(Instant::now()),
+                    match done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                        Ok(at) => exited_at = Some(at),
                         Err(_) => timed_out = true,
                     }
                 }
@@ -135,30 +137,33 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
-        if exited_at.is_none() && done_rx.try_recv().is_ok() {
-            exited_at = Some(Instant::now());
+        if exited_at.is_none()
+            && let Ok(at) = done_rx.try_recv()
+        {
+            exited_at = Some(at);
+            // Whatever the command left running in its group must not outlive it.
+            // SAFETY: kill(2) on the child's process group.
+            unsafe {
+                libc::kill(-(pid as i32), libc::SIGKILL);
+            }
+            grace_until = Some(Instant::now() + Duration::from_millis(500));
+        }
+        if grace_until.is_some_and(|g| Instant::now() >= g) {
+            break;
         }
         if exited_at.is_none() && Instant::now() >= deadline {
             timed_out = true;
             break;
         }
     }
-    if timed_out {
-        // SAFETY: kill(2) on the child's process group.
-        unsafe {
-            libc::kill(-(pid as i32), libc::SIGKILL);
-        }
-    } else {
-        // The command exited; anything it left running in its group must not outlive it.
-        // SAFETY: as above.
-        unsafe {
-            libc::kill(-(pid as i32), libc::SIGKILL);
-        }
+    // SAFETY: kill(2) on the child's process group (a timeout, or leftovers after the exit).
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
     }
     let status = waiter.join().map_err(|_| anyhow::anyhow!("waiter thread panicked"))?;
     crate::reaper::disown(pid);
-    // Drain what the readers still hold (they end once every holder of the pipes is gone).
-    while let Ok((stream, chunk)) = rx.recv_timeout(Duration::from_millis(200)) {
+    // Drain what the readers still hold.
+    while let Ok((stream, chunk)) = rx.recv_timeout(Duration::from_millis(50)) {
         sink(stream, &chunk);
         let room = KEEP_BYTES.saturating_sub(output.len());
         output.extend_from_slice(&chunk[..chunk.len().min(room)]);
@@ -168,6 +173,9 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
         bail!("`{}` timed out after {:.0} s", command.run, command.timeout.as_secs_f64());
     }
     let elapsed = exited_at.unwrap_or_else(Instant::now).saturating_duration_since(started);
+    // Readers end when the last holder of the pipes is gone; one held open by a process that
+    // escaped the group is not waited for.
+    drop(readers);
     Ok(Finished { status, output, elapsed })
 }
 
@@ -200,6 +208,16 @@ mod tests {
         // PATH, X, and the PWD sh adds.
         assert!(text.lines().any(|l| l.trim() == "3"), "{text}");
         assert!(chunks.iter().any(|(s, _)| *s == LogStream::Stderr));
+    }
+
+    #[test]
+    fn a_background_process_holding_the_pipes_does_not_hold_the_caller() {
+        let started = Instant::now();
+        let done = run(&shell("(trap '' TERM; sleep 30) & echo started", 10_000), &mut |_, _| {}).unwrap();
+        assert!(done.status.success());
+        assert!(done.output_text().contains("started"));
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+        assert!(done.elapsed < Duration::from_secs(1));
     }
 
     #[test]

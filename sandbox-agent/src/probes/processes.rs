@@ -53,25 +53,53 @@ pub fn of_user(proc: &Path, uid: u32) -> Vec<ProcStatus> {
     found
 }
 
+/// Where processes are listed and signalled: `/proc` and kill(2), or a fake in unit tests.
+pub trait ProcessTable {
+    fn of_user(&self, uid: u32) -> Vec<ProcStatus>;
+    fn signal(&self, pid: i32, signal: i32);
+}
+
+/// The real process table.
+pub struct Proc;
+
+impl ProcessTable for Proc {
+    fn of_user(&self, uid: u32) -> Vec<ProcStatus> {
+        of_user(Path::new("/proc"), uid)
+    }
+
+    fn signal(&self, pid: i32, signal: i32) {
+        // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
 /// Stops every process of `uid`: SIGTERM and up to 3 s, then SIGKILL and up to 2 s (polling every
 /// 50 ms, as the reference does). Fails naming the survivors.
 pub fn stop_user_processes(user: &str, uid: u32) -> anyhow::Result<()> {
+    stop_in(&Proc, user, uid, Duration::from_secs(3), Duration::from_secs(2))
+}
+
+pub fn stop_in(
+    table: &dyn ProcessTable,
+    user: &str,
+    uid: u32,
+    term_wait: Duration,
+    kill_wait: Duration,
+) -> anyhow::Result<()> {
     if uid == 0 {
         bail!("refusing to stop the processes of root");
     }
-    let proc = Path::new("/proc");
-    for (signal, wait) in [(libc::SIGTERM, Duration::from_secs(3)), (libc::SIGKILL, Duration::from_secs(2))] {
+    for (signal, wait) in [(libc::SIGTERM, term_wait), (libc::SIGKILL, kill_wait)] {
         let deadline = Instant::now() + wait;
         loop {
-            let left = of_user(proc, uid);
+            let left = table.of_user(uid);
             if left.is_empty() {
                 return Ok(());
             }
             for p in &left {
-                // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
-                unsafe {
-                    libc::kill(p.pid, signal);
-                }
+                table.signal(p.pid, signal);
             }
             if Instant::now() >= deadline {
                 break;
@@ -79,7 +107,7 @@ pub fn stop_user_processes(user: &str, uid: u32) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    let left = of_user(proc, uid);
+    let left = table.of_user(uid);
     if left.is_empty() {
         return Ok(());
     }
@@ -123,5 +151,56 @@ mod tests {
     #[test]
     fn refuses_to_stop_root() {
         assert!(stop_user_processes("root", 0).is_err());
+    }
+
+    /// Processes that obey some signals and not others.
+    struct Fake {
+        alive: std::sync::Mutex<Vec<(i32, &'static str, Option<i32>)>>,
+        sent: std::sync::Mutex<Vec<(i32, i32)>>,
+    }
+
+    impl ProcessTable for Fake {
+        fn of_user(&self, _uid: u32) -> Vec<ProcStatus> {
+            let alive = self.alive.lock().unwrap();
+            alive
+                .iter()
+                .map(|(pid, name, _)| ProcStatus {
+                    pid: *pid,
+                    name: name.to_string(),
+                    real_uid: 2001,
+                    state: 'S',
+                    rss_bytes: 0,
+                })
+                .collect()
+        }
+
+        fn signal(&self, pid: i32, signal: i32) {
+            self.sent.lock().unwrap().push((pid, signal));
+            // A process dies of the signal it obeys; None obeys nothing (it survives).
+            self.alive.lock().unwrap().retain(|(p, _, dies_of)| {
+                !(*p == pid
+                    && (*dies_of == Some(signal) || (*dies_of == Some(libc::SIGTERM) && signal == libc::SIGKILL)))
+            });
+        }
+    }
+
+    #[test]
+    fn escalates_from_term_to_kill_and_names_survivors() {
+        let fake = Fake {
+            alive: vec![(10, "polite", Some(libc::SIGTERM)), (11, "stubborn", Some(libc::SIGKILL))].into(),
+            sent: Vec::new().into(),
+        };
+        stop_in(&fake, "benchmark1", 2001, Duration::from_millis(60), Duration::from_millis(60)).unwrap();
+        let sent = fake.sent.lock().unwrap().clone();
+        assert!(
+            sent.contains(&(10, libc::SIGTERM))
+                && sent.contains(&(11, libc::SIGTERM))
+                && sent.contains(&(11, libc::SIGKILL))
+        );
+        assert!(!sent.contains(&(10, libc::SIGKILL)), "the polite one was gone before KILL");
+
+        let fake = Fake { alive: vec![(12, "unkillable", None)].into(), sent: Vec::new().into() };
+        let err = stop_in(&fake, "benchmark1", 2001, Duration::from_millis(10), Duration::from_millis(10)).unwrap_err();
+        assert_eq!(err.to_string(), "Processes remain for benchmark1: 12 (unkillable)");
     }
 }

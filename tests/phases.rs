@@ -364,3 +364,80 @@ async fn failures_are_recorded_on_their_metrics_and_nothing_is_faked() {
     })
     .await;
 }
+
+/// A tar of a host folder under `prefix`, every entry owned by `uid`.
+fn tar_dir(dir: &Path, prefix: &str, uid: u64) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let rel = path.strip_prefix(dir).unwrap();
+        let name = Path::new(prefix).join(rel);
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_metadata(&meta);
+        header.set_uid(uid);
+        header.set_gid(uid);
+        if meta.is_dir() {
+            builder.append_data(&mut header, &name, std::io::empty()).unwrap();
+            for entry in std::fs::read_dir(&path).unwrap() {
+                stack.push(entry.unwrap().path());
+            }
+        } else if meta.is_file() {
+            builder.append_data(&mut header, &name, std::fs::File::open(&path).unwrap()).unwrap();
+        }
+    }
+    builder.into_inner().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_source_is_fetched_in_the_sandbox_and_its_commit_verified() {
+    with_harness("gitsrc", HubConfig::default(), |h| async move {
+        // A repository the sandbox can reach without a network: a folder inside it.
+        let repo = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("git init -q -b main . && echo hello > hello.txt && git add -A && git -c user.name=t -c user.email=t@t commit -qm one")
+            .current_dir(repo.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let commit = sandbench::source::resolve(repo.path(), "HEAD").await.unwrap();
+        let spec = r#"name = "git"
+[sandbox]
+network = true
+[source]
+url = "file:///srv/origin-repo"
+[prepare]
+commands = ["test \"$(cat hello.txt)\" = hello"]
+artifacts = ["hello.txt"]
+[install]
+command = "true"
+"#;
+        let plan = sandbench::spec::parse(Path::new("git.toml"), spec).unwrap();
+        let hub = h.hub().await;
+        let live = sandbox::launch(&h.provisioner, &hub, h.request("git", NODE_IMAGE, AgentShipping::Bind), Duration::from_secs(60)).await.unwrap();
+        let id = live.sandbox.id.clone();
+        h.provisioner.upload(&id, tar_dir(repo.path(), "srv/origin-repo", 1500)).await.unwrap();
+        let done = sandbox::run_phase(&hub, &id, &plan.agent_plan(&commit), phase::PREPARE, 0, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(done.status, PhaseStatus::Ok, "{}", done.error);
+        // A commit the repository does not have: refused, not silently replaced by another.
+        let missing = "0123456789abcdef0123456789abcdef01234567";
+        let failed = sandbox::run_phase(&hub, &id, &plan.agent_plan(missing), phase::PREPARE, 1, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(failed.status, PhaseStatus::Failed);
+        assert!(failed.error.starts_with("fetching the source failed"), "{}", failed.error);
+        sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+        hub.close().await;
+        let bundle: Vec<f64> = read_events(&hub.log_path())
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.body {
+                StoredBody::Observation { metric, value: Some(v), .. } if metric == "bundle" => Some(v),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(bundle, [6.0], "hello.txt is 6 bytes");
+    })
+    .await;
+}

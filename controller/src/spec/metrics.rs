@@ -2,9 +2,9 @@
 //! reference harness's metrics are built in (its tables, §3 "Metric definitions"), so a spec
 //! only defines what it adds or changes.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricDef {
     pub key: String,
     pub title: String,

@@ -149,7 +149,14 @@ pub fn paired(pairs: &[(f64, f64)], floor: f64) -> Paired {
     let n = d.len();
     let log_floor = (1.0 + floor.max(0.0)).ln();
     if n < 3 {
-        return Paired { verdict: Verdict::TooFewPairs, pairs: n, estimate: None, interval: None, floor, method: "none".into() };
+        return Paired {
+            verdict: Verdict::TooFewPairs,
+            pairs: n,
+            estimate: None,
+            interval: None,
+            floor,
+            method: "none".into(),
+        };
     }
     let mut walsh = Vec::with_capacity(n * (n + 1) / 2);
     for i in 0..n {

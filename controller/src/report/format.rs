@@ -128,7 +128,12 @@ mod tests {
         let c = compare(&[2.0; 10], &[2.5; 10], 10, Floors { absolute: cold.absolute, relative: cold.relative });
         assert_eq!(change(&c, &cold), "$`\\textcolor{#b9625f}{\\textsf{↑ +500.0 ms (+25.00\\%)}}`$");
         let bundle = def("bundle");
-        let c = compare(&[10_000_000.0], &[10_001_000.0], 1, Floors { absolute: bundle.absolute, relative: bundle.relative });
+        let c = compare(
+            &[10_000_000.0],
+            &[10_001_000.0],
+            1,
+            Floors { absolute: bundle.absolute, relative: bundle.relative },
+        );
         assert_eq!(change(&c, &bundle), "≈ +0.001 MB (+0.01%)");
         let c = compare(&[2.0; 10], &[1.5; 9], 10, Floors { absolute: 0.1, relative: 0.2 });
         assert_eq!(change(&c, &cold), "-500.0 ms (-25.00%); incomplete");
@@ -146,6 +151,9 @@ mod tests {
 
     #[test]
     fn hostile_text_is_escaped() {
-        assert_eq!(escape("<img src=x>|![click](http://x)\n`rm`"), "&lt;img src=x&gt;&#124;\\!\\[click\\]\\(http://x\\) &#96;rm&#96;");
+        assert_eq!(
+            escape("<img src=x>|![click](http://x)\n`rm`"),
+            "&lt;img src=x&gt;&#124;\\!\\[click\\]\\(http://x\\) &#96;rm&#96;"
+        );
     }
 }

@@ -105,11 +105,19 @@ pub fn render(report: &Report) -> String {
 
 /// A strip plot: one row per side, a dot per sample, a bar at the median.
 fn chart(def: &MetricDef, base: Option<&Vec<Sample>>, head: Option<&Vec<Sample>>) -> String {
-    let values = |s: Option<&Vec<Sample>>| -> Vec<f64> { s.map(|v| v.iter().filter_map(|x| x.value).collect()).unwrap_or_default() };
+    let values = |s: Option<&Vec<Sample>>| -> Vec<f64> {
+        s.map(|v| v.iter().filter_map(|x| x.value).collect()).unwrap_or_default()
+    };
     let (b, h) = (values(base), values(head));
     let all: Vec<f64> = b.iter().chain(&h).copied().collect();
     let (min, max) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-    let (min, max) = if all.is_empty() { (0.0, 1.0) } else if max > min { (min, max) } else { (min - 0.5 * min.abs().max(1e-9), max + 0.5 * max.abs().max(1e-9)) };
+    let (min, max) = if all.is_empty() {
+        (0.0, 1.0)
+    } else if max > min {
+        (min, max)
+    } else {
+        (min - 0.5 * min.abs().max(1e-9), max + 0.5 * max.abs().max(1e-9))
+    };
     let x = |v: f64| LEFT + (v - min) / (max - min) * (WIDTH - LEFT - 20.0);
     let height = ROW * 2.0 + 24.0;
     let mut svg = format!(
@@ -119,17 +127,36 @@ fn chart(def: &MetricDef, base: Option<&Vec<Sample>>, head: Option<&Vec<Sample>>
     for (row, (label, samples, colour)) in [("base", &b, "#57606a"), ("head", &h, "#0969da")].into_iter().enumerate() {
         let y = ROW * row as f64 + ROW / 2.0 + 4.0;
         let _ = writeln!(svg, "<text x=\"4\" y=\"{:.1}\" font-size=\"12\">{label}</text>", y + 4.0);
-        let _ = writeln!(svg, "<line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#d0d7de\"/>", WIDTH - 20.0);
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#d0d7de\"/>",
+            WIDTH - 20.0
+        );
         for v in samples.iter() {
-            let _ = writeln!(svg, "<circle cx=\"{:.1}\" cy=\"{y:.1}\" r=\"4\" fill=\"{colour}\" fill-opacity=\"0.6\"/>", x(*v));
+            let _ = writeln!(
+                svg,
+                "<circle cx=\"{:.1}\" cy=\"{y:.1}\" r=\"4\" fill=\"{colour}\" fill-opacity=\"0.6\"/>",
+                x(*v)
+            );
         }
         if let Some(m) = crate::stats::median(samples) {
-            let _ = writeln!(svg, "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1:.1}\" y2=\"{2:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/>", x(m), y - 10.0, y + 10.0);
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1:.1}\" y2=\"{2:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/>",
+                x(m),
+                y - 10.0,
+                y + 10.0
+            );
         }
     }
     let axis_y = ROW * 2.0 + 16.0;
     let _ = writeln!(svg, "<text x=\"{LEFT}\" y=\"{axis_y}\" font-size=\"11\">{}</text>", esc(&value(min, def)));
-    let _ = writeln!(svg, "<text x=\"{:.1}\" y=\"{axis_y}\" font-size=\"11\" text-anchor=\"end\">{}</text>", WIDTH - 20.0, esc(&value(max, def)));
+    let _ = writeln!(
+        svg,
+        "<text x=\"{:.1}\" y=\"{axis_y}\" font-size=\"11\" text-anchor=\"end\">{}</text>",
+        WIDTH - 20.0,
+        esc(&value(max, def))
+    );
     svg.push_str("</svg>\n");
     svg
 }

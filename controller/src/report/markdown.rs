@@ -18,7 +18,8 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(out, "<!-- run:{}:1 head:{} -->", report.run_id, report.head.commit);
     let _ = writeln!(out, "<!-- comparison:{} status:{status} -->", report.fingerprint());
     let _ = writeln!(out, "### {} performance — {status}\n", escape(&report.spec_name));
-    let _ = writeln!(out, "Head `{}` compared with base `{}`.\n", short(&report.head.commit), short(&report.base.commit));
+    let _ =
+        writeln!(out, "Head `{}` compared with base `{}`.\n", short(&report.head.commit), short(&report.base.commit));
     if report.status == Status::Running {
         let _ = writeln!(out, "Benchmarking the head revision. Results will appear here when this run finishes.\n");
         let _ = writeln!(out, "Local run; raw results are stored beside this report.");
@@ -26,7 +27,10 @@ pub fn render(report: &Report) -> String {
     }
     let errors = all_errors(report);
     if report.status != Status::Completed {
-        let _ = writeln!(out, "**Benchmark execution did not complete successfully. Missing measurements are not performance wins.**\n");
+        let _ = writeln!(
+            out,
+            "**Benchmark execution did not complete successfully. Missing measurements are not performance wins.**\n"
+        );
     }
     if !errors.is_empty() {
         let _ = writeln!(out, "**Failure diagnostics:**\n");
@@ -146,7 +150,8 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
         let _ = writeln!(out, "Budget target: ${budget}.");
     }
     let _ = writeln!(out, "Each side stops a phase after {} identical consecutive failures.\n", report.failure_limit);
-    let _ = writeln!(out, "| Metric | Base successful/attempted | Head successful/attempted | Base spread | Head spread |");
+    let _ =
+        writeln!(out, "| Metric | Base successful/attempted | Head successful/attempted | Base spread | Head spread |");
     let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: |");
     for (def, cmp) in report.metrics.iter().zip(comparisons) {
         let spread = |n: usize, s: f64| match n {

@@ -5,6 +5,8 @@
 pub mod format;
 pub mod html;
 pub mod markdown;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 
@@ -137,8 +139,10 @@ impl Report {
                 let b: Vec<f64> = base.iter().map(|x| x.1).collect();
                 let h: Vec<f64> = head.iter().map(|x| x.1).collect();
                 let comparison = stats::compare(&b, &h, expected, floors);
-                let pairs: Vec<(f64, f64)> =
-                    base.iter().filter_map(|(t, bv)| head.iter().find(|(ht, _)| ht == t).map(|(_, hv)| (*bv, *hv))).collect();
+                let pairs: Vec<(f64, f64)> = base
+                    .iter()
+                    .filter_map(|(t, bv)| head.iter().find(|(ht, _)| ht == t).map(|(_, hv)| (*bv, *hv)))
+                    .collect();
                 // The floor of the paired verdict, as a relative change: the relative floor, or
                 // the absolute one when it is larger at this base median.
                 let floor = comparison
@@ -208,7 +212,7 @@ pub fn timestamp(t: std::time::SystemTime) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+mod timestamp_tests {
     #[test]
     fn timestamps_are_rfc3339() {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400 + 3661);

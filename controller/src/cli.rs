@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::bench::BenchArgs;
+use crate::bench::{BenchArgs, Shipping};
 use crate::provision::DockerProvisioner;
 
 #[derive(Debug, Parser)]
@@ -23,6 +23,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Compare two revisions: provision, prepare, install/measure/runtime interleaved, report.
+    Run(RunArgs),
+    /// Re-render report.json, report.md and report.html of a run directory from its data.
+    Report {
+        /// The run directory (runs/<run-id>).
+        dir: std::path::PathBuf,
+        /// Print this format to stdout as well.
+        #[arg(long, value_enum)]
+        format: Option<ReportFormat>,
+    },
     /// Validate a bench spec and print the plan (or every error, with file, line and field).
     Check {
         /// The bench spec (TOML).
@@ -33,6 +43,57 @@ pub enum Command {
     /// Measure the backbone: provision-to-Hello against a bare container, observation
     /// throughput over the socket, and the agent's idle memory.
     Bench(BenchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The bench spec (TOML).
+    pub spec: std::path::PathBuf,
+    /// The base revision (e.g. main).
+    #[arg(long)]
+    pub base: String,
+    /// The head revision (e.g. the pull request's commit).
+    #[arg(long)]
+    pub head: String,
+    /// Where run directories go.
+    #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
+    pub out: std::path::PathBuf,
+    /// Measure and runtime trials (overrides the spec).
+    #[arg(long)]
+    pub trials: Option<u32>,
+    /// Sandbox pairs, each pinned to its own CPUs, sharing the trials.
+    #[arg(long, default_value_t = 1)]
+    pub pairs: u32,
+    /// Stop scheduling work when the estimated cost reaches this many USD.
+    #[arg(long)]
+    pub budget: Option<f64>,
+    /// Stop scheduling work after this many minutes.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_minutes: f64,
+    /// How the agent gets into the sandboxes.
+    #[arg(long, value_enum, default_value_t = Shipping::Bind)]
+    pub shipping: Shipping,
+    /// The sandbox-agent executable to ship (default: beside this one).
+    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
+    pub agent: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ReportFormat {
+    Md,
+    Json,
+    Html,
+}
+
+/// Exit status of `sandbench run`: 0 only for a completed run.
+pub fn exit_code(status: crate::report::Status) -> ExitCode {
+    use crate::report::Status;
+    match status {
+        Status::Completed => ExitCode::SUCCESS,
+        Status::Failed | Status::Running => ExitCode::from(1),
+        Status::Partial => ExitCode::from(2),
+        Status::Canceled => ExitCode::from(3),
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -58,6 +119,43 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => {
+            let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+            tokio::spawn(async move {
+                use tokio::signal::unix::{SignalKind, signal};
+                let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+                tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+                eprintln!("canceling: tearing down and writing the report");
+                let _ = cancel_tx.send(true);
+            });
+            let options = crate::run::RunOptions {
+                spec: args.spec,
+                base: args.base,
+                head: args.head,
+                out: args.out,
+                trials: args.trials,
+                pairs: args.pairs,
+                budget_usd: args.budget,
+                run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
+                agent: args.agent,
+                shipping: args.shipping.into(),
+            };
+            let result = crate::run::run(options, cancel_rx).await?;
+            println!("{}", result.dir.join("report.md").display());
+            println!("{}", result.dir.join("report.html").display());
+            println!("{}", result.dir.join("report.json").display());
+            Ok(exit_code(result.status))
+        }
+        Command::Report { dir, format } => {
+            let report = crate::run::rerender(&dir)?;
+            match format {
+                Some(ReportFormat::Md) => print!("{}", crate::report::markdown::render(&report)),
+                Some(ReportFormat::Html) => print!("{}", crate::report::html::render(&report)),
+                Some(ReportFormat::Json) => println!("{}", serde_json::to_string_pretty(&report)?),
+                None => println!("re-rendered report.json, report.md and report.html in {}", dir.display()),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { spec } => match crate::spec::load(&spec) {
             Ok(plan) => {
                 print!("{}", crate::spec::describe(&plan));

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod cli;
 pub mod provision;
 pub mod report;
+pub mod run;
 pub mod sandbox;
 pub mod server;
 pub mod source;

@@ -73,6 +73,8 @@ pub struct AgentStatus {
     /// Observations persisted by this hub (since it was opened).
     pub observations: u64,
     pub done: HashMap<String, PhaseOutcome>,
+    /// Observations recorded as errors, per command: `metric: error`.
+    pub observation_errors: HashMap<String, Vec<String>>,
 }
 
 /// A Hello that was refused.
@@ -397,6 +399,7 @@ impl Hub {
         let mut bytes = Vec::new();
         let mut observations = 0u64;
         let mut finished = Vec::new();
+        let mut failed_observations: Vec<(String, String)> = Vec::new();
         for event in events {
             if event.seq < expected {
                 continue; // a duplicate: already persisted
@@ -414,7 +417,12 @@ impl Hub {
             }
             let Some(stored) = to_stored(sandbox_id, event) else { continue };
             match &stored.body {
-                StoredBody::Observation { .. } => observations += 1,
+                StoredBody::Observation { command_id, metric, error, .. } => {
+                    observations += 1;
+                    if let Some(error) = error {
+                        failed_observations.push((command_id.clone(), format!("{metric}: {error}")));
+                    }
+                }
                 StoredBody::PhaseDone { command_id, status, error } => finished.push((
                     command_id.clone(),
                     PhaseOutcome { status: status_from_name(status), error: error.clone() },
@@ -441,6 +449,9 @@ impl Hub {
             s.persisted_seq = new_seq;
             s.observations += observations;
             s.done.extend(finished);
+            for (command_id, error) in failed_observations {
+                s.observation_errors.entry(command_id).or_default().push(error);
+            }
         });
         Ok(new_seq)
     }

@@ -346,6 +346,15 @@ impl DockerProvisioner {
         })
     }
 
+    /// Whether the container exists and runs.
+    pub async fn running(&self, name: &str) -> Result<bool, ProvisionError> {
+        match self.docker.inspect_container(name, None).await {
+            Ok(info) => Ok(info.state.and_then(|s| s.running).unwrap_or(false)),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(false),
+            Err(source) => Err(ProvisionError::Inspect { name: name.to_string(), source }),
+        }
+    }
+
     /// The host pid of the container's main process, when it runs.
     pub async fn main_pid(&self, name: &str) -> Result<Option<u32>, ProvisionError> {
         let info = self

@@ -23,9 +23,24 @@ pub struct AgentState {
     /// Folder the origin serves, when prepare made one.
     pub release_dir: Option<PathBuf>,
     pub origin_port: Option<u16>,
-    /// Footprint of the first user's home before its installation (trial 0).
+    /// The first install trial run in this sandbox (0 unless trials are split across sandbox
+    /// pairs); its user is the one measure and runtime run as.
+    pub first_install_trial: Option<u32>,
+    /// Footprint of that user's home before its installation.
     pub home_before_install_bytes: Option<u64>,
     pub first_install_ok: bool,
+}
+
+impl AgentState {
+    /// The user of this sandbox's first successful installation.
+    pub fn measure_user(&self) -> anyhow::Result<User> {
+        let trial = self.first_install_trial.filter(|_| self.first_install_ok);
+        let found = match trial {
+            Some(trial) => accounts().find(&sandbench_proto::plan::benchmark_user(trial).0)?,
+            None => None,
+        };
+        found.ok_or_else(|| anyhow::anyhow!("The first installation must succeed before interactive measurements"))
+    }
 }
 
 impl AgentState {

@@ -1,6 +1,7 @@
 //! install (timed, metric `install` in seconds): a fresh user per trial (`benchmark<t+1>`, uid
 //! 2001+t), the install command timed from just before it starts to its exit, then untimed
-//! checks; trial 0 also records the footprint baseline and lays the fixture workspace. Process
+//! checks; the sandbox's first install trial (0 unless trials are split across sandbox pairs)
+//! also records the footprint baseline and lays the fixture workspace. Process
 //! hygiene before and after; survivors fail the trial.
 
 use std::path::Path;
@@ -28,8 +29,8 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
     match (outcome, cleanup) {
         (Ok(seconds), Ok(())) => {
             ctx.value(METRIC, trial, seconds, "s");
-            if trial == 0 {
-                let mut state = AgentState::load(&ctx.state_dir)?;
+            let mut state = AgentState::load(&ctx.state_dir)?;
+            if state.first_install_trial == Some(trial) {
                 state.first_install_ok = true;
                 state.save(&ctx.state_dir)?;
             }
@@ -53,8 +54,10 @@ fn install(ctx: &PhaseContext, plan: &AgentPlan, trial: u32, name: &str, uid: u3
     for check in &plan.install.checks {
         verify(ctx, plan, &user, check)?;
     }
-    if trial == 0 {
-        let mut state = AgentState::load(&ctx.state_dir)?;
+    let mut state = AgentState::load(&ctx.state_dir)?;
+    if state.first_install_trial.is_none_or(|first| first == trial) {
+        // This sandbox's first installation: its user is the one later phases use.
+        state.first_install_trial = Some(trial);
         state.home_before_install_bytes = Some(before);
         state.first_install_ok = false;
         state.save(&ctx.state_dir)?;

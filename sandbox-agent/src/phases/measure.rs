@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
-use sandbench_proto::plan::{AgentPlan, Startup, benchmark_user};
+use sandbench_proto::plan::{AgentPlan, Startup};
 
 use super::common::{self, AgentState};
 use crate::commands::PhaseContext;
@@ -18,11 +18,9 @@ use crate::users::User;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
     let state = AgentState::load(&ctx.state_dir)?;
-    let (name, _) = benchmark_user(0);
-    let user = match common::accounts().find(&name)? {
-        Some(user) if state.first_install_ok => user,
-        _ => {
-            let err = anyhow!("The first installation must succeed before interactive measurements");
+    let user = match state.measure_user() {
+        Ok(user) => user,
+        Err(err) => {
             ctx.error("cold", trial, &err, "s");
             return Err(err);
         }

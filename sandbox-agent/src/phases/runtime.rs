@@ -7,9 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use sandbench_proto::plan::{
-    AgentPlan, Aggregate, RepeatedCommand, Scenario, ScenarioStep, Script, benchmark_user, jsonl,
-};
+use sandbench_proto::plan::{AgentPlan, Aggregate, RepeatedCommand, Scenario, ScenarioStep, Script, jsonl};
 use sandbench_proto::v1::LogStream;
 use serde_json::{Map, Value};
 
@@ -22,11 +20,8 @@ use crate::users::User;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
     let state = AgentState::load(&ctx.state_dir)?;
-    let (name, _) = benchmark_user(0);
-    let user = match common::accounts().find(&name)? {
-        Some(user) if state.first_install_ok => user,
-        _ => bail!("The first installation must succeed before runtime measurements"),
-    };
+    let user =
+        state.measure_user().map_err(|_| anyhow!("The first installation must succeed before runtime measurements"))?;
     common::hygiene(&user)?;
     let mut failures = Vec::new();
     for scenario in &plan.runtime.scenarios {

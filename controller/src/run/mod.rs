@@ -1,0 +1,705 @@
+//! `sandbench run`: a base-vs-head comparison from validated plan to written reports.
+//!
+//! Provision base and head concurrently, prepare both in parallel (untimed), then install →
+//! measure → runtime with trials interleaved ABBA (base, head, head, base, …), one sandbox timed
+//! at a time per pair; with several pairs, each pair is pinned to its own CPUs and trials are
+//! split between them. Dependency gate, identical-failure limit, step timeouts, run timeout,
+//! budget and Ctrl-C/SIGTERM all end in the same teardown, and the report is written whatever
+//! happened.
+
+mod display;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, bail};
+use sandbench_proto::plan::{AgentPlan, phase};
+use sandbench_proto::v1::PhaseStatus;
+use tokio::sync::watch;
+
+pub use display::Display;
+
+use crate::provision::{AgentShipping, DockerProvisioner, Resources, SandboxRequest};
+use crate::report::{self, Report, Revision, Sample, SandboxRecord, Side, Status};
+use crate::sandbox::{self, LiveSandbox};
+use crate::server::{Hub, HubConfig};
+use crate::spec::{Plan, SourceSettings};
+use crate::store::{StoredBody, read_events};
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub spec: PathBuf,
+    pub base: String,
+    pub head: String,
+    pub out: PathBuf,
+    /// Overrides the measure and runtime trial counts.
+    pub trials: Option<u32>,
+    pub pairs: u32,
+    pub budget_usd: Option<f64>,
+    pub run_timeout: Duration,
+    pub agent: Option<PathBuf>,
+    pub shipping: AgentShipping,
+}
+
+pub struct RunResult {
+    pub status: Status,
+    pub dir: PathBuf,
+    pub report: Report,
+}
+
+/// Why the run stopped early.
+#[derive(Debug, Clone, PartialEq)]
+enum Stop {
+    Canceled(String),
+    Failed(String),
+}
+
+/// One sandbox of a pair and what it went through.
+struct SideRun {
+    role: &'static str,
+    label: String,
+    pair: usize,
+    live: Option<LiveSandbox>,
+    /// Prepared and ready for timed phases.
+    ready: bool,
+    /// Its first install trial succeeded (the gate of measure and runtime).
+    installed: Option<bool>,
+}
+
+/// Failures of one side in one phase: the last cause and how many times in a row.
+#[derive(Default)]
+struct Streak {
+    cause: String,
+    count: u32,
+    blocked: bool,
+}
+
+struct Run {
+    plan: Plan,
+    opts: RunOptions,
+    dir: PathBuf,
+    provisioner: Arc<DockerProvisioner>,
+    hub: Hub,
+    agent_plans: BTreeMap<&'static str, AgentPlan>,
+    display: Display,
+    errors: Mutex<Vec<String>>,
+    streaks: Mutex<BTreeMap<(&'static str, &'static str), Streak>>,
+    started: Instant,
+    cancel: watch::Receiver<bool>,
+}
+
+const MAX_ERRORS: usize = 30;
+
+/// Runs the comparison. Only errors before the run directory exists are returned as `Err`;
+/// everything after ends in a report.
+pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<RunResult> {
+    let mut plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(n) = opts.trials {
+        if !(1..=100).contains(&n) {
+            bail!("--trials must be from 1 to 100, got {n}");
+        }
+        plan.trials.measure = n;
+        plan.trials.runtime = n;
+    }
+    if opts.pairs == 0 || opts.pairs > 8 {
+        bail!("--pairs must be from 1 to 8, got {}", opts.pairs);
+    }
+    if let Some(b) = opts.budget_usd {
+        plan.cost.budget_usd = Some(b);
+    }
+    let (base, head) = resolve_revisions(&plan, &opts.base, &opts.head).await?;
+    let run_id = run_id();
+    let dir = opts.out.join(&run_id);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
+    let display = Display::new();
+    display.line(&format!(
+        "run {run_id}: {} — base {} ({}) vs head {} ({})",
+        plan.name,
+        base.rev,
+        short(&base.commit),
+        head.rev,
+        short(&head.commit)
+    ));
+    let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
+    write_reports(&dir, &mut report)?;
+
+    let outcome = execute(&plan, &opts, &dir, &display, cancel, &base, &head).await;
+    let Finished { status, sides, records, mut errors, warnings } = match outcome {
+        Ok(finished) => finished,
+        Err(err) => Finished {
+            status: Status::Failed,
+            sides: BTreeMap::new(),
+            records: Vec::new(),
+            errors: vec![format!("{err:#}")],
+            warnings: Vec::new(),
+        },
+    };
+    errors.truncate(MAX_ERRORS);
+    report.status = status;
+    report.errors = errors;
+    report.warnings = warnings;
+    report.sandboxes = records;
+    report.finished_at = Some(report::timestamp(SystemTime::now()));
+    if let Some(side) = sides.get("base") {
+        report.base_side = side.clone();
+    }
+    if let Some(side) = sides.get("head") {
+        report.head_side = side.clone();
+    }
+    if report.status == Status::Completed && !report.complete() {
+        report.status = Status::Partial;
+    }
+    write_reports(&dir, &mut report)?;
+    display.line(&format!("run {run_id} {}: reports in {}", report.status.as_str(), dir.display()));
+    Ok(RunResult { status: report.status, dir, report })
+}
+
+/// What `execute` ends with.
+struct Finished {
+    status: Status,
+    /// Samples and facts per role (`base`, `head`).
+    sides: BTreeMap<String, Side>,
+    records: Vec<SandboxRecord>,
+    errors: Vec<String>,
+    warnings: Vec<String>,
+}
+
+async fn execute(
+    plan: &Plan,
+    opts: &RunOptions,
+    dir: &Path,
+    display: &Display,
+    cancel: watch::Receiver<bool>,
+    base: &Revision,
+    head: &Revision,
+) -> anyhow::Result<Finished> {
+    let provisioner = Arc::new(DockerProvisioner::connect(4).await?);
+    for r in provisioner.reap().await? {
+        display.line(&format!("removed leftover sandbox {} ({})", r.name, r.reason));
+    }
+    provisioner.ensure_image(&plan.sandbox.image, &mut |line| display.line(line)).await?;
+    let agent = crate::agent_binary::locate(opts.agent.as_deref())?;
+    let socket_dir = dir.join("sock");
+    std::fs::create_dir_all(&socket_dir)?;
+    std::fs::set_permissions(&socket_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let hub = Hub::open(dir, HubConfig::default())?;
+    let server = hub.serve(&socket_dir.join(sandbench_proto::SOCKET_NAME)).await?;
+    let run_id = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+
+    let agent_plans =
+        BTreeMap::from([("base", plan.agent_plan(&base.commit)), ("head", plan.agent_plan(&head.commit))]);
+    let run = Run {
+        plan: plan.clone(),
+        opts: opts.clone(),
+        dir: dir.to_path_buf(),
+        provisioner: provisioner.clone(),
+        hub: hub.clone(),
+        agent_plans,
+        display: display.clone(),
+        errors: Mutex::new(Vec::new()),
+        streaks: Mutex::new(BTreeMap::new()),
+        started: Instant::now(),
+        cancel,
+    };
+    let cpusets = cpusets(opts.pairs as usize);
+    let mut sides: Vec<SideRun> = Vec::new();
+    for pair in 0..opts.pairs as usize {
+        for role in ["base", "head"] {
+            let label = if opts.pairs == 1 { role.to_string() } else { format!("{role}{pair}") };
+            sides.push(SideRun { role, label, pair, live: None, ready: false, installed: None });
+        }
+    }
+
+    let stop = run.drive(&mut sides, &run_id, &agent, &cpusets).await;
+
+    // Teardown, whatever happened.
+    let mut records = Vec::new();
+    let mut warnings = Vec::new();
+    for side in &sides {
+        let Some(live) = &side.live else { continue };
+        display.line(&format!("[{}] teardown", side.label));
+        let down = sandbox::teardown(&provisioner, &hub, dir, &live.sandbox).await;
+        let mut seconds = down.lifetime.as_secs_f64();
+        if let Some(err) = &down.removal_error {
+            warnings.push(format!("{}: sandbox cleanup failed: {err}", side.label));
+            seconds = seconds.max(plan.sandbox.ttl.as_secs_f64());
+        }
+        if down.log_path.is_none() {
+            warnings.push(format!("{}: cannot collect the agent log", side.label));
+        }
+        records.push(SandboxRecord {
+            id: live.sandbox.id.clone(),
+            role: side.label.clone(),
+            created_at: report::timestamp(live.sandbox.requested_at),
+            removed_at: down.removal_error.is_none().then(|| report::timestamp(SystemTime::now())),
+            seconds,
+            deleted: down.removal_error.is_none(),
+            estimated_usd: seconds / 3600.0 * hourly_cost(plan),
+        });
+    }
+    for leftover in provisioner.list(Some((crate::provision::labels::RUN, &run_id))).await.unwrap_or_default() {
+        if let Err(err) = provisioner.remove(&leftover.id).await {
+            warnings.push(format!("{}: sandbox cleanup failed: {err}", leftover.name));
+        }
+    }
+    server.stop().await;
+    hub.close().await;
+    let _ = std::fs::remove_dir_all(&socket_dir);
+
+    let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
+    let sides_data = collect(dir, &sides)?;
+    let status = match stop {
+        Some(Stop::Canceled(why)) => {
+            errors.push(why);
+            Status::Canceled
+        }
+        Some(Stop::Failed(why)) => {
+            errors.push(why);
+            Status::Failed
+        }
+        None if !sides.iter().any(|s| s.ready) => Status::Failed,
+        None => Status::Completed,
+    };
+    Ok(Finished { status, sides: sides_data, records, errors, warnings })
+}
+
+impl Run {
+    fn error(&self, text: String) {
+        self.display.line(&format!("error: {text}"));
+        if let Ok(mut errors) = self.errors.lock()
+            && errors.len() < MAX_ERRORS
+        {
+            errors.push(text.chars().take(500).collect());
+        }
+    }
+
+    fn check(&self) -> Option<Stop> {
+        if *self.cancel.borrow() {
+            return Some(Stop::Canceled("The run was canceled".into()));
+        }
+        if self.started.elapsed() > self.opts.run_timeout {
+            return Some(Stop::Failed("Benchmark exceeded its runtime limit".into()));
+        }
+        if let Some(budget) = self.plan.cost.budget_usd {
+            let spent =
+                self.started.elapsed().as_secs_f64() / 3600.0 * hourly_cost(&self.plan) * 2.0 * self.opts.pairs as f64;
+            if spent >= budget {
+                return Some(Stop::Failed("Reached the estimated run budget".into()));
+            }
+        }
+        None
+    }
+
+    async fn drive(
+        &self,
+        sides: &mut [SideRun],
+        run_id: &str,
+        agent: &Path,
+        cpusets: &[Option<String>],
+    ) -> Option<Stop> {
+        // Provision every sandbox concurrently.
+        self.display.line(&format!("provisioning {} sandboxes", sides.len()));
+        let launches = sides.iter().map(|side| {
+            let request = SandboxRequest {
+                run_id: run_id.to_string(),
+                role: side.label.clone(),
+                image: self.plan.sandbox.image.clone(),
+                resources: Resources {
+                    cpus: self.plan.sandbox.cpus,
+                    cpuset: cpusets[side.pair].clone().or(self.plan.sandbox.cpuset.clone()),
+                    memory_bytes: self.plan.sandbox.memory_bytes,
+                    pids_limit: self.plan.sandbox.pids_limit,
+                },
+                network: self.plan.sandbox.network,
+                ttl: self.plan.sandbox.ttl,
+                shipping: self.opts.shipping,
+                agent_binary: agent.to_path_buf(),
+                socket_dir: self.dir.join("sock"),
+                token: String::new(),
+            };
+            sandbox::launch(&self.provisioner, &self.hub, request, Duration::from_secs(120))
+        });
+        let launched = tokio::select! {
+            l = futures_util::future::join_all(launches) => l,
+            _ = cancelled(self.cancel.clone()) => return Some(Stop::Canceled("The run was canceled".into())),
+        };
+        for (side, result) in sides.iter_mut().zip(launched) {
+            match result {
+                Ok(live) => {
+                    self.display.line(&format!(
+                        "[{}] sandbox {} ready in {:.2} s",
+                        side.label,
+                        live.sandbox.id,
+                        live.provision_to_hello.as_secs_f64()
+                    ));
+                    side.live = Some(live);
+                }
+                Err(err) => self.error(format!("{} setup: {err:#}", side.label)),
+            }
+        }
+        if let Some(stop) = self.check() {
+            return Some(stop);
+        }
+
+        // Source and prepare, untimed, all sandboxes in parallel.
+        let prepares = sides.iter().map(|side| async move {
+            let live = side.live.as_ref()?;
+            let plan = &self.agent_plans[side.role];
+            self.display.line(&format!("[{}] prepare", side.label));
+            let result = async {
+                sandbox::deliver_source(&self.provisioner, &self.plan, &live.sandbox, plan).await?;
+                let outcome = self.wait_phase(side, phase::PREPARE, 0, self.phase_timeout(phase::PREPARE)).await?;
+                if outcome.0 != PhaseStatus::Ok {
+                    bail!("prepare failed: {}", outcome.1);
+                }
+                anyhow::Ok(())
+            }
+            .await;
+            Some(result)
+        });
+        let prepared = tokio::select! {
+            p = futures_util::future::join_all(prepares) => p,
+            _ = cancelled(self.cancel.clone()) => return Some(Stop::Canceled("The run was canceled".into())),
+        };
+        for (side, result) in sides.iter_mut().zip(prepared) {
+            match result {
+                Some(Ok(())) => side.ready = true,
+                Some(Err(err)) => self.error(format!("{} setup: {err:#}", side.label)),
+                None => {}
+            }
+        }
+        if let Some(stop) = self.check() {
+            return Some(stop);
+        }
+
+        // The timed phases, ABBA, pairs in parallel.
+        for (name, trials) in [
+            (phase::INSTALL, self.plan.trials.install),
+            (phase::MEASURE, self.plan.trials.measure),
+            (phase::RUNTIME, self.plan.trials.runtime),
+        ] {
+            let pairs = self.opts.pairs as usize;
+            let mut per_pair: Vec<Vec<&mut SideRun>> = (0..pairs).map(|_| Vec::new()).collect();
+            for side in sides.iter_mut() {
+                per_pair[side.pair].push(side);
+            }
+            let work = per_pair.into_iter().enumerate().map(|(pair, mut pair_sides)| async move {
+                let mine: Vec<u32> = (0..trials).filter(|t| *t as usize % pairs == pair).collect();
+                for (k, trial) in mine.into_iter().enumerate() {
+                    // ABBA within the pair: base, head on even rounds; head, base on odd ones.
+                    let order: Vec<usize> = if k % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
+                    for i in order {
+                        if let Some(stop) = self.check() {
+                            return Some(stop);
+                        }
+                        let side = &mut *pair_sides[i];
+                        self.trial(side, name, trial, trials).await;
+                    }
+                }
+                None
+            });
+            let stops = tokio::select! {
+                s = futures_util::future::join_all(work) => s,
+                _ = cancelled(self.cancel.clone()) => return Some(Stop::Canceled("The run was canceled".into())),
+            };
+            if let Some(stop) = stops.into_iter().flatten().next() {
+                return Some(stop);
+            }
+        }
+        None
+    }
+
+    /// One timed trial of one side, with the gate and the identical-failure limit.
+    async fn trial(&self, side: &mut SideRun, name: &'static str, trial: u32, trials: u32) {
+        if !side.ready || side.live.is_none() {
+            return;
+        }
+        let role = side.role;
+        if name != phase::INSTALL && side.installed != Some(true) {
+            let mut streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
+            let streak = streaks.entry((role, name)).or_default();
+            if !streak.blocked {
+                streak.blocked = true;
+                drop(streaks);
+                self.error(format!("{} {name}: skipped; first installation did not succeed", side.label));
+            }
+            return;
+        }
+        if self.streaks.lock().map(|s| s.get(&(role, name)).is_some_and(|x| x.blocked)).unwrap_or(false) {
+            return;
+        }
+        self.display.line(&format!("[{}] {name} trial {trial}", side.label));
+        let result = self.wait_phase(side, name, trial, self.phase_timeout(name)).await;
+        let cause = match result {
+            Ok((PhaseStatus::Ok, _, observation_errors)) if observation_errors.is_empty() => None,
+            Ok((_, error, observation_errors)) => {
+                Some(if error.is_empty() { observation_errors.join("; ") } else { error })
+            }
+            Err(err) => Some(format!("{err:#}")),
+        };
+        if name == phase::INSTALL && side.installed.is_none() {
+            side.installed = Some(cause.is_none());
+        }
+        let Some(cause) = cause else {
+            if let Ok(mut s) = self.streaks.lock() {
+                let streak = s.entry((role, name)).or_default();
+                streak.count = 0;
+                streak.cause.clear();
+            }
+            return;
+        };
+        self.error(format!("{} {name} trial {trial}: {cause}", side.label));
+        let lost = matches!(
+            self.provisioner.running(&side.live.as_ref().map(|l| l.sandbox.id.clone()).unwrap_or_default()).await,
+            Ok(false)
+        );
+        if lost {
+            side.ready = false;
+            self.error(format!("{}: its sandbox stopped; no further trials for it", side.label));
+            return;
+        }
+        let mut streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
+        let streak = streaks.entry((role, name)).or_default();
+        if streak.cause == cause {
+            streak.count += 1;
+        } else {
+            streak.cause = cause.clone();
+            streak.count = 1;
+        }
+        let remaining = trials.saturating_sub(trial + 1);
+        if streak.count >= self.plan.trials.failure_limit && remaining > 0 {
+            streak.blocked = true;
+            let n = streak.count;
+            drop(streaks);
+            self.error(format!(
+                "{} {name}: skipped {remaining} remaining trials after {n} identical consecutive failures; last cause: {cause}",
+                role
+            ));
+        }
+    }
+
+    fn phase_timeout(&self, name: &str) -> Duration {
+        let a = &self.agent_plans["base"];
+        let secs = match name {
+            phase::PREPARE => a.prepare.commands.iter().map(|c| c.timeout_s).sum::<f64>() + 600.0,
+            phase::INSTALL => a.install.command.timeout_s + 60.0 * (a.install.checks.len() as f64 + 2.0),
+            phase::MEASURE => {
+                a.measure.startup.as_ref().map_or(0.0, |s| 2.0 * s.timeout_s) + 2.0 * a.measure.settle_s + 180.0
+            }
+            _ => {
+                let r = &a.runtime;
+                r.scenarios.iter().map(|s| s.timeout_s * (s.steps.len() as f64 + 2.0) * 2.0).sum::<f64>()
+                    + r.commands.iter().map(|c| c.step.timeout_s * f64::from(c.repeat)).sum::<f64>()
+                    + r.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
+                    + 120.0
+            }
+        };
+        Duration::from_secs_f64(secs)
+    }
+
+    /// Runs a phase and waits for it, noticing a sandbox that died on the way.
+    async fn wait_phase(
+        &self,
+        side: &SideRun,
+        name: &str,
+        trial: u32,
+        timeout: Duration,
+    ) -> anyhow::Result<(PhaseStatus, String, Vec<String>)> {
+        let live = side.live.as_ref().context("no sandbox")?;
+        let id = live.sandbox.id.clone();
+        let plan = &self.agent_plans[side.role];
+        let run = sandbox::run_phase(&self.hub, &id, plan, name, trial, timeout);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                done = &mut run => {
+                    let done = done?;
+                    let errors = self
+                        .hub
+                        .status(&id)
+                        .and_then(|s| s.borrow().observation_errors.get(&sandbox::command_id(name, trial)).cloned())
+                        .unwrap_or_default();
+                    return Ok((done.status, done.error, errors));
+                }
+                _ = tick.tick() => {
+                    if let Ok(false) = self.provisioner.running(&id).await {
+                        bail!("sandbox {id} stopped during {name} trial {trial}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn cancelled(mut cancel: watch::Receiver<bool>) {
+    let _ = cancel.wait_for(|c| *c).await;
+}
+
+/// Samples per side and metric from the run's event log, and each side's facts.
+fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<String, Side>> {
+    let role_of: BTreeMap<String, &str> =
+        sides.iter().filter_map(|s| s.live.as_ref().map(|l| (l.sandbox.id.clone(), s.role))).collect();
+    let mut out: BTreeMap<String, Side> =
+        BTreeMap::from([("base".to_string(), Side::default()), ("head".to_string(), Side::default())]);
+    let log = dir.join(crate::store::OBSERVATIONS_FILE);
+    if log.exists() {
+        for event in read_events(&log)? {
+            let (Some(role), StoredBody::Observation { metric, trial, value, error, .. }) =
+                (role_of.get(&event.sandbox), event.body)
+            else {
+                continue;
+            };
+            let side = out.entry(role.to_string()).or_default();
+            let samples = side.metrics.entry(metric).or_default();
+            samples.retain(|s| s.trial != trial);
+            samples.push(Sample { trial, value, error });
+            samples.sort_by_key(|s| s.trial);
+        }
+    }
+    for side in sides {
+        if let Some(live) = &side.live {
+            let f = &live.hello.facts;
+            let facts = &mut out.entry(side.role.to_string()).or_default().facts;
+            if facts.is_empty() {
+                *facts = BTreeMap::from([
+                    ("kernel".to_string(), f.kernel.clone()),
+                    ("cpu".to_string(), f.cpu_model.clone()),
+                    ("cpus".to_string(), f.cpus.to_string()),
+                    ("memory_bytes".to_string(), f.memory_bytes.to_string()),
+                    ("os".to_string(), f.os_release.clone()),
+                    ("agent".to_string(), live.hello.agent_version.clone()),
+                ]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Report {
+    let mut expected = BTreeMap::new();
+    for (name, n) in [
+        ("prepare", 1),
+        ("install", plan.trials.install),
+        ("measure", plan.trials.measure),
+        ("runtime", plan.trials.runtime),
+    ] {
+        for m in plan.metrics_of_phase(name) {
+            expected.insert(m.clone(), if m == "disk" { 1 } else { n });
+        }
+    }
+    Report {
+        schema_version: report::SCHEMA_VERSION,
+        run_id: run_id.to_string(),
+        spec_name: plan.name.clone(),
+        status: Status::Running,
+        base,
+        head,
+        image: plan.sandbox.image.clone(),
+        resources: report::Resources {
+            cpus: plan.sandbox.cpus,
+            memory_bytes: plan.sandbox.memory_bytes,
+            disk_gb: plan.sandbox.disk_gb,
+        },
+        started_at: report::timestamp(SystemTime::now()),
+        finished_at: None,
+        failure_limit: plan.trials.failure_limit,
+        budget_usd: plan.cost.budget_usd,
+        metrics: plan.metrics.clone(),
+        expected,
+        base_side: Side::default(),
+        head_side: Side::default(),
+        sandboxes: Vec::new(),
+        errors: Vec::new(),
+        warnings: Vec::new(),
+        comparisons: Vec::new(),
+    }
+}
+
+/// Writes `report.json`, `report.md` and `report.html` (atomically each).
+pub fn write_reports(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
+    report.comparisons = report.analyze();
+    let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
+        let tmp = dir.join(format!("{name}.tmp"));
+        std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("cannot write {name}"))?;
+        Ok(())
+    };
+    let mut json = serde_json::to_vec_pretty(report)?;
+    json.push(b'\n');
+    write("report.json", &json)?;
+    write("report.md", report::markdown::render(report).as_bytes())?;
+    write("report.html", report::html::render(report).as_bytes())?;
+    Ok(())
+}
+
+/// Re-renders every format from a run directory's `report.json`.
+pub fn rerender(dir: &Path) -> anyhow::Result<Report> {
+    let path = dir.join("report.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut report: Report =
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is not a sandbench report", path.display()))?;
+    write_reports(dir, &mut report)?;
+    Ok(report)
+}
+
+fn hourly_cost(plan: &Plan) -> f64 {
+    let c = &plan.cost;
+    plan.sandbox.cpus * c.cpu_usd_per_hour
+        + plan.sandbox.memory_bytes as f64 / 1e9 * c.memory_usd_per_gb_hour
+        + plan.sandbox.disk_gb * c.disk_usd_per_gb_hour
+}
+
+/// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.
+fn cpusets(pairs: usize) -> Vec<Option<String>> {
+    if pairs <= 1 {
+        return vec![None];
+    }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let per = (cpus / pairs).max(1);
+    (0..pairs)
+        .map(|p| {
+            let first = (p * per) % cpus;
+            let last = (first + per - 1).min(cpus - 1);
+            Some(if first == last { first.to_string() } else { format!("{first}-{last}") })
+        })
+        .collect()
+}
+
+async fn resolve_revisions(plan: &Plan, base: &str, head: &str) -> anyhow::Result<(Revision, Revision)> {
+    let resolve = |rev: &str| {
+        let rev = rev.to_string();
+        async move {
+            let commit = match &plan.source {
+                SourceSettings::Local { repository } => crate::source::resolve(repository, &rev).await?,
+                SourceSettings::Url { .. } => {
+                    if rev.len() != 40 || !rev.chars().all(|c| c.is_ascii_hexdigit()) {
+                        bail!("with a git URL source, revisions must be full 40-character commit ids; got {rev:?}");
+                    }
+                    rev.to_ascii_lowercase()
+                }
+                SourceSettings::None => rev.clone(),
+            };
+            anyhow::Ok(Revision { rev, commit })
+        }
+    };
+    Ok((resolve(base).await.context("--base")?, resolve(head).await.context("--head")?))
+}
+
+fn run_id() -> String {
+    let stamp = report::timestamp(SystemTime::now())
+        .replace(['-', ':'], "")
+        .replace('T', "-")
+        .trim_end_matches('Z')
+        .to_string();
+    let mut random = [0u8; 3];
+    rand::fill(&mut random);
+    format!("{stamp}-{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(8)]
+}

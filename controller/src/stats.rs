@@ -173,7 +173,7 @@ pub fn paired(pairs: &[(f64, f64)], floor: f64) -> Paired {
     } else {
         let mean = d.iter().sum::<f64>() / n as f64;
         let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-        let t = T_975[n - 2];
+        let t = T_975[n - 3];
         let half = t * sd / (n as f64).sqrt();
         (mean - half, mean + half, format!("t interval on log ratios, {n} pairs"))
     };
@@ -295,5 +295,13 @@ mod tests {
         let p = paired(&faster, 0.05);
         assert_eq!((p.verdict, p.method.starts_with("t interval")), (Verdict::Improved, true));
         assert_eq!(paired(&[(1.0, 2.0)], 0.05).verdict, Verdict::TooFewPairs);
+        // Three pairs: t with 2 degrees of freedom on d = 0.1, 0.2, 0.3.
+        let three: Vec<(f64, f64)> = [0.1f64, 0.2, 0.3].iter().map(|d| (1.0, d.exp())).collect();
+        let (lo, hi) = paired(&three, 0.05).interval.unwrap();
+        let half = 4.302_652_7 * 0.1 / 3f64.sqrt();
+        assert!(
+            (lo - ((0.2 - half).exp() - 1.0)).abs() < 1e-9 && (hi - ((0.2 + half).exp() - 1.0)).abs() < 1e-9,
+            "{lo} {hi}"
+        );
     }
 }

@@ -1,0 +1,174 @@
+//! `sandbench run` end to end in Docker with the demo product: an A/A run, a regression, and a
+//! sandbox killed in the middle of a run.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sandbench::provision::{AgentShipping, DockerProvisioner, labels};
+use sandbench::report::Status;
+use sandbench::run::{RunOptions, run};
+use sandbench::stats::Outcome;
+
+/// A git repository holding a copy of examples/demo, committed as `base`; `slower` adds a head
+/// commit whose CLI spends 300 ms more before it shows its prompt.
+fn demo_repo(slower: bool) -> (tempfile::TempDir, String, String) {
+    let repo = tempfile::tempdir().unwrap();
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo");
+    copy(&demo, repo.path());
+    let git = |args: &str| {
+        let ok = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("git -c user.name=t -c user.email=t@t {args}"))
+            .current_dir(repo.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args}");
+    };
+    git("init -q -b main .");
+    git("add -A");
+    git("commit -qm base");
+    git("tag base");
+    if slower {
+        let path = repo.path().join("bin/demo.js");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let slowed = text.replace(
+            "async function main(args) {",
+            "async function main(args) {\n  if (args.length === 0) { const until = Date.now() + 300; while (Date.now() < until); }",
+        );
+        assert_ne!(slowed, text);
+        std::fs::write(&path, slowed).unwrap();
+        git("commit -qam 'slower start'");
+    }
+    git("tag head");
+    (repo, "base".into(), "head".into())
+}
+
+fn copy(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn options(repo: &Path, out: &Path, base: &str, head: &str, trials: u32) -> RunOptions {
+    RunOptions {
+        spec: repo.join("bench.toml"),
+        base: base.into(),
+        head: head.into(),
+        out: out.to_path_buf(),
+        trials: Some(trials),
+        pairs: 1,
+        budget_usd: None,
+        run_timeout: Duration::from_secs(600),
+        agent: None,
+        shipping: AgentShipping::Bind,
+    }
+}
+
+async fn assert_nothing_left(run_dir: &Path) {
+    let run_id = run_dir.file_name().unwrap().to_string_lossy().to_string();
+    let provisioner = DockerProvisioner::connect(1).await.unwrap();
+    let left = provisioner.list(Some((labels::RUN, &run_id))).await.unwrap();
+    for c in &left {
+        let _ = provisioner.remove(&c.id).await;
+    }
+    assert!(left.is_empty(), "containers left behind: {:?}", left.iter().map(|c| &c.name).collect::<Vec<_>>());
+}
+
+fn outcome(report: &sandbench::report::Report, key: &str) -> Outcome {
+    report.comparisons.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no {key}")).comparison.outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a_a_run_completes_with_no_change() {
+    let (repo, base, _) = demo_repo(false);
+    let out = tempfile::tempdir().unwrap();
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let result = run(options(repo.path(), out.path(), &base, &base, 5), cancel).await.unwrap();
+    assert_nothing_left(&result.dir).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    let changed: Vec<&str> = report
+        .comparisons
+        .iter()
+        .filter(|c| matches!(c.comparison.outcome, Outcome::Regressed | Outcome::Improved))
+        .map(|c| c.key.as_str())
+        .collect();
+    assert!(changed.is_empty(), "an A/A run reported changes: {changed:?}");
+    for file in ["report.json", "report.md", "report.html", "observations.jsonl", "plan.json"] {
+        assert!(result.dir.join(file).is_file(), "{file} missing");
+    }
+    // The directory alone re-renders the same report.
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    let again = sandbench::run::rerender(&result.dir).unwrap();
+    assert_eq!(sandbench::report::markdown::render(&again), markdown);
+    assert!(markdown.contains("**Overall: 0 regressed · 0 improved · 17 no clear change.**"), "{markdown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_starts_300_ms_slower_is_reported_regressed() {
+    let (repo, base, head) = demo_repo(true);
+    let out = tempfile::tempdir().unwrap();
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let result = run(options(repo.path(), out.path(), &base, &head, 3), cancel).await.unwrap();
+    assert_nothing_left(&result.dir).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    assert_eq!(outcome(report, "cold"), Outcome::Regressed);
+    assert_eq!(outcome(report, "warm"), Outcome::Regressed);
+    let cold = report.comparisons.iter().find(|c| c.key == "cold").unwrap();
+    let delta = cold.comparison.delta.unwrap();
+    assert!((0.2..0.6).contains(&delta), "cold start delta {delta} s");
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    assert!(markdown.contains("| Cold startup |") && markdown.contains("↑ +"), "{markdown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_sandbox_mid_run_gives_a_partial_report_naming_it() {
+    let (repo, base, _) = demo_repo(false);
+    let out = tempfile::tempdir().unwrap();
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let out_path: PathBuf = out.path().to_path_buf();
+    let killer = tokio::spawn(async move {
+        // Wait until the measure phase has begun, then kill the head sandbox.
+        let provisioner = DockerProvisioner::connect(1).await.unwrap();
+        for _ in 0..1200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Some(dir) = std::fs::read_dir(&out_path).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()) else {
+                continue;
+            };
+            let log = std::fs::read_to_string(dir.path().join("observations.jsonl")).unwrap_or_default();
+            if log.contains("\"phase\":\"measure\"") {
+                let name = format!("sandbench-{}-head", dir.file_name().to_string_lossy());
+                provisioner.kill(&name, "SIGKILL").await.unwrap();
+                return name;
+            }
+        }
+        panic!("the run never reached measure");
+    });
+    let result = run(options(repo.path(), out.path(), &base, &base, 3), cancel).await.unwrap();
+    let killed = killer.await.unwrap();
+    assert_nothing_left(&result.dir).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Partial, "errors: {:?}", report.errors);
+    assert!(
+        report.errors.iter().any(|e| e.contains(&killed) && e.contains("stopped")),
+        "the failure must name the sandbox: {:?}",
+        report.errors
+    );
+    // Base still measured everything; head's measurements stop where its sandbox died, and
+    // what is missing is not reported as a change.
+    let base_cold = report.base_side.metrics["cold"].iter().filter(|s| s.value.is_some()).count();
+    assert_eq!(base_cold, 3);
+    assert!(matches!(outcome(report, "cold"), Outcome::Incomplete | Outcome::Unavailable));
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    assert!(markdown.contains("**Benchmark execution did not complete successfully."));
+    assert_eq!(sandbench::cli::exit_code(result.status), std::process::ExitCode::from(2));
+}

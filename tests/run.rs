@@ -69,6 +69,7 @@ fn options(repo: &Path, out: &Path, base: &str, head: &str, trials: u32) -> RunO
         run_timeout: Duration::from_secs(600),
         agent: None,
         shipping: AgentShipping::Bind,
+        noise: None,
     }
 }
 
@@ -110,6 +111,13 @@ async fn an_a_a_run_completes_with_no_change() {
     let again = sandbench::run::rerender(&result.dir).unwrap();
     assert_eq!(sandbench::report::markdown::render(&again), markdown);
     assert!(markdown.contains("**Overall: 0 regressed · 0 improved · 17 no clear change.**"), "{markdown}");
+    // An A/A run writes a noise profile, which a later run can use for its floors.
+    let profile = sandbench::run::NoiseProfile::load(&result.dir.join("noise.json")).unwrap();
+    assert_eq!(profile.relative.len(), 17, "{profile:?}");
+    let mut plan = sandbench::spec::load(&repo.path().join("bench.toml")).unwrap();
+    profile.apply(&mut plan);
+    let cold = plan.metrics.iter().find(|m| m.key == "cold").unwrap();
+    assert_eq!(cold.relative, profile.relative["cold"].max(0.005));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,4 +179,37 @@ async fn killing_a_sandbox_mid_run_gives_a_partial_report_naming_it() {
     let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
     assert!(markdown.contains("**Benchmark execution did not complete successfully."));
     assert_eq!(sandbench::cli::exit_code(result.status), std::process::ExitCode::from(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_run_tears_down_and_still_writes_its_report() {
+    let (repo, base, _) = demo_repo(false);
+    let out = tempfile::tempdir().unwrap();
+    let (cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let out_path = out.path().to_path_buf();
+    tokio::spawn(async move {
+        // Cancel once the first install has started (as Ctrl-C or SIGTERM would).
+        for _ in 0..1200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Some(dir) = std::fs::read_dir(&out_path).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()) else {
+                continue;
+            };
+            if std::fs::read_to_string(dir.path().join("observations.jsonl"))
+                .unwrap_or_default()
+                .contains("\"phase\":\"install\"")
+            {
+                let _ = cancel_tx.send(true);
+                return;
+            }
+        }
+    });
+    let result = run(options(repo.path(), out.path(), &base, &base, 3), cancel).await.unwrap();
+    assert_nothing_left(&result.dir).await;
+    assert_eq!(result.status, Status::Canceled);
+    assert!(result.report.errors.iter().any(|e| e == "The run was canceled"), "{:?}", result.report.errors);
+    assert_eq!(result.report.sandboxes.len(), 2, "both sandboxes' lifetimes are recorded");
+    assert!(result.report.sandboxes.iter().all(|s| s.deleted));
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    assert!(markdown.contains("performance — canceled"));
+    assert_eq!(sandbench::cli::exit_code(result.status), std::process::ExitCode::from(3));
 }

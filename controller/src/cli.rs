@@ -76,6 +76,9 @@ pub struct RunArgs {
     /// The sandbox-agent executable to ship (default: beside this one).
     #[arg(long, env = crate::agent_binary::AGENT_ENV)]
     pub agent: Option<std::path::PathBuf>,
+    /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors.
+    #[arg(long)]
+    pub noise: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -139,6 +142,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
                 agent: args.agent,
                 shipping: args.shipping.into(),
+                noise: args.noise,
             };
             let result = crate::run::run(options, cancel_rx).await?;
             println!("{}", result.dir.join("report.md").display());

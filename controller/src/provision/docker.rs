@@ -30,35 +30,35 @@ const CAPABILITIES: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SE
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
     #[error(
-        "cannot reach the Docker engine ({host}): {source}; is dockerd running? (images/ensure-docker.sh starts one)"
+        "cannot reach the Docker engine ({host}): {cause}; is dockerd running? (images/ensure-docker.sh starts one)"
     )]
-    Connect { host: String, source: bollard::errors::Error },
+    Connect { host: String, cause: bollard::errors::Error },
     #[error(
-        "image {image} is not present and cannot be pulled: {source}. Without a registry, build it with images/node24-bookworm/build-offline.sh"
+        "image {image} is not present and cannot be pulled: {cause}. Without a registry, build it with images/node24-bookworm/build-offline.sh"
     )]
-    Pull { image: String, source: bollard::errors::Error },
-    #[error("cannot import image {tag}: {source}")]
-    Import { tag: String, source: bollard::errors::Error },
-    #[error("cannot create container {name}: {source}")]
-    Create { name: String, source: bollard::errors::Error },
-    #[error("cannot upload the agent into {name}: {source}")]
-    Upload { name: String, source: anyhow::Error },
-    #[error("cannot read {path} from {name}: {source}")]
-    Download { name: String, path: String, source: anyhow::Error },
-    #[error("cannot start container {name}: {source}")]
-    Start { name: String, source: bollard::errors::Error },
-    #[error("cannot inspect container {name}: {source}")]
-    Inspect { name: String, source: bollard::errors::Error },
-    #[error("cannot signal container {name}: {source}")]
-    Kill { name: String, source: bollard::errors::Error },
-    #[error("cannot read the logs of {name}: {source}")]
-    Logs { name: String, source: bollard::errors::Error },
-    #[error("cannot remove container {name}: {source}")]
-    Remove { name: String, source: bollard::errors::Error },
-    #[error("cannot list containers: {source}")]
-    List { source: bollard::errors::Error },
-    #[error("cannot wait for container {name}: {source}")]
-    Wait { name: String, source: bollard::errors::Error },
+    Pull { image: String, cause: bollard::errors::Error },
+    #[error("cannot import image {tag}: {cause}")]
+    Import { tag: String, cause: bollard::errors::Error },
+    #[error("cannot create container {name}: {cause}")]
+    Create { name: String, cause: bollard::errors::Error },
+    #[error("cannot upload the agent into {name}: {cause}")]
+    Upload { name: String, cause: anyhow::Error },
+    #[error("cannot read {path} from {name}: {cause}")]
+    Download { name: String, path: String, cause: anyhow::Error },
+    #[error("cannot start container {name}: {cause}")]
+    Start { name: String, cause: bollard::errors::Error },
+    #[error("cannot inspect container {name}: {cause}")]
+    Inspect { name: String, cause: bollard::errors::Error },
+    #[error("cannot signal container {name}: {cause}")]
+    Kill { name: String, cause: bollard::errors::Error },
+    #[error("cannot read the logs of {name}: {cause}")]
+    Logs { name: String, cause: bollard::errors::Error },
+    #[error("cannot remove container {name}: {cause}")]
+    Remove { name: String, cause: bollard::errors::Error },
+    #[error("cannot list containers: {cause}")]
+    List { cause: bollard::errors::Error },
+    #[error("cannot wait for container {name}: {cause}")]
+    Wait { name: String, cause: bollard::errors::Error },
 }
 
 /// A sandbench container as listed by the engine.
@@ -108,7 +108,7 @@ impl DockerProvisioner {
     /// Connects through `DOCKER_HOST` (or the local socket) and negotiates the API version.
     pub async fn connect(max_concurrent_creates: usize) -> Result<DockerProvisioner, ProvisionError> {
         let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
-        let connect_error = |source| ProvisionError::Connect { host: host.clone(), source };
+        let connect_error = |cause| ProvisionError::Connect { host: host.clone(), cause };
         let docker = Docker::connect_with_defaults().map_err(connect_error)?;
         let docker = docker.negotiate_version().await.map_err(connect_error)?;
         let api_version = docker.client_version().to_string();
@@ -140,7 +140,7 @@ impl DockerProvisioner {
         let mut pull = self.docker.create_image(Some(options), None, None);
         let mut last = String::new();
         while let Some(item) = pull.next().await {
-            let info = item.map_err(|source| ProvisionError::Pull { image: image.to_string(), source })?;
+            let info = item.map_err(|cause| ProvisionError::Pull { image: image.to_string(), cause })?;
             let detail = info.progress_detail.map(|d| format!("{}/{}", d.current.unwrap_or(0), d.total.unwrap_or(0)));
             let line = [info.status.unwrap_or_default(), detail.unwrap_or_default()].join(" ");
             if line != last {
@@ -162,7 +162,7 @@ impl DockerProvisioner {
         };
         let mut import = self.docker.create_image(Some(options), Some(bollard::body_full(tar.into())), None);
         while let Some(item) = import.next().await {
-            item.map_err(|source| ProvisionError::Import { tag: tag.to_string(), source })?;
+            item.map_err(|cause| ProvisionError::Import { tag: tag.to_string(), cause })?;
         }
         Ok(())
     }
@@ -185,7 +185,9 @@ impl DockerProvisioner {
             (labels::ROLE.to_string(), request.role.clone()),
             (labels::EXPIRES_AT.to_string(), unix_secs(expires_at).to_string()),
         ]);
-        let mut binds = vec![format!("{}:{}:rw", request.socket_dir.display(), SOCKET_DIR_IN_SANDBOX)];
+        // Docker takes a relative bind source for a volume name: bind absolute paths only.
+        let socket_dir = std::path::absolute(&request.socket_dir).unwrap_or_else(|_| request.socket_dir.clone());
+        let mut binds = vec![format!("{}:{}:rw", socket_dir.display(), SOCKET_DIR_IN_SANDBOX)];
         if request.shipping == AgentShipping::Bind {
             binds.push(format!("{}:{}:ro", request.agent_binary.display(), AGENT_PATH_IN_SANDBOX));
         }
@@ -227,7 +229,7 @@ impl DockerProvisioner {
             .docker
             .create_container(Some(options), body)
             .await
-            .map_err(|source| ProvisionError::Create { name: name.clone(), source })?;
+            .map_err(|cause| ProvisionError::Create { name: name.clone(), cause })?;
         let sandbox = Sandbox {
             id: name.clone(),
             container_id: created.id,
@@ -245,9 +247,9 @@ impl DockerProvisioner {
                 anyhow::Ok(())
             }
             .await;
-            if let Err(source) = result {
+            if let Err(cause) = result {
                 let _ = self.remove(&name).await;
-                return Err(ProvisionError::Upload { name, source });
+                return Err(ProvisionError::Upload { name, cause });
             }
         }
         Ok(sandbox)
@@ -259,7 +261,7 @@ impl DockerProvisioner {
         self.docker
             .upload_to_container(name, Some(options), bollard::body_full(tar.into()))
             .await
-            .map_err(|source| ProvisionError::Upload { name: name.to_string(), source: source.into() })
+            .map_err(|cause| ProvisionError::Upload { name: name.to_string(), cause: cause.into() })
     }
 
     /// The bytes of one file in the container (read through the archive API).
@@ -268,15 +270,15 @@ impl DockerProvisioner {
         let mut stream = self.docker.download_from_container(name, Some(options));
         let mut tar = Vec::new();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|source| ProvisionError::Download {
+            let chunk = chunk.map_err(|cause| ProvisionError::Download {
                 name: name.to_string(),
                 path: path.to_string(),
-                source: source.into(),
+                cause: cause.into(),
             })?;
             tar.extend_from_slice(&chunk);
         }
         let fail =
-            |source: anyhow::Error| ProvisionError::Download { name: name.to_string(), path: path.to_string(), source };
+            |cause: anyhow::Error| ProvisionError::Download { name: name.to_string(), path: path.to_string(), cause };
         let mut archive = tar::Archive::new(tar.as_slice());
         let mut entries = archive.entries().map_err(|e| fail(e.into()))?;
         let mut entry =
@@ -290,7 +292,7 @@ impl DockerProvisioner {
         self.docker
             .start_container(name, None::<StartContainerOptions>)
             .await
-            .map_err(|source| ProvisionError::Start { name: name.to_string(), source })
+            .map_err(|cause| ProvisionError::Start { name: name.to_string(), cause })
     }
 
     /// Sends a signal to the container's main process (the agent).
@@ -299,7 +301,7 @@ impl DockerProvisioner {
         self.docker
             .kill_container(name, Some(options))
             .await
-            .map_err(|source| ProvisionError::Kill { name: name.to_string(), source })
+            .map_err(|cause| ProvisionError::Kill { name: name.to_string(), cause })
     }
 
     /// Waits until the container stops; returns its exit code.
@@ -309,7 +311,7 @@ impl DockerProvisioner {
         match wait.next().await {
             Some(Ok(response)) => Ok(response.status_code),
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
-            Some(Err(source)) => Err(ProvisionError::Wait { name: name.to_string(), source }),
+            Some(Err(cause)) => Err(ProvisionError::Wait { name: name.to_string(), cause }),
             None => Ok(0),
         }
     }
@@ -320,7 +322,7 @@ impl DockerProvisioner {
             .docker
             .inspect_container(name, None)
             .await
-            .map_err(|source| ProvisionError::Inspect { name: name.to_string(), source })?;
+            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause })?;
         let config = info.config.unwrap_or_default();
         let host = info.host_config.unwrap_or_default();
         Ok(ContainerSettings {
@@ -351,7 +353,7 @@ impl DockerProvisioner {
         match self.docker.inspect_container(name, None).await {
             Ok(info) => Ok(info.state.and_then(|s| s.running).unwrap_or(false)),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(false),
-            Err(source) => Err(ProvisionError::Inspect { name: name.to_string(), source }),
+            Err(cause) => Err(ProvisionError::Inspect { name: name.to_string(), cause }),
         }
     }
 
@@ -361,7 +363,7 @@ impl DockerProvisioner {
             .docker
             .inspect_container(name, None)
             .await
-            .map_err(|source| ProvisionError::Inspect { name: name.to_string(), source })?;
+            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause })?;
         let pid = info.state.and_then(|s| s.pid).filter(|&p| p > 0);
         Ok(pid.map(|p| p as u32))
     }
@@ -372,7 +374,7 @@ impl DockerProvisioner {
         let mut stream = self.docker.logs(name, Some(options));
         let mut text = String::new();
         while let Some(item) = stream.next().await {
-            let output = item.map_err(|source| ProvisionError::Logs { name: name.to_string(), source })?;
+            let output = item.map_err(|cause| ProvisionError::Logs { name: name.to_string(), cause })?;
             text.push_str(&String::from_utf8_lossy(&output.into_bytes()));
         }
         Ok(text)
@@ -384,7 +386,7 @@ impl DockerProvisioner {
         match self.docker.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
-            Err(source) => Err(ProvisionError::Remove { name: name.to_string(), source }),
+            Err(cause) => Err(ProvisionError::Remove { name: name.to_string(), cause }),
         }
     }
 
@@ -397,7 +399,7 @@ impl DockerProvisioner {
         let filters = HashMap::from([("label".to_string(), vec![filter])]);
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
         let containers =
-            self.docker.list_containers(Some(options)).await.map_err(|source| ProvisionError::List { source })?;
+            self.docker.list_containers(Some(options)).await.map_err(|cause| ProvisionError::List { cause })?;
         Ok(containers
             .into_iter()
             .filter(|c| c.labels.as_ref().is_some_and(|l| l.contains_key(labels::OWNER)))
@@ -455,7 +457,7 @@ impl DockerProvisioner {
         self.docker
             .create_container(Some(options), body)
             .await
-            .map_err(|source| ProvisionError::Create { name: name.to_string(), source })?;
+            .map_err(|cause| ProvisionError::Create { name: name.to_string(), cause })?;
         let result = async {
             self.start(name).await?;
             self.wait_exit(name).await

@@ -41,6 +41,56 @@ pub struct RunOptions {
     pub run_timeout: Duration,
     pub agent: Option<PathBuf>,
     pub shipping: AgentShipping,
+    /// A noise profile from an A/A run (`noise.json`): its relative noise replaces the spec's
+    /// relative floors.
+    pub noise: Option<PathBuf>,
+}
+
+/// What an A/A run (the same commit on both sides) measured as noise, per metric.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NoiseProfile {
+    pub spec: String,
+    pub run_id: String,
+    pub image: String,
+    /// The largest relative change an A/A comparison showed: the bound of the paired 95%
+    /// interval farther from zero, or the difference of medians when too few pairs.
+    pub relative: BTreeMap<String, f64>,
+}
+
+impl NoiseProfile {
+    pub fn from_report(report: &Report) -> NoiseProfile {
+        let relative = report
+            .comparisons
+            .iter()
+            .filter_map(|c| {
+                let noise = match c.paired.interval {
+                    Some((lo, hi)) => lo.abs().max(hi.abs()),
+                    None => c.comparison.relative?.abs(),
+                };
+                noise.is_finite().then(|| (c.key.clone(), noise))
+            })
+            .collect();
+        NoiseProfile {
+            spec: report.spec_name.clone(),
+            run_id: report.run_id.clone(),
+            image: report.image.clone(),
+            relative,
+        }
+    }
+
+    pub fn load(path: &Path) -> anyhow::Result<NoiseProfile> {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read the noise profile {}", path.display()))?;
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is not a sandbench noise profile", path.display()))
+    }
+
+    /// Uses the measured noise as relative floors (never below half a percent).
+    pub fn apply(&self, plan: &mut Plan) {
+        for def in &mut plan.metrics {
+            if let Some(noise) = self.relative.get(&def.key) {
+                def.relative = noise.max(0.005);
+            }
+        }
+    }
 }
 
 pub struct RunResult {
@@ -109,10 +159,19 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
     if let Some(b) = opts.budget_usd {
         plan.cost.budget_usd = Some(b);
     }
+    if let Some(path) = &opts.noise {
+        let profile = NoiseProfile::load(path)?;
+        if profile.spec != plan.name {
+            bail!("the noise profile {} was measured for spec {:?}, not {:?}", path.display(), profile.spec, plan.name);
+        }
+        profile.apply(&mut plan);
+    }
     let (base, head) = resolve_revisions(&plan, &opts.base, &opts.head).await?;
     let run_id = run_id();
     let dir = opts.out.join(&run_id);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // Absolute: the socket folder is bind-mounted into the sandboxes by its path.
+    let dir = dir.canonicalize().with_context(|| format!("cannot resolve {}", dir.display()))?;
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
     let display = Display::new();
     display.line(&format!(
@@ -153,6 +212,14 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
         report.status = Status::Partial;
     }
     write_reports(&dir, &mut report)?;
+    if base.commit == head.commit && report.status == Status::Completed {
+        let profile = NoiseProfile::from_report(&report);
+        std::fs::write(dir.join("noise.json"), serde_json::to_vec_pretty(&profile)?)?;
+        display.line(&format!(
+            "A/A run: noise profile written to {} (use it with --noise)",
+            dir.join("noise.json").display()
+        ));
+    }
     display.line(&format!("run {run_id} {}: reports in {}", report.status.as_str(), dir.display()));
     Ok(RunResult { status: report.status, dir, report })
 }

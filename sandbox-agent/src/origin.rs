@@ -21,8 +21,7 @@ pub struct Origin {
 impl Origin {
     /// Binds `127.0.0.1:port` (0 picks a free port) and serves `root` on a thread.
     pub fn start(root: PathBuf, port: u16) -> anyhow::Result<Origin> {
-        let listener =
-            TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
+        let listener = listen_loopback(port).with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
         let port = listener.local_addr()?.port();
         let origin = Origin { root: Arc::new(Mutex::new(root)), port };
         let root = origin.root.clone();
@@ -39,6 +38,37 @@ impl Origin {
 
     pub fn set_root(&self, root: PathBuf) {
         *lock(&self.root) = root;
+    }
+}
+
+/// A listening socket on 127.0.0.1, made with socket(2)/bind(2)/listen(2) directly: std's
+/// `TcpListener::bind` drags the libc resolver into a static binary, which the agent must not
+/// contain.
+fn listen_loopback(port: u16) -> std::io::Result<TcpListener> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain socket calls on a descriptor this function owns; the address struct is
+    // fully initialised and its size passed.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let owned = OwnedFd::from_raw_fd(fd);
+        let one: libc::c_int = 1;
+        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, (&one as *const libc::c_int).cast(), 4);
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be() },
+            sin_zero: [0; 8],
+        };
+        if libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32)
+            < 0
+            || libc::listen(fd, 128) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(TcpListener::from(owned))
     }
 }
 
@@ -142,7 +172,8 @@ mod tests {
         std::fs::write(dir.path().join("v1/pkg.tgz"), b"tarball").unwrap();
         let origin = Origin::start(dir.path().to_path_buf(), 0).unwrap();
         let get = |path: &str| {
-            let mut s = TcpStream::connect(("127.0.0.1", origin.port)).unwrap();
+            let mut s =
+                TcpStream::connect(std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, origin.port))).unwrap();
             s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
             let mut out = String::new();
             s.read_to_string(&mut out).unwrap();

@@ -213,3 +213,24 @@ async fn a_canceled_run_tears_down_and_still_writes_its_report() {
     assert!(markdown.contains("performance — canceled"));
     assert_eq!(sandbench::cli::exit_code(result.status), std::process::ExitCode::from(3));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pairs_share_the_trials_each_on_its_own_cpus() {
+    let (repo, base, _) = demo_repo(false);
+    let out = tempfile::tempdir().unwrap();
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let mut opts = options(repo.path(), out.path(), &base, &base, 4);
+    opts.pairs = 2;
+    let result = run(opts, cancel).await.unwrap();
+    assert_nothing_left(&result.dir).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    assert_eq!(report.sandboxes.len(), 4);
+    let roles: Vec<&str> = report.sandboxes.iter().map(|s| s.role.as_str()).collect();
+    assert_eq!(roles, ["base0", "head0", "base1", "head1"]);
+    // Every trial was measured once per side, whichever pair ran it.
+    for side in [&report.base_side, &report.head_side] {
+        let trials: Vec<u32> = side.metrics["cold"].iter().filter(|s| s.value.is_some()).map(|s| s.trial).collect();
+        assert_eq!(trials, [0, 1, 2, 3]);
+    }
+}

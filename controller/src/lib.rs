@@ -6,6 +6,7 @@
 pub mod agent_binary;
 pub mod bench;
 pub mod cli;
+pub mod logging;
 pub mod provision;
 pub mod report;
 pub mod run;

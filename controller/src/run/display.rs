@@ -1,12 +1,24 @@
-//! What a person (or a CI log) sees while a run goes: one line per event, with the time since the
-//! start. Lines go to stderr so stdout stays for results.
+//! What a person sees while a run goes. On a terminal: one live line per sandbox (its phase and
+//! trial, and the time it has been at it), with events and failures printed above as they
+//! happen. Elsewhere (CI logs): plain lines with the time since the start. Always on stderr, so
+//! stdout stays for results.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 #[derive(Clone)]
 pub struct Display {
-    started: Arc<Instant>,
+    started: Instant,
+    live: Option<Arc<Live>>,
+}
+
+struct Live {
+    multi: MultiProgress,
+    bars: Mutex<BTreeMap<String, ProgressBar>>,
 }
 
 impl Default for Display {
@@ -16,12 +28,70 @@ impl Default for Display {
 }
 
 impl Display {
+    /// Live lines when stderr is a terminal, plain lines otherwise.
     pub fn new() -> Display {
-        Display { started: Arc::new(Instant::now()) }
+        let live = std::io::stderr().is_terminal().then(|| {
+            Arc::new(Live {
+                multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+                bars: Mutex::default(),
+            })
+        });
+        Display { started: Instant::now(), live }
     }
 
-    pub fn line(&self, text: &str) {
+    /// Plain lines whatever stderr is (tests, logs).
+    pub fn plain() -> Display {
+        Display { started: Instant::now(), live: None }
+    }
+
+    fn stamp(&self) -> String {
         let t = self.started.elapsed().as_secs_f64();
-        eprintln!("[{:>3}:{:04.1}] {text}", (t / 60.0) as u64, t % 60.0);
+        format!("[{:>3}:{:04.1}]", (t / 60.0) as u64, t % 60.0)
+    }
+
+    /// An event or a failure, kept in the scrollback.
+    pub fn line(&self, text: &str) {
+        let text = format!("{} {text}", self.stamp());
+        match &self.live {
+            Some(live) => {
+                let _ = live.multi.println(text);
+            }
+            None => eprintln!("{text}"),
+        }
+    }
+
+    /// What a sandbox is doing now.
+    pub fn status(&self, sandbox: &str, doing: &str) {
+        tracing::info!(sandbox, "{doing}");
+        match &self.live {
+            Some(live) => {
+                let mut bars = live.bars.lock().unwrap_or_else(|e| e.into_inner());
+                let bar = bars.entry(sandbox.to_string()).or_insert_with(|| {
+                    let bar = live.multi.add(ProgressBar::new_spinner());
+                    bar.set_style(
+                        ProgressStyle::with_template("{spinner} {prefix:<8} {msg} ({elapsed})")
+                            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                    );
+                    bar.set_prefix(sandbox.to_string());
+                    bar.enable_steady_tick(Duration::from_millis(120));
+                    bar
+                });
+                bar.reset_elapsed();
+                bar.set_message(doing.to_string());
+            }
+            None => self.line(&format!("[{sandbox}] {doing}")),
+        }
+    }
+
+    /// The sandbox is gone: its live line ends with `last`.
+    pub fn done(&self, sandbox: &str, last: &str) {
+        match &self.live {
+            Some(live) => {
+                if let Some(bar) = live.bars.lock().unwrap_or_else(|e| e.into_inner()).remove(sandbox) {
+                    bar.finish_with_message(last.to_string());
+                }
+            }
+            None => self.line(&format!("[{sandbox}] {last}")),
+        }
     }
 }

@@ -173,6 +173,10 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
     // Absolute: the socket folder is bind-mounted into the sandboxes by its path.
     let dir = dir.canonicalize().with_context(|| format!("cannot resolve {}", dir.display()))?;
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
+    if let Err(err) = crate::logging::to_file(&dir.join("controller.log")) {
+        tracing::warn!("cannot write {}: {err}", dir.join("controller.log").display());
+    }
+    tracing::info!(run = %run_id, spec = %plan.name, base = %opts.base, head = %opts.head, "run started");
     let display = Display::new();
     display.line(&format!(
         "run {run_id}: {} — base {} ({}) vs head {} ({})",
@@ -221,6 +225,8 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
         ));
     }
     display.line(&format!("run {run_id} {}: reports in {}", report.status.as_str(), dir.display()));
+    tracing::info!(run = %run_id, status = report.status.as_str(), "run finished");
+    crate::logging::close_file();
     Ok(RunResult { status: report.status, dir, report })
 }
 
@@ -287,7 +293,7 @@ async fn execute(
     let mut warnings = Vec::new();
     for side in &sides {
         let Some(live) = &side.live else { continue };
-        display.line(&format!("[{}] teardown", side.label));
+        display.status(&side.label, "teardown");
         let down = sandbox::teardown(&provisioner, &hub, dir, &live.sandbox).await;
         let mut seconds = down.lifetime.as_secs_f64();
         if let Some(err) = &down.removal_error {
@@ -297,6 +303,7 @@ async fn execute(
         if down.log_path.is_none() {
             warnings.push(format!("{}: cannot collect the agent log", side.label));
         }
+        display.done(&side.label, if down.removal_error.is_none() { "removed" } else { "removal failed" });
         records.push(SandboxRecord {
             id: live.sandbox.id.clone(),
             role: side.label.clone(),
@@ -335,6 +342,7 @@ async fn execute(
 
 impl Run {
     fn error(&self, text: String) {
+        tracing::warn!("{text}");
         self.display.line(&format!("error: {text}"));
         if let Ok(mut errors) = self.errors.lock()
             && errors.len() < MAX_ERRORS
@@ -396,12 +404,9 @@ impl Run {
         for (side, result) in sides.iter_mut().zip(launched) {
             match result {
                 Ok(live) => {
-                    self.display.line(&format!(
-                        "[{}] sandbox {} ready in {:.2} s",
-                        side.label,
-                        live.sandbox.id,
-                        live.provision_to_hello.as_secs_f64()
-                    ));
+                    let ready =
+                        format!("sandbox {} ready in {:.2} s", live.sandbox.id, live.provision_to_hello.as_secs_f64());
+                    self.display.status(&side.label, &ready);
                     side.live = Some(live);
                 }
                 Err(err) => self.error(format!("{} setup: {err:#}", side.label)),
@@ -415,7 +420,7 @@ impl Run {
         let prepares = sides.iter().map(|side| async move {
             let live = side.live.as_ref()?;
             let plan = &self.agent_plans[side.role];
-            self.display.line(&format!("[{}] prepare", side.label));
+            self.display.status(&side.label, "prepare (untimed)");
             let result = async {
                 sandbox::deliver_source(&self.provisioner, &self.plan, &live.sandbox, plan).await?;
                 let outcome = self.wait_phase(side, phase::PREPARE, 0, self.phase_timeout(phase::PREPARE)).await?;
@@ -498,7 +503,7 @@ impl Run {
         if self.streaks.lock().map(|s| s.get(&(role, name)).is_some_and(|x| x.blocked)).unwrap_or(false) {
             return;
         }
-        self.display.line(&format!("[{}] {name} trial {trial}", side.label));
+        self.display.status(&side.label, &format!("{name} trial {trial}"));
         let result = self.wait_phase(side, name, trial, self.phase_timeout(name)).await;
         let cause = match result {
             Ok((PhaseStatus::Ok, _, observation_errors)) if observation_errors.is_empty() => None,

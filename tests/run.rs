@@ -70,6 +70,8 @@ fn options(repo: &Path, out: &Path, base: &str, head: &str, trials: u32) -> RunO
         agent: None,
         shipping: AgentShipping::Bind,
         noise: None,
+        rates: Default::default(),
+        ledger: Some(out.join("ledger.sqlite")),
     }
 }
 
@@ -81,6 +83,11 @@ async fn assert_nothing_left(run_dir: &Path) {
         let _ = provisioner.remove(&c.id).await;
     }
     assert!(left.is_empty(), "containers left behind: {:?}", left.iter().map(|c| &c.name).collect::<Vec<_>>());
+}
+
+/// The run directory a run is writing in `out` (the only folder there).
+fn run_dir_in(out: &Path) -> Option<std::fs::DirEntry> {
+    std::fs::read_dir(out).ok()?.flatten().find(|e| e.file_type().is_ok_and(|t| t.is_dir()))
 }
 
 fn outcome(report: &sandbench::report::Report, key: &str) -> Outcome {
@@ -149,9 +156,7 @@ async fn killing_a_sandbox_mid_run_gives_a_partial_report_naming_it() {
         let provisioner = DockerProvisioner::connect(1).await.unwrap();
         for _ in 0..1200 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let Some(dir) = std::fs::read_dir(&out_path).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()) else {
-                continue;
-            };
+            let Some(dir) = run_dir_in(&out_path) else { continue };
             let log = std::fs::read_to_string(dir.path().join("observations.jsonl")).unwrap_or_default();
             if log.contains("\"phase\":\"measure\"") {
                 let name = format!("sandbench-{}-head", dir.file_name().to_string_lossy());
@@ -191,9 +196,7 @@ async fn a_canceled_run_tears_down_and_still_writes_its_report() {
         // Cancel once the first install has started (as Ctrl-C or SIGTERM would).
         for _ in 0..1200 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let Some(dir) = std::fs::read_dir(&out_path).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()) else {
-                continue;
-            };
+            let Some(dir) = run_dir_in(&out_path) else { continue };
             if std::fs::read_to_string(dir.path().join("observations.jsonl"))
                 .unwrap_or_default()
                 .contains("\"phase\":\"install\"")

@@ -17,6 +17,9 @@ pub struct Cli {
     /// Log filter for the controller's own diagnostics (tracing syntax).
     #[arg(long, global = true, env = "SANDBENCH_LOG", default_value = "warn")]
     pub log: String,
+    /// The cost ledger (SQLite); default: sandbench/ledger.sqlite in the user's data folder.
+    #[arg(long, global = true, env = "SANDBENCH_LEDGER")]
+    pub ledger: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -40,6 +43,19 @@ pub enum Command {
     },
     /// Remove sandbench sandboxes that expired or whose controller is gone.
     Gc,
+    /// What runs cost: every run, runs grouped, or one run by sandbox and phase.
+    Cost {
+        /// A run id: its cost by sandbox and phase.
+        run: Option<String>,
+        /// Only runs started on or after this date (YYYY-MM-DD).
+        #[arg(long)]
+        since: Option<String>,
+        /// Sum runs by day, spec or repository.
+        #[arg(long, value_enum)]
+        by: Option<crate::ledger_view::GroupBy>,
+        #[arg(long, value_enum, default_value_t = crate::ledger_view::Format::Table)]
+        format: crate::ledger_view::Format,
+    },
     /// Measure the backbone: provision-to-Hello against a bare container, observation
     /// throughput over the socket, and the agent's idle memory.
     Bench(BenchArgs),
@@ -79,6 +95,15 @@ pub struct RunArgs {
     /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors.
     #[arg(long)]
     pub noise: Option<std::path::PathBuf>,
+    /// USD per vCPU-hour (overrides the spec's rate card).
+    #[arg(long)]
+    pub cpu_usd_per_hour: Option<f64>,
+    /// USD per GiB-hour of memory (overrides the spec's rate card).
+    #[arg(long)]
+    pub memory_usd_per_gb_hour: Option<f64>,
+    /// USD per GiB-hour of disk (overrides the spec's rate card).
+    #[arg(long)]
+    pub disk_usd_per_gb_hour: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -121,7 +146,32 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let ledger_path = cli.ledger.clone().unwrap_or_else(crate::ledger::default_path);
     match cli.command {
+        Command::Cost { run, since, by, format } => {
+            if let Some(since) = &since
+                && !(since.len() >= 10 && since.as_bytes()[4] == b'-' && since.as_bytes()[7] == b'-')
+            {
+                anyhow::bail!("--since expects a date like 2026-11-29, got {since:?}");
+            }
+            let ledger = crate::ledger::Ledger::open(&ledger_path)?;
+            let out = match (run, by) {
+                (Some(id), _) => match ledger.run(&id)? {
+                    Some((row, phases)) => crate::ledger_view::run(&row, &phases, format),
+                    None => {
+                        let known: Vec<String> = ledger.runs(None)?.into_iter().take(10).map(|r| r.run_id).collect();
+                        anyhow::bail!("no run {id} in {}; recent runs: {}", ledger_path.display(), known.join(", "));
+                    }
+                },
+                (None, Some(by)) => {
+                    let rows = ledger.runs(since.as_deref())?;
+                    crate::ledger_view::groups(&crate::ledger_view::group(&rows, by), by, format)
+                }
+                (None, None) => crate::ledger_view::runs(&ledger.runs(since.as_deref())?, format),
+            };
+            print!("{out}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Run(args) => {
             let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
             tokio::spawn(async move {
@@ -143,6 +193,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 agent: args.agent,
                 shipping: args.shipping.into(),
                 noise: args.noise,
+                ledger: Some(ledger_path.clone()),
+                rates: crate::run::RateOverrides {
+                    cpu_usd_per_hour: args.cpu_usd_per_hour,
+                    memory_usd_per_gb_hour: args.memory_usd_per_gb_hour,
+                    disk_usd_per_gb_hour: args.disk_usd_per_gb_hour,
+                },
             };
             let result = crate::run::run(options, cancel_rx).await?;
             println!("{}", result.dir.join("report.md").display());

@@ -6,6 +6,9 @@
 pub mod agent_binary;
 pub mod bench;
 pub mod cli;
+pub mod cost;
+pub mod ledger;
+pub mod ledger_view;
 pub mod logging;
 pub mod provision;
 pub mod report;

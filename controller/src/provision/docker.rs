@@ -10,8 +10,8 @@ use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions, KillContainerOptions,
-    ListContainersOptions, LogsOptions, RemoveContainerOptions, StartContainerOptions, UploadToContainerOptions,
-    WaitContainerOptions,
+    ListContainersOptions, LogsOptions, RemoveContainerOptions, StartContainerOptions, StatsOptions,
+    UploadToContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
@@ -346,6 +346,28 @@ impl DockerProvisioner {
             security_opt: host.security_opt.unwrap_or_default(),
             binds: host.binds.unwrap_or_default(),
         })
+    }
+
+    /// The container's cumulative CPU time (ns) and memory in use (bytes, page cache that can be
+    /// dropped excluded, as `docker stats` shows it), from its cgroup; None when it is not running.
+    pub async fn usage(&self, name: &str) -> Result<Option<(u64, u64)>, ProvisionError> {
+        let options = StatsOptions { stream: false, one_shot: true };
+        let mut stats = self.docker.stats(name, Some(options));
+        match stats.next().await {
+            Some(Ok(s)) => {
+                let cpu = s.cpu_stats.and_then(|c| c.cpu_usage).and_then(|u| u.total_usage);
+                let memory = s.memory_stats.and_then(|m| {
+                    let cache = m
+                        .stats
+                        .as_ref()
+                        .and_then(|st| st.get("total_inactive_file").or(st.get("inactive_file")).copied());
+                    m.usage.map(|u| u.saturating_sub(cache.unwrap_or(0)))
+                });
+                Ok(cpu.zip(memory))
+            }
+            Some(Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })) | None => Ok(None),
+            Some(Err(cause)) => Err(ProvisionError::Inspect { name: name.to_string(), cause }),
+        }
     }
 
     /// Whether the container exists and runs.

@@ -198,6 +198,33 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
             );
         }
     }
+    if let Some((allocation, max, usage)) = report.cost_figures() {
+        let _ = writeln!(
+            out,
+            "\nCost: allocation ${allocation:.4} (requested resources × lifetime) · max(request, usage) ${max:.4} · usage only ${usage:.4}.\n"
+        );
+        let _ = writeln!(
+            out,
+            "| Sandbox | Phase | Seconds | CPU-seconds | Memory GiB-seconds | Allocation | Max(request, usage) | Usage |"
+        );
+        let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        for sandbox in &report.sandboxes {
+            for p in sandbox.cost.iter().flat_map(|c| &c.phases) {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {:.1} | {:.2} | {:.2} | ${:.5} | ${:.5} | ${:.5} |",
+                    escape(&sandbox.role),
+                    escape(&p.usage.phase),
+                    p.usage.seconds,
+                    p.usage.cpu_seconds,
+                    p.usage.memory_gib_seconds,
+                    p.allocation_usd,
+                    p.max_usd,
+                    p.usage_usd
+                );
+            }
+        }
+    }
     if !errors.is_empty() {
         let _ = writeln!(out, "\nFailures:\n");
         for e in errors.iter().take(MAX_FAILURES_LISTED) {

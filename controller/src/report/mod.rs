@@ -71,7 +71,13 @@ pub struct SandboxRecord {
     pub removed_at: Option<String>,
     pub seconds: f64,
     pub deleted: bool,
+    /// The allocation cost (what the cost line shows).
     pub estimated_usd: f64,
+    #[serde(default)]
+    pub peak_memory_bytes: u64,
+    /// Phase by phase, with the three figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::cost::SandboxCost>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -173,6 +179,18 @@ impl Report {
                     got.len() as u32 == expected && (0..expected).all(|t| got.iter().any(|(x, _)| *x == t))
                 })
             })
+    }
+
+    /// Allocation, max(request, usage) and usage-only totals, when usage was measured.
+    pub fn cost_figures(&self) -> Option<(f64, f64, f64)> {
+        let costs: Vec<&crate::cost::SandboxCost> = self.sandboxes.iter().filter_map(|s| s.cost.as_ref()).collect();
+        (!costs.is_empty()).then(|| {
+            (
+                costs.iter().map(|c| c.allocation_usd).sum(),
+                costs.iter().map(|c| c.max_usd).sum(),
+                costs.iter().map(|c| c.usage_usd).sum(),
+            )
+        })
     }
 
     pub fn total_cost_usd(&self) -> Option<f64> {

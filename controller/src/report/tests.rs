@@ -96,6 +96,8 @@ fn example(status: Status) -> Report {
             seconds: 600.0,
             deleted: true,
             estimated_usd: 0.0219,
+            peak_memory_bytes: 0,
+            cost: None,
         }],
         errors: vec!["head install trial 2: failed | see <log>".into()],
         warnings: vec!["base: cannot collect the agent log".into()],

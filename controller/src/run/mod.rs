@@ -8,6 +8,7 @@
 //! happened.
 
 mod display;
+mod usage;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use sandbench_proto::v1::PhaseStatus;
 use tokio::sync::watch;
 
 pub use display::Display;
+use usage::Meter;
 
 use crate::provision::{AgentShipping, DockerProvisioner, Resources, SandboxRequest};
 use crate::report::{self, Report, Revision, Sample, SandboxRecord, Side, Status};
@@ -44,6 +46,17 @@ pub struct RunOptions {
     /// A noise profile from an A/A run (`noise.json`): its relative noise replaces the spec's
     /// relative floors.
     pub noise: Option<PathBuf>,
+    /// Rate card overrides (USD per vCPU-hour, per GiB-hour of memory, per GiB-hour of disk).
+    pub rates: RateOverrides,
+    /// The cost ledger to record the run in (None: no ledger).
+    pub ledger: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateOverrides {
+    pub cpu_usd_per_hour: Option<f64>,
+    pub memory_usd_per_gb_hour: Option<f64>,
+    pub disk_usd_per_gb_hour: Option<f64>,
 }
 
 /// What an A/A run (the same commit on both sides) measured as noise, per metric.
@@ -116,6 +129,7 @@ struct SideRun {
     ready: bool,
     /// Its first install trial succeeded (the gate of measure and runtime).
     installed: Option<bool>,
+    meter: Arc<Meter>,
 }
 
 /// Failures of one side in one phase: the last cause and how many times in a row.
@@ -137,7 +151,8 @@ struct Run {
     errors: Mutex<Vec<String>>,
     streaks: Mutex<BTreeMap<(&'static str, &'static str), Streak>>,
     started: Instant,
-    cancel: watch::Receiver<bool>,
+    /// Set once the run must stop: canceled, out of time or out of budget.
+    halt: watch::Sender<Option<Stop>>,
 }
 
 const MAX_ERRORS: usize = 30;
@@ -157,7 +172,22 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
         bail!("--pairs must be from 1 to 8, got {}", opts.pairs);
     }
     if let Some(b) = opts.budget_usd {
+        if !(b.is_finite() && b > 0.0) {
+            bail!("--budget must be a positive number of USD, got {b}");
+        }
         plan.cost.budget_usd = Some(b);
+    }
+    for (value, field, name) in [
+        (opts.rates.cpu_usd_per_hour, &mut plan.cost.cpu_usd_per_hour, "--cpu-usd-per-hour"),
+        (opts.rates.memory_usd_per_gb_hour, &mut plan.cost.memory_usd_per_gb_hour, "--memory-usd-per-gb-hour"),
+        (opts.rates.disk_usd_per_gb_hour, &mut plan.cost.disk_usd_per_gb_hour, "--disk-usd-per-gb-hour"),
+    ] {
+        if let Some(v) = value {
+            if !(v.is_finite() && v >= 0.0) {
+                bail!("{name} must be a non-negative number, got {v}");
+            }
+            *field = v;
+        }
     }
     if let Some(path) = &opts.noise {
         let profile = NoiseProfile::load(path)?;
@@ -188,6 +218,32 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
     ));
     let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
     write_reports(&dir, &mut report)?;
+    // The ledger entry is made first, so a run killed from here on shows as unfinished.
+    let mut ledger = match &opts.ledger {
+        Some(path) => {
+            let ledger = crate::ledger::Ledger::open(path)?;
+            let repository = match &plan.source {
+                SourceSettings::Local { repository } => {
+                    repository.canonicalize().unwrap_or(repository.clone()).display().to_string()
+                }
+                SourceSettings::Url { url } => url.clone(),
+                SourceSettings::None => String::new(),
+            };
+            ledger.begin_run(&crate::ledger::RunStart {
+                run_id: run_id.clone(),
+                spec: plan.name.clone(),
+                repository,
+                base_rev: base.rev.clone(),
+                base_commit: base.commit.clone(),
+                head_rev: head.rev.clone(),
+                head_commit: head.commit.clone(),
+                started_at: report.started_at.clone(),
+                run_dir: dir.display().to_string(),
+            })?;
+            Some(ledger)
+        }
+        None => None,
+    };
 
     let outcome = execute(&plan, &opts, &dir, &display, cancel, &base, &head).await;
     let Finished { status, sides, records, mut errors, warnings } = match outcome {
@@ -214,6 +270,16 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
     }
     if report.status == Status::Completed && !report.complete() {
         report.status = Status::Partial;
+    }
+    if let Some(ledger) = ledger.as_mut()
+        && let Err(err) = ledger.finish_run(
+            &run_id,
+            report.status.as_str(),
+            report.finished_at.as_deref().unwrap_or_default(),
+            &report.sandboxes,
+        )
+    {
+        report.warnings.push(format!("cannot record the run in the ledger {}: {err:#}", ledger.path().display()));
     }
     write_reports(&dir, &mut report)?;
     if base.commit == head.commit && report.status == Status::Completed {
@@ -275,18 +341,59 @@ async fn execute(
         errors: Mutex::new(Vec::new()),
         streaks: Mutex::new(BTreeMap::new()),
         started: Instant::now(),
-        cancel,
+        halt: watch::Sender::new(None),
     };
     let cpusets = cpusets(opts.pairs as usize);
+    // Ctrl-C / SIGTERM, the run timeout and the budget are watched continuously, not only
+    // between trials.
+    let watcher = {
+        let halt = run.halt.clone();
+        let mut cancel = cancel.clone();
+        let timeout = opts.run_timeout;
+        let started = run.started;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = cancel.wait_for(|c| *c) => { halt.send_replace(Some(Stop::Canceled("The run was canceled".into()))); }
+                _ = tokio::time::sleep(timeout.saturating_sub(started.elapsed())) => {
+                    halt.send_replace(Some(Stop::Failed("Benchmark exceeded its runtime limit".into())));
+                }
+            }
+        })
+    };
     let mut sides: Vec<SideRun> = Vec::new();
     for pair in 0..opts.pairs as usize {
         for role in ["base", "head"] {
             let label = if opts.pairs == 1 { role.to_string() } else { format!("{role}{pair}") };
-            sides.push(SideRun { role, label, pair, live: None, ready: false, installed: None });
+            sides.push(SideRun { role, label, pair, live: None, ready: false, installed: None, meter: Meter::new() });
         }
     }
 
+    let budget = plan.cost.budget_usd.map(|budget| {
+        let halt = run.halt.clone();
+        let meters: Vec<Arc<Meter>> = sides.iter().map(|s| s.meter.clone()).collect();
+        let hourly = hourly_cost(plan);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                let spent: f64 = meters.iter().map(|m| m.start.elapsed().as_secs_f64() / 3600.0 * hourly).sum();
+                if spent >= budget {
+                    halt.send_if_modified(|h| {
+                        let first = h.is_none();
+                        if first {
+                            *h = Some(Stop::Failed("Reached the estimated run budget".into()));
+                        }
+                        first
+                    });
+                    return;
+                }
+            }
+        })
+    });
     let stop = run.drive(&mut sides, &run_id, &agent, &cpusets).await;
+    watcher.abort();
+    if let Some(budget) = budget {
+        budget.abort();
+    }
 
     // Teardown, whatever happened.
     let mut records = Vec::new();
@@ -294,12 +401,20 @@ async fn execute(
     for side in &sides {
         let Some(live) = &side.live else { continue };
         display.status(&side.label, "teardown");
+        side.meter.mark("teardown");
         let down = sandbox::teardown(&provisioner, &hub, dir, &live.sandbox).await;
-        let mut seconds = down.lifetime.as_secs_f64();
+        side.meter.stop_sampling();
+        let seconds = down.lifetime.as_secs_f64();
         if let Some(err) = &down.removal_error {
             warnings.push(format!("{}: sandbox cleanup failed: {err}", side.label));
-            seconds = seconds.max(plan.sandbox.ttl.as_secs_f64());
         }
+        let cost = crate::cost::sandbox_cost(
+            &plan.cost,
+            allocation(plan),
+            side.meter.phases(),
+            down.removal_error.is_some(),
+            plan.sandbox.ttl.as_secs_f64(),
+        );
         if down.log_path.is_none() {
             warnings.push(format!("{}: cannot collect the agent log", side.label));
         }
@@ -309,9 +424,11 @@ async fn execute(
             role: side.label.clone(),
             created_at: report::timestamp(live.sandbox.requested_at),
             removed_at: down.removal_error.is_none().then(|| report::timestamp(SystemTime::now())),
-            seconds,
+            seconds: cost.charged_seconds.max(seconds),
             deleted: down.removal_error.is_none(),
-            estimated_usd: seconds / 3600.0 * hourly_cost(plan),
+            estimated_usd: cost.allocation_usd,
+            peak_memory_bytes: side.meter.peak_memory_bytes(),
+            cost: Some(cost),
         });
     }
     for leftover in provisioner.list(Some((crate::provision::labels::RUN, &run_id))).await.unwrap_or_default() {
@@ -352,20 +469,7 @@ impl Run {
     }
 
     fn check(&self) -> Option<Stop> {
-        if *self.cancel.borrow() {
-            return Some(Stop::Canceled("The run was canceled".into()));
-        }
-        if self.started.elapsed() > self.opts.run_timeout {
-            return Some(Stop::Failed("Benchmark exceeded its runtime limit".into()));
-        }
-        if let Some(budget) = self.plan.cost.budget_usd {
-            let spent =
-                self.started.elapsed().as_secs_f64() / 3600.0 * hourly_cost(&self.plan) * 2.0 * self.opts.pairs as f64;
-            if spent >= budget {
-                return Some(Stop::Failed("Reached the estimated run budget".into()));
-            }
-        }
-        None
+        self.halt.borrow().clone()
     }
 
     async fn drive(
@@ -399,7 +503,7 @@ impl Run {
         });
         let launched = tokio::select! {
             l = futures_util::future::join_all(launches) => l,
-            _ = cancelled(self.cancel.clone()) => return Some(Stop::Canceled("The run was canceled".into())),
+            stop = halted(self.halt.subscribe()) => return Some(stop),
         };
         for (side, result) in sides.iter_mut().zip(launched) {
             match result {
@@ -407,6 +511,7 @@ impl Run {
                     let ready =
                         format!("sandbox {} ready in {:.2} s", live.sandbox.id, live.provision_to_hello.as_secs_f64());
                     self.display.status(&side.label, &ready);
+                    side.meter.sample(self.provisioner.clone(), live.sandbox.id.clone());
                     side.live = Some(live);
                 }
                 Err(err) => self.error(format!("{} setup: {err:#}", side.label)),
@@ -421,6 +526,7 @@ impl Run {
             let live = side.live.as_ref()?;
             let plan = &self.agent_plans[side.role];
             self.display.status(&side.label, "prepare (untimed)");
+            side.meter.mark(phase::PREPARE);
             let result = async {
                 sandbox::deliver_source(&self.provisioner, &self.plan, &live.sandbox, plan).await?;
                 let outcome = self.wait_phase(side, phase::PREPARE, 0, self.phase_timeout(phase::PREPARE)).await?;
@@ -434,7 +540,7 @@ impl Run {
         });
         let prepared = tokio::select! {
             p = futures_util::future::join_all(prepares) => p,
-            _ = cancelled(self.cancel.clone()) => return Some(Stop::Canceled("The run was canceled".into())),
+            stop = halted(self.halt.subscribe()) => return Some(stop),
         };
         for (side, result) in sides.iter_mut().zip(prepared) {
             match result {
@@ -453,6 +559,9 @@ impl Run {
             (phase::MEASURE, self.plan.trials.measure),
             (phase::RUNTIME, self.plan.trials.runtime),
         ] {
+            for side in sides.iter().filter(|s| s.live.is_some()) {
+                side.meter.mark(name);
+            }
             let pairs = self.opts.pairs as usize;
             let mut per_pair: Vec<Vec<&mut SideRun>> = (0..pairs).map(|_| Vec::new()).collect();
             for side in sides.iter_mut() {
@@ -475,7 +584,7 @@ impl Run {
             });
             let stops = tokio::select! {
                 s = futures_util::future::join_all(work) => s,
-                _ = cancelled(self.cancel.clone()) => return Some(Stop::Canceled("The run was canceled".into())),
+                stop = halted(self.halt.subscribe()) => return Some(stop),
             };
             if let Some(stop) = stops.into_iter().flatten().next() {
                 return Some(stop);
@@ -607,8 +716,13 @@ impl Run {
     }
 }
 
-async fn cancelled(mut cancel: watch::Receiver<bool>) {
-    let _ = cancel.wait_for(|c| *c).await;
+/// Resolves with the reason once the run must stop.
+async fn halted(mut halt: watch::Receiver<Option<Stop>>) -> Stop {
+    match halt.wait_for(Option::is_some).await {
+        Ok(stop) => stop.clone().unwrap_or(Stop::Failed("stopped".into())),
+        // The sender lives as long as the run: never resolve.
+        Err(_) => std::future::pending().await,
+    }
 }
 
 /// Samples per side and metric from the run's event log, and each side's facts.
@@ -718,11 +832,16 @@ pub fn rerender(dir: &Path) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+fn allocation(plan: &Plan) -> crate::cost::Allocation {
+    crate::cost::Allocation {
+        cpus: plan.sandbox.cpus,
+        memory_gib: plan.sandbox.memory_bytes as f64 / (1u64 << 30) as f64,
+        disk_gib: plan.sandbox.disk_gb,
+    }
+}
+
 fn hourly_cost(plan: &Plan) -> f64 {
-    let c = &plan.cost;
-    plan.sandbox.cpus * c.cpu_usd_per_hour
-        + plan.sandbox.memory_bytes as f64 / 1e9 * c.memory_usd_per_gb_hour
-        + plan.sandbox.disk_gb * c.disk_usd_per_gb_hour
+    crate::cost::hourly(&plan.cost, allocation(plan))
 }
 
 /// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.

@@ -112,17 +112,45 @@ pub fn describe(plan: &Plan) -> String {
         );
     }
     let c = &plan.cost;
-    let hourly = s.cpus * c.cpu_usd_per_hour
-        + s.memory_bytes as f64 / 1e9 * c.memory_usd_per_gb_hour
-        + s.disk_gb * c.disk_usd_per_gb_hour;
+    let allocation = crate::cost::Allocation {
+        cpus: s.cpus,
+        memory_gib: s.memory_bytes as f64 / (1u64 << 30) as f64,
+        disk_gib: s.disk_gb,
+    };
+    let hourly = crate::cost::hourly(c, allocation);
+    let worst = worst_case_seconds(plan);
     let _ = writeln!(
         out,
-        "\ncost: ${:.4} per sandbox-hour (${}/vCPU-h, ${}/GB-h memory, ${}/GB-h disk){}",
+        "\ncost: ${:.4} per sandbox-hour (${}/vCPU-h, ${}/GiB-h memory, ${}/GiB-h disk); a base-and-head pair ${:.4}/h",
         hourly,
         c.cpu_usd_per_hour,
         c.memory_usd_per_gb_hour,
         c.disk_usd_per_gb_hour,
-        c.budget_usd.map(|b| format!(", budget ${b}")).unwrap_or_default()
+        2.0 * hourly
+    );
+    let _ = writeln!(
+        out,
+        "estimate: at most ${:.4} for one pair if every step ran to its timeout ({:.0} min){}",
+        2.0 * hourly * worst / 3600.0,
+        worst / 60.0,
+        c.budget_usd.map(|b| format!("; budget ${b}")).unwrap_or_default()
     );
     out
+}
+
+/// Seconds a run lasts if every step takes its whole timeout (an upper bound for the estimate).
+fn worst_case_seconds(plan: &Plan) -> f64 {
+    let a = &plan.agent;
+    let t = &plan.trials;
+    let provision = 120.0;
+    let prepare: f64 = a.prepare.commands.iter().map(|c| c.timeout_s).sum();
+    let install = a.install.command.timeout_s + 60.0 * a.install.checks.len() as f64;
+    let measure = a.measure.startup.as_ref().map_or(0.0, |st| 2.0 * st.timeout_s + 2.0 * a.measure.settle_s)
+        + a.measure.between.as_ref().map_or(0.0, |b| b.timeout_s);
+    let runtime: f64 = a.runtime.scenarios.iter().map(|s| s.timeout_s * (s.steps.len() as f64 + 1.0)).sum::<f64>()
+        + a.runtime.commands.iter().map(|c| c.step.timeout_s * f64::from(c.repeat)).sum::<f64>()
+        + a.runtime.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>();
+    provision
+        + prepare
+        + 2.0 * (f64::from(t.install) * install + f64::from(t.measure) * measure + f64::from(t.runtime) * runtime)
 }

@@ -1,0 +1,383 @@
+//! The cost ledger: every run, completed or not, in an embedded SQLite database, so whoever pays
+//! can see what runs cost across time, specs and repositories (`sandbench cost`).
+//!
+//! A run is inserted as `running` when it starts and completed in one transaction when it ends;
+//! a controller killed in between leaves its row unfinished and everything else intact. WAL mode
+//! and a busy timeout let concurrent runs write at once.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::report::SandboxRecord;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    repository TEXT NOT NULL,
+    base_rev TEXT NOT NULL,
+    base_commit TEXT NOT NULL,
+    head_rev TEXT NOT NULL,
+    head_commit TEXT NOT NULL,
+    status TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    sandboxes INTEGER NOT NULL DEFAULT 0,
+    seconds REAL NOT NULL DEFAULT 0,
+    allocation_usd REAL NOT NULL DEFAULT 0,
+    max_usd REAL NOT NULL DEFAULT 0,
+    usage_usd REAL NOT NULL DEFAULT 0,
+    run_dir TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sandboxes (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    sandbox_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    removed_at TEXT,
+    seconds REAL NOT NULL,
+    deleted INTEGER NOT NULL,
+    peak_memory_bytes INTEGER NOT NULL,
+    allocation_usd REAL NOT NULL,
+    max_usd REAL NOT NULL,
+    usage_usd REAL NOT NULL,
+    PRIMARY KEY (run_id, sandbox_id)
+);
+CREATE TABLE IF NOT EXISTS phases (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    sandbox_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    phase TEXT NOT NULL,
+    seconds REAL NOT NULL,
+    cpu_seconds REAL NOT NULL,
+    memory_gib_seconds REAL NOT NULL,
+    allocation_usd REAL NOT NULL,
+    max_usd REAL NOT NULL,
+    usage_usd REAL NOT NULL,
+    PRIMARY KEY (run_id, sandbox_id, seq)
+);
+CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at);
+";
+
+/// Where the ledger lives unless `--ledger` says otherwise: the user's data folder.
+pub fn default_path() -> PathBuf {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    data.join("sandbench").join("ledger.sqlite")
+}
+
+/// A run as it starts.
+#[derive(Debug, Clone)]
+pub struct RunStart {
+    pub run_id: String,
+    pub spec: String,
+    pub repository: String,
+    pub base_rev: String,
+    pub base_commit: String,
+    pub head_rev: String,
+    pub head_commit: String,
+    pub started_at: String,
+    pub run_dir: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRow {
+    pub run_id: String,
+    pub spec: String,
+    pub repository: String,
+    pub base_commit: String,
+    pub head_commit: String,
+    /// `unfinished` when the run never recorded its end.
+    pub status: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub sandboxes: i64,
+    pub seconds: f64,
+    pub allocation_usd: f64,
+    pub max_usd: f64,
+    pub usage_usd: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseRow {
+    pub sandbox_id: String,
+    pub role: String,
+    pub phase: String,
+    pub seconds: f64,
+    pub cpu_seconds: f64,
+    pub memory_gib_seconds: f64,
+    pub allocation_usd: f64,
+    pub max_usd: f64,
+    pub usage_usd: f64,
+}
+
+pub struct Ledger {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Ledger {
+    pub fn open(path: &Path) -> anyhow::Result<Ledger> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let conn = Connection::open(path).with_context(|| format!("cannot open the ledger {}", path.display()))?;
+        conn.busy_timeout(Duration::from_secs(30))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch(SCHEMA).with_context(|| format!("cannot set up the ledger {}", path.display()))?;
+        Ok(Ledger { conn, path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records a run as started (and unfinished until `finish_run`).
+    pub fn begin_run(&self, run: &RunStart) -> anyhow::Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO runs (run_id, spec, repository, base_rev, base_commit, head_rev, head_commit, status, started_at, run_dir)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9)",
+                params![run.run_id, run.spec, run.repository, run.base_rev, run.base_commit, run.head_rev, run.head_commit, run.started_at, run.run_dir],
+            )
+            .context("cannot record the run in the ledger")?;
+        Ok(())
+    }
+
+    /// Records how a run ended and what each sandbox cost, in one transaction.
+    pub fn finish_run(
+        &mut self,
+        run_id: &str,
+        status: &str,
+        finished_at: &str,
+        sandboxes: &[SandboxRecord],
+    ) -> anyhow::Result<()> {
+        let tx = self.conn.transaction()?;
+        for s in sandboxes {
+            let (allocation, max, usage) = s
+                .cost
+                .as_ref()
+                .map_or((s.estimated_usd, s.estimated_usd, 0.0), |c| (c.allocation_usd, c.max_usd, c.usage_usd));
+            tx.execute(
+                "INSERT OR REPLACE INTO sandboxes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    run_id,
+                    s.id,
+                    s.role,
+                    s.created_at,
+                    s.removed_at,
+                    s.seconds,
+                    s.deleted,
+                    s.peak_memory_bytes as i64,
+                    allocation,
+                    max,
+                    usage
+                ],
+            )?;
+            for (seq, p) in s.cost.iter().flat_map(|c| c.phases.iter()).enumerate() {
+                tx.execute(
+                    "INSERT OR REPLACE INTO phases VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    params![
+                        run_id,
+                        s.id,
+                        seq as i64,
+                        p.usage.phase,
+                        p.usage.seconds,
+                        p.usage.cpu_seconds,
+                        p.usage.memory_gib_seconds,
+                        p.allocation_usd,
+                        p.max_usd,
+                        p.usage_usd
+                    ],
+                )?;
+            }
+        }
+        let changed = tx.execute(
+            "UPDATE runs SET status = ?2, finished_at = ?3,
+                 sandboxes = (SELECT COUNT(*) FROM sandboxes WHERE run_id = ?1),
+                 seconds = (SELECT COALESCE(SUM(seconds), 0) FROM sandboxes WHERE run_id = ?1),
+                 allocation_usd = (SELECT COALESCE(SUM(allocation_usd), 0) FROM sandboxes WHERE run_id = ?1),
+                 max_usd = (SELECT COALESCE(SUM(max_usd), 0) FROM sandboxes WHERE run_id = ?1),
+                 usage_usd = (SELECT COALESCE(SUM(usage_usd), 0) FROM sandboxes WHERE run_id = ?1)
+             WHERE run_id = ?1",
+            params![run_id, status, finished_at],
+        )?;
+        if changed != 1 {
+            anyhow::bail!("run {run_id} is not in the ledger {}", self.path.display());
+        }
+        tx.commit().context("cannot record the run's end in the ledger")?;
+        Ok(())
+    }
+
+    /// Runs started at or after `since` (an RFC 3339 date or time prefix), newest first.
+    pub fn runs(&self, since: Option<&str>) -> anyhow::Result<Vec<RunRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT run_id, spec, repository, base_commit, head_commit,
+                    CASE WHEN finished_at IS NULL THEN 'unfinished' ELSE status END,
+                    started_at, finished_at, sandboxes, seconds, allocation_usd, max_usd, usage_usd
+             FROM runs WHERE started_at >= ?1 ORDER BY started_at DESC, run_id DESC",
+        )?;
+        let rows = stmt.query_map(params![since.unwrap_or("")], |r| {
+            Ok(RunRow {
+                run_id: r.get(0)?,
+                spec: r.get(1)?,
+                repository: r.get(2)?,
+                base_commit: r.get(3)?,
+                head_commit: r.get(4)?,
+                status: r.get(5)?,
+                started_at: r.get(6)?,
+                finished_at: r.get(7)?,
+                sandboxes: r.get(8)?,
+                seconds: r.get(9)?,
+                allocation_usd: r.get(10)?,
+                max_usd: r.get(11)?,
+                usage_usd: r.get(12)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One run and its cost by sandbox and phase.
+    pub fn run(&self, run_id: &str) -> anyhow::Result<Option<(RunRow, Vec<PhaseRow>)>> {
+        let Some(run) = self.runs(None)?.into_iter().find(|r| r.run_id == run_id) else { return Ok(None) };
+        let mut stmt = self.conn.prepare(
+            "SELECT p.sandbox_id, s.role, p.phase, p.seconds, p.cpu_seconds, p.memory_gib_seconds, p.allocation_usd, p.max_usd, p.usage_usd
+             FROM phases p JOIN sandboxes s ON s.run_id = p.run_id AND s.sandbox_id = p.sandbox_id
+             WHERE p.run_id = ?1 ORDER BY s.role, p.seq",
+        )?;
+        let phases = stmt
+            .query_map(params![run_id], |r| {
+                Ok(PhaseRow {
+                    sandbox_id: r.get(0)?,
+                    role: r.get(1)?,
+                    phase: r.get(2)?,
+                    seconds: r.get(3)?,
+                    cpu_seconds: r.get(4)?,
+                    memory_gib_seconds: r.get(5)?,
+                    allocation_usd: r.get(6)?,
+                    max_usd: r.get(7)?,
+                    usage_usd: r.get(8)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(Some((run, phases)))
+    }
+
+    /// The database is consistent (SQLite's own check).
+    pub fn integrity(&self) -> anyhow::Result<String> {
+        Ok(self.conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).optional()?.unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::{PhaseCost, PhaseUsage, SandboxCost};
+
+    fn start(id: &str) -> RunStart {
+        RunStart {
+            run_id: id.into(),
+            spec: "demo".into(),
+            repository: "/srv/repo".into(),
+            base_rev: "main".into(),
+            base_commit: "a".repeat(40),
+            head_rev: "pr".into(),
+            head_commit: "b".repeat(40),
+            started_at: "2026-11-29T10:00:00Z".into(),
+            run_dir: format!("/runs/{id}"),
+        }
+    }
+
+    fn sandbox(id: &str, role: &str, usd: f64) -> SandboxRecord {
+        let phase = |name: &str, seconds: f64| PhaseCost {
+            usage: PhaseUsage { phase: name.into(), seconds, cpu_seconds: seconds / 2.0, memory_gib_seconds: seconds },
+            allocation_usd: usd / 2.0,
+            max_usd: usd / 2.0,
+            usage_usd: usd / 4.0,
+        };
+        SandboxRecord {
+            id: id.into(),
+            role: role.into(),
+            created_at: "2026-11-29T10:00:00Z".into(),
+            removed_at: Some("2026-11-29T10:01:00Z".into()),
+            seconds: 60.0,
+            deleted: true,
+            estimated_usd: usd,
+            peak_memory_bytes: 1 << 20,
+            cost: Some(SandboxCost {
+                phases: vec![phase("prepare", 20.0), phase("install", 40.0)],
+                allocation_usd: usd,
+                max_usd: usd,
+                usage_usd: usd / 2.0,
+                charged_seconds: 60.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_run_round_trips_with_its_sandboxes_and_phases() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/ledger.sqlite");
+        let mut ledger = Ledger::open(&path).unwrap();
+        ledger.begin_run(&start("r1")).unwrap();
+        assert_eq!(ledger.runs(None).unwrap()[0].status, "unfinished");
+        ledger
+            .finish_run(
+                "r1",
+                "completed",
+                "2026-11-29T10:02:00Z",
+                &[sandbox("sb-base", "base", 0.002), sandbox("sb-head", "head", 0.003)],
+            )
+            .unwrap();
+        drop(ledger);
+
+        let ledger = Ledger::open(&path).unwrap();
+        let (run, phases) = ledger.run("r1").unwrap().unwrap();
+        assert_eq!((run.status.as_str(), run.sandboxes, run.seconds), ("completed", 2, 120.0));
+        assert!((run.allocation_usd - 0.005).abs() < 1e-12 && (run.usage_usd - 0.0025).abs() < 1e-12);
+        assert_eq!(phases.len(), 4);
+        assert_eq!((phases[0].role.as_str(), phases[0].phase.as_str(), phases[0].seconds), ("base", "prepare", 20.0));
+        assert!(ledger.run("nope").unwrap().is_none());
+        assert!(ledger.runs(Some("2026-11-30")).unwrap().is_empty());
+        assert_eq!(ledger.integrity().unwrap(), "ok");
+        // A run that was never begun cannot be finished.
+        let mut ledger = ledger;
+        assert!(ledger.finish_run("ghost", "completed", "x", &[]).is_err());
+    }
+
+    #[test]
+    fn concurrent_runs_write_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        Ledger::open(&path).unwrap();
+        let writers: Vec<_> = (0..8)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let mut ledger = Ledger::open(&path).unwrap();
+                    let id = format!("run{i}");
+                    ledger.begin_run(&start(&id)).unwrap();
+                    std::thread::sleep(Duration::from_millis(5));
+                    let boxes: Vec<SandboxRecord> =
+                        (0..3).map(|k| sandbox(&format!("{id}-{k}"), "base", 0.001)).collect();
+                    ledger.finish_run(&id, "completed", "2026-11-29T11:00:00Z", &boxes).unwrap();
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let ledger = Ledger::open(&path).unwrap();
+        let runs = ledger.runs(None).unwrap();
+        assert_eq!(runs.len(), 8);
+        assert!(runs.iter().all(|r| r.status == "completed" && r.sandboxes == 3));
+        assert_eq!(ledger.integrity().unwrap(), "ok");
+    }
+}

@@ -1,0 +1,153 @@
+//! Cost end to end in Docker: a budget that stops a run, the ledger that records every run
+//! (finished or killed), and what `sandbench cost` shows of them.
+
+use std::path::Path;
+use std::time::Duration;
+
+use sandbench::ledger::Ledger;
+use sandbench::provision::{AgentShipping, DockerProvisioner, labels};
+use sandbench::report::Status;
+use sandbench::run::{RunOptions, run};
+
+fn demo_spec() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo/bench.toml")
+}
+
+fn sandbench(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench")).args(args).output().unwrap();
+    assert!(out.status.success(), "sandbench {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_budget_stops_the_run_which_the_ledger_and_sandbench_cost_show() {
+    let out = tempfile::tempdir().unwrap();
+    let ledger_path = out.path().join("ledger.sqlite");
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let options = RunOptions {
+        spec: demo_spec(),
+        base: "HEAD".into(),
+        head: "HEAD".into(),
+        out: out.path().join("runs"),
+        trials: Some(3),
+        pairs: 1,
+        // Two sandboxes at about $0.13 an hour each spend this in about half a second.
+        budget_usd: Some(0.000_04),
+        run_timeout: Duration::from_secs(600),
+        agent: None,
+        shipping: AgentShipping::Bind,
+        noise: None,
+        rates: Default::default(),
+        ledger: Some(ledger_path.clone()),
+    };
+    let result = run(options, cancel).await.unwrap();
+    let report = &result.report;
+    assert_eq!(result.status, Status::Failed, "{:?}", report.errors);
+    assert!(report.errors.iter().any(|e| e == "Reached the estimated run budget"), "{:?}", report.errors);
+    assert!(!report.base_side.metrics.contains_key("cold"), "no measurement started after the budget");
+    assert_eq!(report.sandboxes.len(), 2);
+    assert!(report.sandboxes.iter().all(|s| s.deleted && s.estimated_usd > 0.0));
+    let provisioner = DockerProvisioner::connect(1).await.unwrap();
+    let run_id = report.run_id.clone();
+    assert!(provisioner.list(Some((labels::RUN, &run_id))).await.unwrap().is_empty());
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    assert!(markdown.contains("**Sandbox cost: ~$") && markdown.contains("Cost: allocation $"), "{markdown}");
+
+    // The ledger has it, with its cost, and `sandbench cost` shows it every way.
+    let ledger = Ledger::open(&ledger_path).unwrap();
+    let (row, phases) = ledger.run(&run_id).unwrap().expect("the run is in the ledger");
+    assert_eq!(row.status, "failed");
+    assert!(row.allocation_usd >= 0.000_04 && row.max_usd >= row.allocation_usd && row.usage_usd > 0.0, "{row:?}");
+    assert!(
+        phases.iter().any(|p| p.phase == "provision") && phases.iter().any(|p| p.phase == "teardown"),
+        "{phases:?}"
+    );
+    let ledger_arg = ledger_path.display().to_string();
+    let table = sandbench(&["cost", "--ledger", &ledger_arg]);
+    assert!(table.starts_with("run") && table.contains(&run_id) && table.contains("failed"), "{table}");
+    let json: serde_json::Value =
+        serde_json::from_str(&sandbench(&["cost", "--ledger", &ledger_arg, "--format", "json"])).unwrap();
+    assert_eq!(json[0]["run_id"], run_id.as_str());
+    let csv = sandbench(&["cost", "--ledger", &ledger_arg, "--by", "spec", "--format", "csv"]);
+    assert!(csv.lines().nth(1).unwrap().starts_with("demo,1,0,"), "{csv}");
+    let detail = sandbench(&["cost", &run_id, "--ledger", &ledger_arg]);
+    assert!(detail.contains("max(request, usage)") && detail.contains("provision"), "{detail}");
+    let none = sandbench(&["cost", "--ledger", &ledger_arg, "--since", "2999-01-01"]);
+    assert_eq!(none.lines().count(), 1, "only the header: {none}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_mid_run_leaves_its_ledger_row_unfinished_and_the_rest_intact() {
+    let out = tempfile::tempdir().unwrap();
+    let ledger_path = out.path().join("ledger.sqlite");
+    // An earlier run, finished.
+    {
+        let mut ledger = Ledger::open(&ledger_path).unwrap();
+        ledger
+            .begin_run(&sandbench::ledger::RunStart {
+                run_id: "earlier".into(),
+                spec: "demo".into(),
+                repository: "/repo".into(),
+                base_rev: "a".into(),
+                base_commit: "a".into(),
+                head_rev: "b".into(),
+                head_commit: "b".into(),
+                started_at: "2026-11-28T00:00:00Z".into(),
+                run_dir: "/runs/earlier".into(),
+            })
+            .unwrap();
+        ledger.finish_run("earlier", "completed", "2026-11-28T00:05:00Z", &[]).unwrap();
+    }
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
+        .args(["run", &demo_spec().display().to_string(), "--base", "HEAD", "--head", "HEAD", "--trials", "3"])
+        .arg("--out")
+        .arg(out.path().join("runs"))
+        .arg("--ledger")
+        .arg(&ledger_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once its sandboxes are working.
+    let provisioner = DockerProvisioner::connect(1).await.unwrap();
+    let marker = format!("/{}/", child.id());
+    let mut seen = false;
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mine = provisioner
+            .list(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.labels.get(labels::OWNER).is_some_and(|o| o.contains(&marker)))
+            .count();
+        if mine == 2 {
+            seen = true;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Its sandboxes are orphans now: the reaper removes them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    provisioner.reap().await.unwrap();
+    let left = provisioner
+        .list(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.labels.get(labels::OWNER).is_some_and(|o| o.contains(&marker)))
+        .count();
+    assert!(seen, "the run never provisioned its sandboxes");
+    assert_eq!(left, 0, "the killed controller's sandboxes were not reaped");
+
+    let ledger = Ledger::open(&ledger_path).unwrap();
+    assert_eq!(ledger.integrity().unwrap(), "ok");
+    let runs = ledger.runs(None).unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let killed = runs.iter().find(|r| r.run_id != "earlier").unwrap();
+    assert_eq!(killed.status, "unfinished");
+    let earlier = runs.iter().find(|r| r.run_id == "earlier").unwrap();
+    assert_eq!(earlier.status, "completed");
+}

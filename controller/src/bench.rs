@@ -112,6 +112,7 @@ impl Bench {
             agent_binary: self.agent.clone(),
             socket_dir: self.socket_dir.clone(),
             token: String::new(),
+            labels: Default::default(),
         }
     }
 

@@ -41,6 +41,60 @@ pub enum Command {
         /// The bench spec (TOML).
         spec: std::path::PathBuf,
     },
+    /// One sandbox for a person: phases up to one, output shown live; --keep keeps it.
+    Debug {
+        /// The bench spec (TOML).
+        spec: std::path::PathBuf,
+        /// The revision to build.
+        #[arg(long)]
+        rev: String,
+        /// Run phases up to this one (prepare, install, measure, runtime).
+        #[arg(long)]
+        phase: Option<String>,
+        /// The trial of that phase.
+        #[arg(long, default_value_t = 0)]
+        trial: u32,
+        /// Keep the sandbox and its controller afterwards (until rm, expiry or Ctrl-C).
+        #[arg(long)]
+        keep: bool,
+        /// Where the debug directory goes.
+        #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
+        out: std::path::PathBuf,
+        #[arg(long, env = crate::agent_binary::AGENT_ENV)]
+        agent: Option<std::path::PathBuf>,
+    },
+    /// The sandbench sandboxes on this machine: run, role, image, state, age, expiry, cost so far.
+    Ls,
+    /// A terminal in a sandbox (root, or a benchmark user with --user); `-- CMD` runs a command.
+    Shell {
+        id: String,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// A sandbox's agent log.
+    Logs {
+        id: String,
+        /// Keep following it.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Rerun one phase on a sandbox kept by `sandbench debug --keep`.
+    Phase {
+        id: String,
+        phase: String,
+        #[arg(long, default_value_t = 0)]
+        trial: u32,
+    },
+    /// Remove sandboxes: one, a run's, or all.
+    Rm {
+        id: Option<String>,
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        all: bool,
+    },
     /// Remove sandbench sandboxes that expired or whose controller is gone.
     Gc,
     /// What runs cost: every run, runs grouped, or one run by sandbox and phase.
@@ -124,6 +178,19 @@ pub fn exit_code(status: crate::report::Status) -> ExitCode {
     }
 }
 
+/// A flag raised by Ctrl-C or SIGTERM.
+fn cancel_on_signals() -> tokio::sync::watch::Receiver<bool> {
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+        tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+        eprintln!("canceling: tearing down");
+        let _ = cancel_tx.send(true);
+    });
+    cancel_rx
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter =
@@ -173,14 +240,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {
-            let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-            tokio::spawn(async move {
-                use tokio::signal::unix::{SignalKind, signal};
-                let Ok(mut term) = signal(SignalKind::terminate()) else { return };
-                tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
-                eprintln!("canceling: tearing down and writing the report");
-                let _ = cancel_tx.send(true);
-            });
+            let cancel_rx = cancel_on_signals();
             let options = crate::run::RunOptions {
                 spec: args.spec,
                 base: args.base,
@@ -213,6 +273,49 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(ReportFormat::Html) => print!("{}", crate::report::html::render(&report)),
                 Some(ReportFormat::Json) => println!("{}", serde_json::to_string_pretty(&report)?),
                 None => println!("re-rendered report.json, report.md and report.html in {}", dir.display()),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Debug { spec, rev, phase, trial, keep, out, agent } => {
+            let cancel = cancel_on_signals();
+            let options = crate::debug::DebugOptions {
+                spec,
+                rev,
+                phase,
+                trial,
+                keep,
+                out,
+                agent,
+                shipping: crate::provision::AgentShipping::Bind,
+            };
+            let ok = crate::debug::debug(options, cancel).await?;
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Ls => {
+            print!("{}", crate::sandboxes::ls(&DockerProvisioner::connect(1).await?).await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Shell { id, user, command } => {
+            let code =
+                crate::sandboxes::shell(&DockerProvisioner::connect(1).await?, &id, user.as_deref(), &command).await?;
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        Command::Logs { id, follow } => {
+            crate::sandboxes::logs(&DockerProvisioner::connect(1).await?, &id, follow).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Phase { id, phase, trial } => {
+            let ok = crate::sandboxes::phase(&DockerProvisioner::connect(1).await?, &id, &phase, trial).await?;
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Rm { id, run, all } => {
+            let removed =
+                crate::sandboxes::rm(&DockerProvisioner::connect(1).await?, id.as_deref(), run.as_deref(), all).await?;
+            for name in &removed {
+                println!("removed {name}");
+            }
+            if removed.is_empty() {
+                println!("nothing to remove");
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -78,6 +78,11 @@ pub async fn teardown(provisioner: &DockerProvisioner, hub: &Hub, run_dir: &Path
     let _ = hub.retire(&sandbox.id);
     let log_path = match provisioner.logs(&sandbox.id).await {
         Ok(log) => save_log(run_dir, &sandbox.id, &log).ok(),
+        Err(err) if !provisioner.exists(&sandbox.id).await => {
+            // Removed already (by `sandbench rm`, say): nothing to collect, nothing to remove.
+            tracing::info!(sandbox = %sandbox.id, "already removed: {err}");
+            None
+        }
         Err(err) => {
             tracing::warn!(sandbox = %sandbox.id, "cannot collect the agent log: {err}");
             None
@@ -125,7 +130,21 @@ pub async fn run_phase(
     trial: u32,
     timeout: Duration,
 ) -> anyhow::Result<PhaseOutcome> {
-    let command_id = command_id(phase, trial);
+    run_command(hub, sandbox_id, agent_plan, phase, trial, &command_id(phase, trial), timeout).await
+}
+
+/// Like [`run_phase`] with a command id of the caller's (a rerun needs a new one: the agent
+/// runs each command id once).
+pub async fn run_command(
+    hub: &Hub,
+    sandbox_id: &str,
+    agent_plan: &AgentPlan,
+    phase: &str,
+    trial: u32,
+    command_id: &str,
+    timeout: Duration,
+) -> anyhow::Result<PhaseOutcome> {
+    let command_id = command_id.to_string();
     let plan = serde_json::to_vec(agent_plan)?;
     let command = Command {
         command_id: command_id.clone(),

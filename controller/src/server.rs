@@ -111,6 +111,8 @@ struct Inner {
     sandboxes: Mutex<HashMap<String, SandboxState>>,
     refusals: Mutex<Vec<Refusal>>,
     closed: watch::Sender<bool>,
+    /// Every event once persisted, for live displays.
+    events: tokio::sync::broadcast::Sender<StoredEvent>,
 }
 
 /// The controller's registry of sandboxes and their agents' sessions. Cheap to clone.
@@ -151,6 +153,7 @@ impl Hub {
                 sandboxes: Mutex::new(sandboxes),
                 refusals: Mutex::new(Vec::new()),
                 closed: watch::Sender::new(false),
+                events: tokio::sync::broadcast::Sender::new(4096),
             }),
         })
     }
@@ -205,6 +208,11 @@ impl Hub {
     /// Watches one sandbox's agent.
     pub fn status(&self, sandbox_id: &str) -> Option<watch::Receiver<AgentStatus>> {
         lock(&self.inner.sandboxes).get(sandbox_id).map(|s| s.status.subscribe())
+    }
+
+    /// Events as they are persisted (a slow reader misses some; the log has them all).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoredEvent> {
+        self.inner.events.subscribe()
     }
 
     pub fn refusals(&self) -> Vec<Refusal> {
@@ -400,6 +408,7 @@ impl Hub {
         let mut observations = 0u64;
         let mut finished = Vec::new();
         let mut failed_observations: Vec<(String, String)> = Vec::new();
+        let mut persisted: Vec<StoredEvent> = Vec::new();
         for event in events {
             if event.seq < expected {
                 continue; // a duplicate: already persisted
@@ -431,6 +440,7 @@ impl Hub {
             }
             serde_json::to_writer(&mut bytes, &stored)?;
             bytes.push(b'\n');
+            persisted.push(stored);
         }
         let new_seq = expected - 1;
         if new_seq == held {
@@ -440,6 +450,11 @@ impl Hub {
             let log = self.inner.log.read().await;
             let log = log.as_ref().context("the hub is closed")?;
             log.append(bytes).await.with_context(|| format!("cannot write {}", log.path().display()))?;
+        }
+        if self.inner.events.receiver_count() > 0 {
+            for event in persisted {
+                let _ = self.inner.events.send(event);
+            }
         }
         let mut sandboxes = lock(&self.inner.sandboxes);
         let state = sandboxes.get_mut(sandbox_id).context("unknown sandbox")?;

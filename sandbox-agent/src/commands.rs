@@ -94,6 +94,9 @@ impl PhaseContext {
     }
 }
 
+/// The command running now (or last run): id, phase, trial, running.
+pub type Current = Arc<std::sync::Mutex<Option<(String, String, u32, bool)>>>;
+
 pub struct Workloads {
     /// Cancel flags of every command started by this agent process. Entries are never removed:
     /// a finished command is recognised by the journal, and until its `PhaseDone` is journaled
@@ -102,11 +105,12 @@ pub struct Workloads {
     progress: Progress,
     emit: Emit,
     state_dir: PathBuf,
+    pub current: Current,
 }
 
 impl Workloads {
     pub fn new(progress: Progress, emit: Emit, state_dir: PathBuf) -> Workloads {
-        Workloads { started: HashMap::new(), progress, emit, state_dir }
+        Workloads { started: HashMap::new(), progress, emit, state_dir, current: Current::default() }
     }
 
     pub fn handle(&mut self, command_id: String, body: command::Body) {
@@ -148,6 +152,8 @@ impl Workloads {
             state_dir: self.state_dir.clone(),
         };
         let phase = run.phase;
+        *lock(&self.current) = Some((ctx.command_id.clone(), phase.clone(), ctx.trial, true));
+        let current = self.current.clone();
         let spawned = std::thread::Builder::new().name(format!("phase-{phase}")).spawn(move || {
             if !recorded.started {
                 let started =
@@ -173,6 +179,9 @@ impl Workloads {
             };
             let done = PhaseDone { command_id: ctx.command_id.clone(), status: status as i32, error };
             ctx.emit(event::Body::PhaseDone(done));
+            if let Some(c) = lock(&current).as_mut().filter(|c| c.0 == ctx.command_id) {
+                c.3 = false;
+            }
         });
         if let Err(err) = spawned {
             crate::log(&format!("cannot start a thread for phase: {err}"));

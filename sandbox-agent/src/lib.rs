@@ -12,6 +12,7 @@ pub mod phases;
 pub mod probes;
 pub mod reaper;
 pub mod session;
+pub mod status;
 pub mod users;
 
 /// The agent's own log, on stderr, which the controller collects at teardown.

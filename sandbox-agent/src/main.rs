@@ -41,8 +41,12 @@ fn main() -> ExitCode {
             println!("sandbox-agent {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
+        Some("status") => return status(args.get(1).map(String::as_str) == Some("--json")),
+        Some("run-as") => return run_as(&args[1..]),
         Some(other) => {
-            eprintln!("sandbox-agent: unknown argument {other:?}; usage: sandbox-agent [--version]");
+            eprintln!(
+                "sandbox-agent: unknown argument {other:?}; usage: sandbox-agent [--version | status [--json] | run-as USER [-- COMMAND...]]"
+            );
             return ExitCode::from(2);
         }
     }
@@ -53,6 +57,75 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn state_dir() -> PathBuf {
+    std::env::var_os(env::STATE_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+}
+
+/// `sandbox-agent status`: what the running agent of this sandbox is doing.
+fn status(json: bool) -> ExitCode {
+    match sandbox_agent::status::read(&state_dir()) {
+        Ok(s) => {
+            let alive = std::path::Path::new(&format!("/proc/{}", s.pid)).exists();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+            } else {
+                print!("{}", sandbox_agent::status::describe(&s, alive, journal::now_unix_ms()));
+            }
+            if alive { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        Err(err) => {
+            eprintln!("sandbox-agent: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `sandbox-agent run-as USER [-- COMMAND...]`: runs a command (default: the user's login
+/// shell) as a benchmark user, with the environment the phases give that user.
+fn run_as(args: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let Some(name) = args.first() else {
+        eprintln!("sandbox-agent: usage: sandbox-agent run-as USER [-- COMMAND...]");
+        return ExitCode::from(2);
+    };
+    let accounts = sandbox_agent::users::Accounts::new("/");
+    let user = match accounts.find(name) {
+        Ok(Some(user)) => user,
+        Ok(None) => {
+            let known: Vec<String> = std::fs::read_to_string("/etc/passwd")
+                .map(|t| {
+                    sandbox_agent::users::parse_passwd(&t)
+                        .into_iter()
+                        .filter(|u| u.uid >= 1000)
+                        .map(|u| u.name)
+                        .collect()
+                })
+                .unwrap_or_default();
+            eprintln!("sandbox-agent: no user {name:?} in this sandbox; users: {}", known.join(", "));
+            return ExitCode::from(2);
+        }
+        Err(err) => {
+            eprintln!("sandbox-agent: cannot read the users: {err:#}");
+            return ExitCode::from(1);
+        }
+    };
+    let command: Vec<String> = match args.iter().position(|a| a == "--") {
+        Some(i) if i + 1 < args.len() => args[i + 1..].to_vec(),
+        _ => vec![user.shell.clone(), "-l".to_string()],
+    };
+    let env = sandbox_agent::users::environment(&user, &Default::default());
+    let err = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env_clear()
+        .envs(&env)
+        .current_dir(&user.home)
+        .uid(user.uid)
+        .gid(user.gid)
+        .exec();
+    eprintln!("sandbox-agent: cannot run {:?} as {name}: {err}", command[0]);
+    ExitCode::from(127)
 }
 
 fn required_env(name: &str) -> anyhow::Result<String> {
@@ -125,7 +198,7 @@ fn run() -> anyhow::Result<ExitCode> {
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
             let _ = stop_tx.send(true);
         });
-        let mut session = Session::new(identity, source, durable_rx, workloads);
+        let mut session = Session::new(identity, state_dir.clone(), source, durable_rx, workloads);
         let exit = session.run(&mut stop_rx).await;
         session.workloads.cancel_all();
         exit

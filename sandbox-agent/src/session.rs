@@ -45,6 +45,7 @@ pub enum Exit {
 
 pub struct Session {
     pub identity: Identity,
+    pub state_dir: std::path::PathBuf,
     pub journal: JournalSource,
     pub durable: watch::Receiver<u64>,
     pub workloads: Workloads,
@@ -62,12 +63,14 @@ enum End {
 impl Session {
     pub fn new(
         identity: Identity,
+        state_dir: std::path::PathBuf,
         journal: JournalSource,
         durable: watch::Receiver<u64>,
         workloads: Workloads,
     ) -> Session {
         Session {
             identity,
+            state_dir,
             journal,
             durable,
             workloads,
@@ -77,6 +80,25 @@ impl Session {
             last_heard: Instant::now(),
             shutting_down: false,
         }
+    }
+
+    /// Writes what `sandbox-agent status` shows.
+    fn publish(&self, connected: bool, sent: u64, acked: u64) {
+        let current = crate::journal::lock(&self.workloads.current).clone();
+        let status = crate::status::AgentStatus {
+            sandbox_id: self.identity.sandbox_id.clone(),
+            pid: std::process::id(),
+            connected,
+            journal_seq: *self.durable.borrow(),
+            sent_seq: sent,
+            acked_seq: acked,
+            command_id: current.as_ref().map(|c| c.0.clone()),
+            phase: current.as_ref().map(|c| c.1.clone()),
+            trial: current.as_ref().map(|c| c.2),
+            running: current.as_ref().is_some_and(|c| c.3),
+            updated_unix_ms: now_unix_ms(),
+        };
+        crate::status::write(&self.state_dir, &status);
     }
 
     fn dead_window(&self) -> Duration {
@@ -92,6 +114,7 @@ impl Session {
                 end = self.connect_once(&mut connected_once) => end,
                 _ = stop.changed() => End::Exit(Exit::Signal),
             };
+            self.publish(false, 0, 0);
             match end {
                 End::Exit(exit) => return exit,
                 End::Retry(err) => {
@@ -169,6 +192,7 @@ impl Session {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Memory freed after a burst goes back to the kernel once the agent is idle again.
         let mut trimmed_at_seq = None;
+        let mut published = Instant::now();
         loop {
             let durable = *self.durable.borrow();
             let sent = reader.next_seq() - 1;
@@ -201,6 +225,10 @@ impl Session {
                     let permit = permit.map_err(|_| anyhow!("stream closed"))?;
                     let events = reader.read_batch(durable, BATCH_EVENTS, BATCH_BYTES).context("cannot read the journal")?;
                     permit.send(message(agent_message::Body::Events(EventBatch { events })));
+                    if published.elapsed() > Duration::from_millis(100) {
+                        published = Instant::now();
+                        self.publish(true, reader.next_seq() - 1, acked);
+                    }
                 }
                 changed = self.durable.changed(), if !have_events => {
                     changed.map_err(|_| anyhow!("the journal writer stopped"))?;
@@ -210,6 +238,7 @@ impl Session {
                     if silent >= self.dead_window() {
                         bail!("no word from the controller for {:.1} s", silent.as_secs_f64());
                     }
+                    self.publish(true, sent, acked);
                     // A full queue already tells the controller we are alive.
                     let _ = tx.try_send(message(agent_message::Body::Heartbeat(Heartbeat { unix_ms: now_unix_ms() })));
                     if acked == durable && trimmed_at_seq != Some(durable) {

@@ -50,6 +50,7 @@ impl Harness {
             agent_binary: self.agent.clone(),
             socket_dir: self.socket_dir.clone(),
             token: String::new(),
+            labels: Default::default(),
         }
     }
 

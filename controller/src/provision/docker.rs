@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, ExecConfig, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions, KillContainerOptions,
     ListContainersOptions, LogsOptions, RemoveContainerOptions, StartContainerOptions, StatsOptions,
@@ -55,6 +56,8 @@ pub enum ProvisionError {
     Logs { name: String, cause: bollard::errors::Error },
     #[error("cannot remove container {name}: {cause}")]
     Remove { name: String, cause: bollard::errors::Error },
+    #[error("cannot run a command in {name}: {cause}")]
+    Exec { name: String, cause: bollard::errors::Error },
     #[error("cannot list containers: {cause}")]
     List { cause: bollard::errors::Error },
     #[error("cannot wait for container {name}: {cause}")]
@@ -67,7 +70,19 @@ pub struct ContainerInfo {
     pub id: String,
     pub name: String,
     pub state: String,
+    pub image: String,
+    /// Unix seconds.
+    pub created: i64,
     pub labels: HashMap<String, String>,
+}
+
+/// A command running in a container with a terminal, attached to this process.
+pub struct ExecSession {
+    pub id: String,
+    pub output: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>> + Send>,
+    >,
+    pub input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
 }
 
 /// How a container was set up, as the engine reports it (token values left out).
@@ -179,12 +194,13 @@ impl DockerProvisioner {
         let queued = queued_since.elapsed();
         let name = request.sandbox_id();
         let expires_at = requested_at + request.ttl;
-        let container_labels = HashMap::from([
+        let mut container_labels = HashMap::from([
             (labels::OWNER.to_string(), self.owner.clone()),
             (labels::RUN.to_string(), request.run_id.clone()),
             (labels::ROLE.to_string(), request.role.clone()),
             (labels::EXPIRES_AT.to_string(), unix_secs(expires_at).to_string()),
         ]);
+        container_labels.extend(request.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         // Docker takes a relative bind source for a volume name: bind absolute paths only.
         let socket_dir = std::path::absolute(&request.socket_dir).unwrap_or_else(|_| request.socket_dir.clone());
         let mut binds = vec![format!("{}:{}:rw", socket_dir.display(), SOCKET_DIR_IN_SANDBOX)];
@@ -370,6 +386,87 @@ impl DockerProvisioner {
         }
     }
 
+    /// Runs a command in the container to its end; returns its exit code and its output.
+    pub async fn exec_capture(&self, name: &str, cmd: Vec<String>) -> Result<(i64, String), ProvisionError> {
+        let fail = |cause| ProvisionError::Exec { name: name.to_string(), cause };
+        let config =
+            ExecConfig { cmd: Some(cmd), attach_stdout: Some(true), attach_stderr: Some(true), ..Default::default() };
+        let exec = self.docker.create_exec(name, config).await.map_err(fail)?;
+        let mut text = String::new();
+        if let StartExecResults::Attached { mut output, .. } =
+            self.docker.start_exec(&exec.id, None::<StartExecOptions>).await.map_err(fail)?
+        {
+            while let Some(chunk) = output.next().await {
+                text.push_str(&String::from_utf8_lossy(&chunk.map_err(fail)?.into_bytes()));
+            }
+        }
+        let code = self.docker.inspect_exec(&exec.id).await.map_err(fail)?.exit_code.unwrap_or(-1);
+        Ok((code, text))
+    }
+
+    /// Starts a command with a terminal of `rows` × `cols`, attached to this process.
+    pub async fn exec_terminal(
+        &self,
+        name: &str,
+        cmd: Vec<String>,
+        rows: u16,
+        cols: u16,
+    ) -> Result<ExecSession, ProvisionError> {
+        let fail = |cause| ProvisionError::Exec { name: name.to_string(), cause };
+        let config = ExecConfig {
+            cmd: Some(cmd),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(true),
+            env: Some(vec!["TERM=xterm-256color".to_string()]),
+            console_size: Some(vec![usize::from(rows), usize::from(cols)]),
+            ..Default::default()
+        };
+        let exec = self.docker.create_exec(name, config).await.map_err(fail)?;
+        let options = StartExecOptions { detach: false, tty: true, output_capacity: None };
+        match self.docker.start_exec(&exec.id, Some(options)).await.map_err(fail)? {
+            StartExecResults::Attached { output, input } => Ok(ExecSession { id: exec.id, output, input }),
+            StartExecResults::Detached => {
+                Err(fail(bollard::errors::Error::DockerStreamError { error: "the exec detached".into() }))
+            }
+        }
+    }
+
+    pub async fn resize_terminal(&self, exec_id: &str, rows: u16, cols: u16) -> Result<(), ProvisionError> {
+        let options = bollard::query_parameters::ResizeExecOptions { h: i32::from(rows), w: i32::from(cols) };
+        self.docker
+            .resize_exec(exec_id, options)
+            .await
+            .map_err(|cause| ProvisionError::Exec { name: exec_id.to_string(), cause })
+    }
+
+    /// The exit code of a finished exec.
+    pub async fn exec_exit_code(&self, exec_id: &str) -> Result<i64, ProvisionError> {
+        let info = self
+            .docker
+            .inspect_exec(exec_id)
+            .await
+            .map_err(|cause| ProvisionError::Exec { name: exec_id.to_string(), cause })?;
+        Ok(info.exit_code.unwrap_or(-1))
+    }
+
+    /// The container's log as it is written (follow), from the start.
+    pub fn logs_follow(&self, name: &str) -> impl futures_util::Stream<Item = Result<String, ProvisionError>> + use<> {
+        let options =
+            LogsOptions { follow: true, stdout: true, stderr: true, tail: "all".to_string(), ..Default::default() };
+        let name = name.to_string();
+        self.docker.logs(&name, Some(options)).map(move |item| {
+            item.map(|o| String::from_utf8_lossy(&o.into_bytes()).into_owned())
+                .map_err(|cause| ProvisionError::Logs { name: name.clone(), cause })
+        })
+    }
+
+    /// Whether the container exists (running or not).
+    pub async fn exists(&self, name: &str) -> bool {
+        self.docker.inspect_container(name, None).await.is_ok()
+    }
+
     /// Whether the container exists and runs.
     pub async fn running(&self, name: &str) -> Result<bool, ProvisionError> {
         match self.docker.inspect_container(name, None).await {
@@ -429,6 +526,8 @@ impl DockerProvisioner {
                 id: c.id.unwrap_or_default(),
                 name: c.names.and_then(|n| n.first().cloned()).unwrap_or_default().trim_start_matches('/').to_string(),
                 state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                image: c.image.unwrap_or_default(),
+                created: c.created.unwrap_or_default(),
                 labels: c.labels.unwrap_or_default(),
             })
             .collect())

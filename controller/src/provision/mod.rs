@@ -16,6 +16,10 @@ pub mod labels {
     pub const ROLE: &str = "io.sandbench.role";
     /// Unix seconds after which any controller may remove the sandbox.
     pub const EXPIRES_AT: &str = "io.sandbench.expires-at";
+    /// What the sandbox costs per hour at the run's rate card (for `sandbench ls`).
+    pub const USD_PER_HOUR: &str = "io.sandbench.usd-per-hour";
+    /// The control socket of the `sandbench debug` session keeping the sandbox.
+    pub const CONTROL: &str = "io.sandbench.control";
 }
 
 /// How the agent binary gets into the sandbox.
@@ -60,6 +64,8 @@ pub struct SandboxRequest {
     /// Host folder holding the controller's socket; mounted at `/run/sandbench`.
     pub socket_dir: PathBuf,
     pub token: String,
+    /// More labels (cost rate, debug control socket).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl SandboxRequest {

@@ -498,6 +498,11 @@ impl Run {
                 agent_binary: agent.to_path_buf(),
                 socket_dir: self.dir.join("sock"),
                 token: String::new(),
+                labels: [(
+                    crate::provision::labels::USD_PER_HOUR.to_string(),
+                    format!("{:.6}", hourly_cost(&self.plan)),
+                )]
+                .into(),
             };
             sandbox::launch(&self.provisioner, &self.hub, request, Duration::from_secs(120))
         });

@@ -1,0 +1,314 @@
+//! `sandbench debug`: one sandbox for a person. Phases run up to the one asked for, with the
+//! agent's log and the phases' output shown as they come; with `--keep` the sandbox and its
+//! controller stay (until `sandbench rm`, expiry or Ctrl-C), and `sandbench phase` reruns a
+//! phase on it through a control socket in the debug directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, bail};
+use futures_util::StreamExt;
+use sandbench_proto::plan::{AgentPlan, phase};
+use sandbench_proto::v1::PhaseStatus;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::watch;
+
+use crate::provision::{AgentShipping, DockerProvisioner, Resources, SandboxRequest, labels};
+use crate::sandbox;
+use crate::sandboxes::describe_event;
+use crate::server::{Hub, HubConfig};
+use crate::spec::SourceSettings;
+use crate::store::StoredBody;
+
+#[derive(Debug, Clone)]
+pub struct DebugOptions {
+    pub spec: PathBuf,
+    pub rev: String,
+    /// Run phases up to this one (prepare, install, measure, runtime); default: all.
+    pub phase: Option<String>,
+    pub trial: u32,
+    pub keep: bool,
+    pub out: PathBuf,
+    pub agent: Option<PathBuf>,
+    pub shipping: AgentShipping,
+}
+
+const ORDER: [&str; 4] = [phase::PREPARE, phase::INSTALL, phase::MEASURE, phase::RUNTIME];
+
+/// The phase commands that reach `upto` trial `trial`: what that phase depends on, then it.
+pub fn steps(upto: &str, trial: u32) -> anyhow::Result<Vec<(&'static str, u32)>> {
+    let Some(last) = ORDER.iter().position(|p| *p == upto) else {
+        bail!("unknown phase {upto:?}; phases are {}", ORDER.join(", "));
+    };
+    let mut steps = vec![(phase::PREPARE, 0)];
+    if last >= 1 {
+        // Measure and runtime need this sandbox's first installation.
+        steps.push((phase::INSTALL, 0));
+        if last == 1 && trial > 0 {
+            steps.push((phase::INSTALL, trial));
+        }
+    }
+    if last >= 2 {
+        steps.push((phase::MEASURE, trial));
+    }
+    if last >= 3 {
+        steps.push((phase::RUNTIME, trial));
+    }
+    Ok(steps)
+}
+
+/// Runs the session; true when every phase succeeded.
+pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
+    let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let steps = steps(opts.phase.as_deref().unwrap_or(phase::RUNTIME), opts.trial)?;
+    let commit = match &plan.source {
+        SourceSettings::Local { repository } => crate::source::resolve(repository, &opts.rev).await?,
+        _ => opts.rev.clone(),
+    };
+    let agent_plan = plan.agent_plan(&commit);
+    let stamp = crate::report::timestamp(SystemTime::now())
+        .replace(['-', ':'], "")
+        .replace('T', "-")
+        .trim_end_matches('Z')
+        .to_string();
+    let run_id = format!("debug-{stamp}");
+    let dir = opts.out.join(&run_id);
+    std::fs::create_dir_all(dir.join("sock")).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    std::fs::set_permissions(dir.join("sock"), std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let provisioner = Arc::new(DockerProvisioner::connect(1).await?);
+    provisioner.reap().await?;
+    provisioner.ensure_image(&plan.sandbox.image, &mut |line| eprintln!("{line}")).await?;
+    let agent = crate::agent_binary::locate(opts.agent.as_deref())?;
+    let hub = Hub::open(&dir, HubConfig::default())?;
+    let server = hub.serve(&dir.join("sock").join(sandbench_proto::SOCKET_NAME)).await?;
+    let control = dir.join("control.sock");
+    let hourly = crate::cost::hourly(
+        &plan.cost,
+        crate::cost::Allocation {
+            cpus: plan.sandbox.cpus,
+            memory_gib: plan.sandbox.memory_bytes as f64 / (1u64 << 30) as f64,
+            disk_gib: plan.sandbox.disk_gb,
+        },
+    );
+    let request = SandboxRequest {
+        run_id: run_id.clone(),
+        role: "debug".into(),
+        image: plan.sandbox.image.clone(),
+        resources: Resources {
+            cpus: plan.sandbox.cpus,
+            cpuset: plan.sandbox.cpuset.clone(),
+            memory_bytes: plan.sandbox.memory_bytes,
+            pids_limit: plan.sandbox.pids_limit,
+        },
+        network: plan.sandbox.network,
+        ttl: plan.sandbox.ttl,
+        shipping: opts.shipping,
+        agent_binary: agent,
+        socket_dir: dir.join("sock"),
+        token: String::new(),
+        labels: [
+            (labels::USD_PER_HOUR.to_string(), format!("{hourly:.6}")),
+            (labels::CONTROL.to_string(), control.display().to_string()),
+        ]
+        .into(),
+    };
+    eprintln!("debug {run_id}: {} at {} ({})", plan.name, opts.rev, &commit[..commit.len().min(8)]);
+    let live = sandbox::launch(&provisioner, &hub, request, Duration::from_secs(120)).await?;
+    let id = live.sandbox.id.clone();
+    eprintln!("sandbox {id} ready in {:.2} s", live.provision_to_hello.as_secs_f64());
+
+    // Show the agent's log and every event as it arrives.
+    let log_task = {
+        let provisioner = provisioner.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(provisioner.logs_follow(&id));
+            while let Some(Ok(chunk)) = stream.next().await {
+                for line in chunk.lines() {
+                    eprintln!("agent| {line}");
+                }
+            }
+        })
+    };
+    let mut events = hub.subscribe();
+    let event_task = tokio::spawn(async move {
+        while let Ok(event) = events.recv().await {
+            if let Some(text) = describe_event(&event) {
+                print!("{text}");
+            }
+        }
+    });
+
+    let result = async {
+        sandbox::deliver_source(&provisioner, &plan, &live.sandbox, &agent_plan).await?;
+        let mut all_ok = true;
+        for (name, trial) in &steps {
+            let outcome = tokio::select! {
+                o = sandbox::run_phase(&hub, &id, &agent_plan, name, *trial, Duration::from_secs(3600)) => o?,
+                _ = cancel.wait_for(|c| *c) => bail!("canceled"),
+            };
+            if outcome.status != PhaseStatus::Ok {
+                all_ok = false;
+                eprintln!("{name} trial {trial} failed: {}", outcome.error);
+                break;
+            }
+        }
+        anyhow::Ok(all_ok)
+    }
+    .await;
+
+    if opts.keep && !*cancel.borrow() {
+        eprintln!(
+            "\nsandbox {id} is kept (until `sandbench rm {id}`, its expiry in {} min, or Ctrl-C here).\n  \
+             get in:   sandbench shell {id}    (as a benchmark user: sandbench shell {id} --user benchmark1)\n  \
+             rerun:    sandbench phase {id} install --trial 1\n  \
+             logs:     sandbench logs {id} -f\n  \
+             status:   sandbench shell {id} -- {} status",
+            plan.sandbox.ttl.as_secs() / 60,
+            crate::provision::docker::AGENT_PATH_IN_SANDBOX
+        );
+        keep(&provisioner, &hub, &id, &agent_plan, &control, live.sandbox.expires_at, &mut cancel).await;
+    }
+    let _ = std::fs::remove_file(&control);
+    let down = sandbox::teardown(&provisioner, &hub, &dir, &live.sandbox).await;
+    log_task.abort();
+    event_task.abort();
+    server.stop().await;
+    hub.close().await;
+    if let Some(err) = down.removal_error {
+        eprintln!("warning: {err}");
+    } else {
+        eprintln!("sandbox {id} removed; its log and transcripts are in {}", dir.display());
+    }
+    result
+}
+
+/// Serves `sandbench phase` until Ctrl-C, the sandbox's removal, or its expiry.
+async fn keep(
+    provisioner: &Arc<DockerProvisioner>,
+    hub: &Hub,
+    id: &str,
+    plan: &AgentPlan,
+    control: &Path,
+    expires_at: SystemTime,
+    cancel: &mut watch::Receiver<bool>,
+) {
+    let listener = match tokio::net::UnixListener::bind(control) {
+        Ok(l) => l,
+        Err(err) => {
+            eprintln!("cannot serve `sandbench phase` on {}: {err}", control.display());
+            return;
+        }
+    };
+    let reruns = Arc::new(AtomicU32::new(0));
+    let expiry = expires_at.duration_since(SystemTime::now()).unwrap_or_default();
+    let deadline = Instant::now() + expiry;
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = cancel.wait_for(|c| *c) => return,
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                eprintln!("sandbox {id} expired");
+                return;
+            }
+            _ = tick.tick() => {
+                if let Ok(false) = provisioner.running(id).await {
+                    eprintln!("sandbox {id} stopped or was removed");
+                    return;
+                }
+            }
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let (hub, id, plan, reruns) = (hub.clone(), id.to_string(), plan.clone(), reruns.clone());
+                tokio::spawn(async move {
+                    if let Err(err) = serve_rerun(stream, &hub, &id, &plan, &reruns).await {
+                        tracing::warn!("phase request failed: {err:#}");
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// One `sandbench phase` request: `{"phase", "trial"}` in, the command's events out as JSON
+/// lines (`{"event": …}`), or `{"error": …}`.
+async fn serve_rerun(
+    stream: tokio::net::UnixStream,
+    hub: &Hub,
+    id: &str,
+    plan: &AgentPlan,
+    reruns: &AtomicU32,
+) -> anyhow::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let line = lines.next_line().await?.context("empty request")?;
+    let request: serde_json::Value = serde_json::from_str(&line)?;
+    let name = request["phase"].as_str().unwrap_or_default().to_string();
+    let trial = request["trial"].as_u64().unwrap_or(0) as u32;
+    let Some(name) = ORDER.iter().find(|p| **p == name) else {
+        let error = serde_json::json!({ "error": format!("unknown phase {name:?}; phases are {}", ORDER.join(", ")) });
+        write.write_all(format!("{error}\n").as_bytes()).await?;
+        return Ok(());
+    };
+    let command_id = format!("{name}-{trial}-rerun{}", reruns.fetch_add(1, Ordering::Relaxed) + 1);
+    let mut events = hub.subscribe();
+    let run = sandbox::run_command(hub, id, plan, name, trial, &command_id, Duration::from_secs(3600));
+    tokio::pin!(run);
+    loop {
+        tokio::select! {
+            done = &mut run => {
+                // Forward what is still queued, then end.
+                while let Ok(event) = events.try_recv() {
+                    forward(&mut write, &command_id, &event).await?;
+                }
+                if let Err(err) = done {
+                    let error = serde_json::json!({ "error": format!("{err:#}") });
+                    write.write_all(format!("{error}\n").as_bytes()).await?;
+                }
+                return Ok(());
+            }
+            event = events.recv() => {
+                if let Ok(event) = event {
+                    forward(&mut write, &command_id, &event).await?;
+                }
+            }
+        }
+    }
+}
+
+async fn forward(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    command_id: &str,
+    event: &crate::store::StoredEvent,
+) -> anyhow::Result<()> {
+    let of_command = match &event.body {
+        StoredBody::Observation { command_id: c, .. }
+        | StoredBody::Log { command_id: c, .. }
+        | StoredBody::PhaseStarted { command_id: c, .. }
+        | StoredBody::PhaseDone { command_id: c, .. }
+        | StoredBody::File { command_id: c, .. } => c == command_id,
+    };
+    if of_command {
+        let line = serde_json::json!({ "event": event });
+        write.write_all(format!("{line}\n").as_bytes()).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::steps;
+
+    #[test]
+    fn phases_run_up_to_the_one_asked_for() {
+        assert_eq!(steps("prepare", 0).unwrap(), [("prepare", 0)]);
+        assert_eq!(steps("install", 0).unwrap(), [("prepare", 0), ("install", 0)]);
+        assert_eq!(steps("install", 2).unwrap(), [("prepare", 0), ("install", 0), ("install", 2)]);
+        assert_eq!(steps("measure", 1).unwrap(), [("prepare", 0), ("install", 0), ("measure", 1)]);
+        assert_eq!(steps("runtime", 0).unwrap(), [("prepare", 0), ("install", 0), ("measure", 0), ("runtime", 0)]);
+        assert!(steps("deploy", 0).unwrap_err().to_string().contains("phases are prepare, install, measure, runtime"));
+    }
+}

@@ -13,6 +13,12 @@ fn demo_spec() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo/bench.toml")
 }
 
+/// Sandboxes whose owner label names the controller process `marker` (`/pid/`).
+async fn owned_by(provisioner: &DockerProvisioner, marker: &str) -> usize {
+    let all = provisioner.list(None).await.unwrap();
+    all.iter().filter(|c| c.labels.get(labels::OWNER).is_some_and(|o| o.contains(marker))).count()
+}
+
 fn sandbench(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench")).args(args).output().unwrap();
     assert!(out.status.success(), "sandbench {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -114,13 +120,7 @@ async fn a_controller_killed_mid_run_leaves_its_ledger_row_unfinished_and_the_re
     let mut seen = false;
     for _ in 0..600 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let mine = provisioner
-            .list(None)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|c| c.labels.get(labels::OWNER).is_some_and(|o| o.contains(&marker)))
-            .count();
+        let mine = owned_by(&provisioner, &marker).await;
         if mine == 2 {
             seen = true;
             tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -132,13 +132,7 @@ async fn a_controller_killed_mid_run_leaves_its_ledger_row_unfinished_and_the_re
     // Its sandboxes are orphans now: the reaper removes them.
     tokio::time::sleep(Duration::from_millis(300)).await;
     provisioner.reap().await.unwrap();
-    let left = provisioner
-        .list(None)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|c| c.labels.get(labels::OWNER).is_some_and(|o| o.contains(&marker)))
-        .count();
+    let left = owned_by(&provisioner, &marker).await;
     assert!(seen, "the run never provisioned its sandboxes");
     assert_eq!(left, 0, "the killed controller's sandboxes were not reaped");
 

@@ -178,6 +178,30 @@ shutdown = { type = "shutdown" }
   [[runtime.scenario.step]]
   kind = "restart"
   metric = "k_restart"
+[[runtime.scenario]]
+name = "editor"
+channel = "terminal"
+command = ["/usr/local/bin/pty-fixture", "--raw-after-ms", "100"]
+timeout_s = 10
+  [[runtime.scenario.step]]
+  kind = "ready"
+  metric = "t_ready"
+  [[runtime.scenario.step]]
+  kind = "type"
+  text = "hello"
+  [[runtime.scenario.step]]
+  kind = "wait_for"
+  text = "> hello"
+  metric = "t_echo"
+  [[runtime.scenario.step]]
+  kind = "settle"
+  seconds = 0.2
+  [[runtime.scenario.step]]
+  kind = "cpu"
+  metric = "t_cpu"
+  [[runtime.scenario.step]]
+  kind = "memory"
+  metric = "t_rss"
 [[runtime.script]]
 name = "no-enter"
 run = "for f in /tmp/pty-*.log; do tr -cd '\\r\\n' < $f; done | wc -c | sed 's/ //g; s/.*/RESULT {\"enter_bytes\": &}/'"
@@ -200,6 +224,18 @@ unit = "MB"
 [metrics.k_restart]
 title = "restart"
 unit = "ms"
+[metrics.t_ready]
+title = "editor ready"
+unit = "ms"
+[metrics.t_echo]
+title = "editor echo"
+unit = "ms"
+[metrics.t_cpu]
+title = "editor CPU"
+unit = "s"
+[metrics.t_rss]
+title = "editor memory"
+unit = "MB"
 [metrics.enter_bytes]
 title = "Enter keys received"
 unit = "bytes"
@@ -285,6 +321,14 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
             assert!(run.values.contains_key(&(key.into(), 0)), "{key} missing: {:?}", run.values);
         }
         assert!(run.values[&("k_interrupt".into(), 0)] < 1.0, "the interrupt took the whole sleep");
+
+        // The scenario engine over a terminal: readiness, keystrokes, waiting for the screen.
+        let ready = run.values[&("t_ready".into(), 0)];
+        assert!((0.1..5.0).contains(&ready), "t_ready {ready}");
+        let echo = run.values[&("t_echo".into(), 0)];
+        assert!(echo < 1.0, "t_echo {echo}");
+        assert!(run.values[&("t_cpu".into(), 0)] >= 0.0);
+        assert!(run.values[&("t_rss".into(), 0)] > 0.0);
     })
     .await;
 }

@@ -191,11 +191,24 @@ pub struct Script {
     pub metrics: Vec<String>,
 }
 
-/// A long-running child spoken to over JSON lines.
+/// How a scenario talks to its child.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Channel {
+    /// JSON lines on stdin/stdout (requests, interrupts).
+    #[default]
+    JsonLines,
+    /// A terminal screen (keystrokes, waiting for text, typed-probe readiness).
+    Terminal,
+}
+
+/// A long-running child driven step by step, over JSON lines or a terminal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     pub name: String,
+    #[serde(default)]
+    pub channel: Channel,
     pub command: Vec<String>,
     #[serde(default)]
     pub cwd: Option<String>,
@@ -244,6 +257,22 @@ pub enum ScenarioStep {
     },
     /// Summed RSS of the user's processes.
     Memory { metric: String },
+    /// CPU seconds the user's processes used since the scenario started (never negative).
+    Cpu { metric: String },
+    /// Terminal: typed-probe readiness (as the cold start); the metric is spawn → ready.
+    Ready {
+        #[serde(default)]
+        metric: Option<String>,
+    },
+    /// Terminal: send keystrokes.
+    Type { text: String },
+    /// Terminal: wait until the screen shows `text`; the metric is the time since the last
+    /// keystrokes (or the start).
+    WaitFor {
+        text: String,
+        #[serde(default)]
+        metric: Option<String>,
+    },
     /// Stop the child and start it again (waiting for ready); optional metric for the start.
     Restart {
         #[serde(default)]
@@ -251,6 +280,33 @@ pub enum ScenarioStep {
     },
     /// Wait.
     Settle { seconds: f64 },
+}
+
+impl ScenarioStep {
+    /// The metric this step records, if any.
+    pub fn metric(&self) -> Option<&str> {
+        match self {
+            ScenarioStep::Request { metric, .. }
+            | ScenarioStep::Restart { metric }
+            | ScenarioStep::Ready { metric }
+            | ScenarioStep::WaitFor { metric, .. } => metric.as_deref(),
+            ScenarioStep::Interrupt { metric, .. } | ScenarioStep::Memory { metric } | ScenarioStep::Cpu { metric } => {
+                Some(metric)
+            }
+            ScenarioStep::Settle { .. } | ScenarioStep::Type { .. } => None,
+        }
+    }
+}
+
+impl Scenario {
+    /// The metrics the scenario records, in order.
+    pub fn metrics(&self) -> Vec<String> {
+        self.start_metric
+            .iter()
+            .cloned()
+            .chain(self.steps.iter().filter_map(|s| s.metric().map(str::to_string)))
+            .collect()
+    }
 }
 
 fn one() -> u32 {

@@ -86,6 +86,10 @@ pub fn describe(plan: &Plan) -> String {
                 ScenarioStep::Memory { .. } => "memory",
                 ScenarioStep::Restart { .. } => "restart",
                 ScenarioStep::Settle { .. } => "settle",
+                ScenarioStep::Cpu { .. } => "cpu",
+                ScenarioStep::Ready { .. } => "ready",
+                ScenarioStep::Type { .. } => "type",
+                ScenarioStep::WaitFor { .. } => "wait_for",
             })
             .collect();
         let _ = writeln!(

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbench_proto::plan::{
-    AgentPlan, Aggregate, Check, Fixture, Install, Measure, Prepare, RepeatedCommand, Runtime, Scenario, ScenarioStep,
-    Script, Source, Startup, Step,
+    AgentPlan, Aggregate, Channel, Check, Fixture, Install, Measure, Prepare, RepeatedCommand, Runtime, Scenario,
+    ScenarioStep, Script, Source, Startup, Step,
 };
 use serde::Serialize;
 use toml::Spanned;
@@ -142,7 +142,7 @@ impl Plan {
             "runtime" => {
                 let mut m: Vec<String> = Vec::new();
                 for s in &a.runtime.scenarios {
-                    m.extend(scenario_metrics(s));
+                    m.extend(s.metrics());
                 }
                 m.extend(a.runtime.commands.iter().map(|c| c.metric.clone()));
                 for s in &a.runtime.scripts {
@@ -153,15 +153,6 @@ impl Plan {
             _ => Vec::new(),
         }
     }
-}
-
-fn scenario_metrics(s: &Scenario) -> Vec<String> {
-    let steps = s.steps.iter().filter_map(|step| match step {
-        ScenarioStep::Request { metric, .. } | ScenarioStep::Restart { metric } => metric.clone(),
-        ScenarioStep::Interrupt { metric, .. } | ScenarioStep::Memory { metric } => Some(metric.clone()),
-        ScenarioStep::Settle { .. } => None,
-    });
-    s.start_metric.iter().cloned().chain(steps).collect()
 }
 
 /// Reads and validates a spec file.
@@ -518,15 +509,56 @@ impl Validator<'_> {
                 self.error(&r.command, &format!("{field}.command"), "expected the command line of the child");
             }
             let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 3600.0, 30.0);
+            let channel = match r.channel.as_ref().map(|c| c.get_ref().as_str()) {
+                None | Some("jsonl") => Channel::JsonLines,
+                Some("terminal") => Channel::Terminal,
+                Some(other) => {
+                    if let Some(c) = &r.channel {
+                        self.error(
+                            c,
+                            &format!("{field}.channel"),
+                            format!("expected \"jsonl\" or \"terminal\", got {other:?}"),
+                        );
+                    }
+                    Channel::JsonLines
+                }
+            };
             let start_metric = r.start_metric.as_ref().map(|m| self.metric_key(m, &format!("{field}.start_metric")));
+            if let (Channel::Terminal, Some(m)) = (channel, &r.start_metric) {
+                self.error(
+                    m,
+                    &format!("{field}.start_metric"),
+                    "a terminal scenario times its start with a `ready` step",
+                );
+            }
             let mut steps = Vec::new();
             for (k, st) in r.step.iter().enumerate() {
-                if let Some(step) = self.scenario_step(st.get_ref(), &format!("{field}.step[{k}]")) {
+                let step_field = format!("{field}.step[{k}]");
+                if let Some(step) = self.scenario_step(st.get_ref(), &step_field) {
+                    let terminal_only = matches!(
+                        step,
+                        ScenarioStep::Ready { .. } | ScenarioStep::Type { .. } | ScenarioStep::WaitFor { .. }
+                    );
+                    let jsonl_only = matches!(step, ScenarioStep::Request { .. } | ScenarioStep::Interrupt { .. });
+                    if terminal_only && channel != Channel::Terminal {
+                        self.error(
+                            &st.get_ref().kind,
+                            &format!("{step_field}.kind"),
+                            "this step needs channel = \"terminal\"",
+                        );
+                    } else if jsonl_only && channel != Channel::JsonLines {
+                        self.error(
+                            &st.get_ref().kind,
+                            &format!("{step_field}.kind"),
+                            "this step needs a JSON-lines scenario (channel = \"jsonl\")",
+                        );
+                    }
                     steps.push(step);
                 }
             }
             runtime.scenarios.push(Scenario {
                 name: r.name.get_ref().clone(),
+                channel,
                 command: r.command.get_ref().clone(),
                 cwd: r.cwd.clone(),
                 ready_event: r.ready_event.clone().unwrap_or_else(|| "ready".into()),
@@ -641,6 +673,19 @@ impl Validator<'_> {
                 }
             }
             "memory" => Some(ScenarioStep::Memory { metric: need_metric(self, "memory")? }),
+            "cpu" => Some(ScenarioStep::Cpu { metric: need_metric(self, "cpu")? }),
+            "ready" => Some(ScenarioStep::Ready { metric }),
+            "type" | "wait_for" => {
+                let Some(text) = r.text.clone().filter(|t| !t.is_empty()) else {
+                    self.error(&r.kind, &format!("{field}.text"), format!("a {} step needs `text`", r.kind.get_ref()));
+                    return None;
+                };
+                Some(if r.kind.get_ref() == "type" {
+                    ScenarioStep::Type { text }
+                } else {
+                    ScenarioStep::WaitFor { text, metric }
+                })
+            }
             "restart" => Some(ScenarioStep::Restart { metric }),
             "settle" => {
                 let seconds = self.number(&r.seconds, &format!("{field}.seconds"), 0.0, 3600.0, 1.0);
@@ -650,7 +695,7 @@ impl Validator<'_> {
                 self.error(
                     &r.kind,
                     &format!("{field}.kind"),
-                    format!("expected request, interrupt, memory, restart or settle, got {other:?}"),
+                    format!("expected request, interrupt, memory, cpu, restart, settle, ready, type or wait_for, got {other:?}"),
                 );
                 None
             }

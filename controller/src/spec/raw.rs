@@ -143,6 +143,8 @@ pub struct RawRuntime {
 #[serde(deny_unknown_fields)]
 pub struct RawScenario {
     pub name: Spanned<String>,
+    /// `jsonl` (default) or `terminal`.
+    pub channel: Option<Spanned<String>>,
     pub command: Spanned<Vec<String>>,
     pub cwd: Option<String>,
     pub ready_event: Option<String>,
@@ -167,6 +169,8 @@ pub struct RawStep {
     pub marker: Option<String>,
     pub interrupt: Option<toml::Table>,
     pub seconds: Option<Spanned<f64>>,
+    /// Keystrokes (`type`) or the text to wait for (`wait_for`).
+    pub text: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use sandbench_proto::plan::{AgentPlan, Aggregate, RepeatedCommand, Scenario, ScenarioStep, Script, jsonl};
+use sandbench_proto::plan::{AgentPlan, Aggregate, Channel, RepeatedCommand, Scenario, ScenarioStep, Script, jsonl};
 use sandbench_proto::v1::LogStream;
 use serde_json::{Map, Value};
 
@@ -15,7 +15,8 @@ use super::common::{self, AgentState};
 use crate::commands::PhaseContext;
 use crate::probes::command::{self, ShellCommand};
 use crate::probes::jsonl::{JsonlChild, JsonlLaunch};
-use crate::probes::{memory, script};
+use crate::probes::terminal::{Launch, Terminal};
+use crate::probes::{memory, processes, readiness, script};
 use crate::users::User;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
@@ -28,14 +29,22 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
         if ctx.canceled() {
             break;
         }
-        let mut engine = Engine { ctx, plan, user: &user, trial, scenario, child: None, next_id: 0 };
+        let mut engine = Engine {
+            ctx,
+            plan,
+            user: &user,
+            trial,
+            scenario,
+            child: None,
+            term: None,
+            next_id: 0,
+            last_action: Instant::now(),
+            cpu_at_start: processes::cpu_seconds(Path::new("/proc"), user.uid),
+        };
         if let Err(err) = engine.run() {
             failures.push(format!("{}: {err:#}", scenario.name));
         }
-        if let Some(child) = engine.child.take() {
-            let transcript = child.close(scenario.shutdown.as_ref());
-            common::keep_transcript(ctx, &format!("{}-{trial}.jsonl", scenario.name), &transcript);
-        }
+        engine.close(&format!("{}-{trial}", scenario.name));
         common::hygiene(&user)?;
     }
     for repeated in &plan.runtime.commands {
@@ -146,12 +155,16 @@ struct Engine<'a> {
     trial: u32,
     scenario: &'a Scenario,
     child: Option<JsonlChild>,
+    term: Option<Terminal>,
     next_id: u64,
+    /// The last keystrokes sent (the start of a `wait_for`).
+    last_action: Instant,
+    cpu_at_start: f64,
 }
 
 impl Engine<'_> {
     fn run(&mut self) -> anyhow::Result<()> {
-        let metrics = scenario_metrics(self.scenario);
+        let metrics = self.scenario.metrics();
         let mut current = self.scenario.start_metric.clone();
         let result = (|| {
             let started = self.start(0)?;
@@ -159,7 +172,7 @@ impl Engine<'_> {
                 self.ctx.value(metric, self.trial, started.as_secs_f64(), "s");
             }
             for step in &self.scenario.steps {
-                current = step_metric(step).map(str::to_string);
+                current = step.metric().map(str::to_string);
                 self.step(step)?;
             }
             anyhow::Ok(())
@@ -181,8 +194,62 @@ impl Engine<'_> {
         result
     }
 
-    /// Starts the child and waits for its ready event; returns spawn → ready.
+    /// Stops the child and keeps its transcript (`<name>.jsonl`, or `.raw`/`.txt` of a terminal).
+    fn close(&mut self, name: &str) {
+        if let Some(child) = self.child.take() {
+            let transcript = child.close(self.scenario.shutdown.as_ref());
+            common::keep_transcript(self.ctx, &format!("{name}.jsonl"), &transcript);
+        }
+        if let Some(term) = self.term.take() {
+            let dir = self.ctx.state_dir.join("transcripts");
+            let _ = std::fs::create_dir_all(&dir);
+            let prefix = dir.join(name);
+            if term.close(Some(&prefix)).is_ok() {
+                for ext in ["raw", "txt"] {
+                    if let Ok(bytes) = std::fs::read(prefix.with_extension(ext)) {
+                        self.ctx.file(&format!("transcripts/{name}.{ext}"), &bytes);
+                    }
+                }
+            }
+        }
+    }
+
+    fn terminal(&mut self) -> anyhow::Result<&mut Terminal> {
+        self.term.as_mut().context("this step needs a terminal scenario (channel = \"terminal\")")
+    }
+
+    /// Starts the child; over JSON lines, waits for its ready event and returns spawn → ready.
     fn start(&mut self, generation: u32) -> anyhow::Result<Duration> {
+        if self.scenario.channel == Channel::Terminal {
+            let workdir = self
+                .scenario
+                .cwd
+                .as_deref()
+                .map(|c| common::expand(self.user, &self.user.home, c))
+                .unwrap_or_else(|| self.user.home.clone());
+            let command: Vec<String> = self
+                .scenario
+                .command
+                .iter()
+                .map(|a| {
+                    if a.starts_with("~/") {
+                        common::expand(self.user, &workdir, a).display().to_string()
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
+            let launch = Launch {
+                program: command[0].clone().into(),
+                args: command[1..].to_vec(),
+                env: common::user_env(self.user, &self.plan.env, &Default::default()),
+                cwd: workdir,
+                user: Some((self.user.uid, self.user.gid)),
+            };
+            self.term = Some(Terminal::spawn(&launch)?);
+            self.last_action = Instant::now();
+            return Ok(Duration::ZERO);
+        }
         let workdir = self
             .scenario
             .cwd
@@ -227,7 +294,7 @@ impl Engine<'_> {
     }
 
     fn child(&mut self) -> anyhow::Result<&mut JsonlChild> {
-        self.child.as_mut().context("the child is not running")
+        self.child.as_mut().context("this step needs a JSON-lines scenario with its child running")
     }
 
     fn step(&mut self, step: &ScenarioStep) -> anyhow::Result<()> {
@@ -300,7 +367,45 @@ impl Engine<'_> {
                     self.ctx.value(metric, self.trial, started.as_secs_f64(), "s");
                 }
             }
-            ScenarioStep::Settle { seconds } => std::thread::sleep(Duration::from_secs_f64(*seconds)),
+            ScenarioStep::Settle { seconds } => match self.term.as_mut() {
+                // A terminal keeps being read, so the program never blocks on its output.
+                Some(term) => term.settle(Duration::from_secs_f64(*seconds))?,
+                None => std::thread::sleep(Duration::from_secs_f64(*seconds)),
+            },
+            ScenarioStep::Cpu { metric } => {
+                let used = processes::cpu_seconds(Path::new("/proc"), self.user.uid) - self.cpu_at_start;
+                self.ctx.value(metric, self.trial, used.max(0.0), "s");
+            }
+            ScenarioStep::Ready { metric } => {
+                let timeout = self.timeout();
+                let term = self.terminal()?;
+                let took = readiness::ready(term, timeout)?;
+                if let Some(metric) = metric {
+                    self.ctx.value(metric, self.trial, took.as_secs_f64(), "s");
+                }
+            }
+            ScenarioStep::Type { text } => {
+                self.terminal()?.send(text.as_bytes())?;
+                self.last_action = Instant::now();
+            }
+            ScenarioStep::WaitFor { text, metric } => {
+                let deadline = Instant::now() + self.timeout();
+                let since = self.last_action;
+                loop {
+                    let term = self.terminal()?;
+                    // Never a half-drawn frame: only while synchronized output is off.
+                    if !term.sync_output() && term.screen_text().contains(text.as_str()) {
+                        break;
+                    }
+                    if Instant::now() >= deadline {
+                        bail!("Timed out waiting for {text:?} on the screen");
+                    }
+                    term.pump(Duration::from_millis(5))?;
+                }
+                if let Some(metric) = metric {
+                    self.ctx.value(metric, self.trial, since.elapsed().as_secs_f64(), "s");
+                }
+            }
         }
         Ok(())
     }
@@ -361,24 +466,6 @@ fn check_expect(done: &Value, expect: &Map<String, Value>) -> anyhow::Result<()>
         }
     }
     Ok(())
-}
-
-fn step_metric(step: &ScenarioStep) -> Option<&str> {
-    match step {
-        ScenarioStep::Request { metric, .. } | ScenarioStep::Restart { metric } => metric.as_deref(),
-        ScenarioStep::Interrupt { metric, .. } | ScenarioStep::Memory { metric } => Some(metric),
-        ScenarioStep::Settle { .. } => None,
-    }
-}
-
-/// The metrics a scenario records, in order.
-pub fn scenario_metrics(scenario: &Scenario) -> Vec<String> {
-    scenario
-        .start_metric
-        .iter()
-        .cloned()
-        .chain(scenario.steps.iter().filter_map(|s| step_metric(s).map(str::to_string)))
-        .collect()
 }
 
 #[cfg(test)]

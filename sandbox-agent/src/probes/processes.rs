@@ -53,6 +53,27 @@ pub fn of_user(proc: &Path, uid: u32) -> Vec<ProcStatus> {
     found
 }
 
+/// CPU time (clock ticks) a process and its waited-for children used: utime + stime + cutime +
+/// cstime of `/proc/PID/stat`.
+pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the command: state is field 3 of the file, utime 14 … cstime 17.
+    (11..15).map(|i| fields.get(i)?.parse::<u64>().ok()).sum()
+}
+
+/// CPU seconds used so far by the live processes of `uid` (and the children they waited for).
+pub fn cpu_seconds(proc: &Path, uid: u32) -> f64 {
+    // SAFETY: sysconf with a valid name.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let ticks: u64 = of_user(proc, uid)
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(proc.join(p.pid.to_string()).join("stat")).ok())
+        .filter_map(|stat| parse_cpu_ticks(&stat))
+        .sum();
+    ticks as f64 / ticks_per_second
+}
+
 /// Where processes are listed and signalled: `/proc` and kill(2), or a fake in unit tests.
 pub trait ProcessTable {
     fn of_user(&self, uid: u32) -> Vec<ProcStatus>;
@@ -146,6 +167,13 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("45")).unwrap(); // vanished mid-read
         let found = of_user(dir.path(), 2001);
         assert_eq!(found.iter().map(|p| p.pid).collect::<Vec<_>>(), [42]);
+    }
+
+    #[test]
+    fn reads_cpu_ticks_from_stat() {
+        let stat = "42 (my (odd) name) S 1 42 42 0 -1 4194304 100 0 0 0 250 50 7 3 20 0 1 0 12345";
+        assert_eq!(parse_cpu_ticks(stat), Some(250 + 50 + 7 + 3));
+        assert_eq!(parse_cpu_ticks("1 (x) S 1"), None);
     }
 
     #[test]

@@ -110,6 +110,14 @@ async fn an_a_a_run_completes_with_no_change() {
         .map(|c| c.key.as_str())
         .collect();
     assert!(changed.is_empty(), "an A/A run reported changes: {changed:?}");
+    // Runtime facts: kernel, CPU, and the tools the build used.
+    for key in ["kernel", "cpu", "os", "node", "npm", "git", "python"] {
+        assert!(
+            report.base_side.facts.get(key).is_some_and(|v| !v.is_empty()),
+            "fact {key} missing: {:?}",
+            report.base_side.facts
+        );
+    }
     for file in ["report.json", "report.md", "report.html", "observations.jsonl", "plan.json"] {
         assert!(result.dir.join(file).is_file(), "{file} missing");
     }

@@ -133,7 +133,15 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
         r.memory_bytes as f64 / 1e9,
         r.disk_gb
     );
-    let _ = writeln!(out, "Image: `{}`.\n", escape(&report.image));
+    let _ = writeln!(out, "Image: `{}`.", escape(&report.image));
+    let facts: Vec<String> = ["os", "kernel", "cpu", "node", "npm", "git", "python", "agent"]
+        .iter()
+        .filter_map(|k| report.base_side.facts.get(*k).filter(|v| !v.is_empty()).map(|v| format!("{k} {}", escape(v))))
+        .collect();
+    if !facts.is_empty() {
+        let _ = writeln!(out, "Runtime: {}.", facts.join("; "));
+    }
+    let _ = writeln!(out);
     for sentence in [
         "Base and head run in fresh, identical containers created from the same image with the same limits.",
         "Trials are interleaved base, head, head, base, … so drift affects both sides alike; one sandbox is timed at a time.",

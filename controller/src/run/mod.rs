@@ -764,6 +764,13 @@ fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<String, Sid
                     ("os".to_string(), f.os_release.clone()),
                     ("agent".to_string(), live.hello.agent_version.clone()),
                 ]);
+                // Tool versions the agent found while preparing.
+                let tools = dir.join("sandboxes").join(&live.sandbox.id).join("facts.json");
+                if let Ok(bytes) = std::fs::read(tools)
+                    && let Ok(tools) = serde_json::from_slice::<BTreeMap<String, String>>(&bytes)
+                {
+                    facts.extend(tools);
+                }
             }
         }
     }

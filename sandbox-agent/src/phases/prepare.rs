@@ -49,6 +49,7 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
         ctx.note(&format!("$ {}", step.run));
         common::run_step(ctx, step, &builder, &source, &no_env)?.success(&format!("`{}`", step.run))?;
     }
+    ctx.file("facts.json", &serde_json::to_vec_pretty(&tool_versions(&builder, &source)).unwrap_or_default());
     if plan.prepare.artifacts.is_empty() {
         return Ok(());
     }
@@ -85,6 +86,31 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
     state.release_dir = Some(release_dir);
     state.origin_port = plan.prepare.origin_port;
     state.save(&ctx.state_dir)
+}
+
+/// Versions of the tools a build usually depends on, for the report's runtime facts.
+fn tool_versions(builder: &crate::users::User, dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut facts = std::collections::BTreeMap::new();
+    for (name, run) in [
+        ("node", "node --version"),
+        ("npm", "npm --version"),
+        ("git", "git --version"),
+        ("python", "python3 --version"),
+    ] {
+        let shell = crate::probes::command::ShellCommand {
+            run: run.to_string(),
+            env: crate::users::environment(builder, &Default::default()),
+            cwd: dir.to_path_buf(),
+            user: Some((builder.uid, builder.gid)),
+            timeout: std::time::Duration::from_secs(20),
+        };
+        if let Ok(done) = crate::probes::command::run(&shell, &mut |_, _| {})
+            && done.status.success()
+        {
+            facts.insert(name.to_string(), done.output_text().trim().to_string());
+        }
+    }
+    facts
 }
 
 /// One line of `SHA256SUMS`: lowercase hex digest, two spaces, the file name, a newline.

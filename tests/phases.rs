@@ -485,3 +485,42 @@ command = "true"
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survivors_of_process_hygiene_fail_the_trial() {
+    with_harness("survivors", HubConfig::default(), |h| async move {
+        support::ensure_busybox_image(&h.provisioner).await;
+        let hub = h.hub().await;
+        let live = sandbox::launch(&h.provisioner, &hub, h.request("hyg", support::BUSYBOX_IMAGE, AgentShipping::Bind), Duration::from_secs(60))
+            .await
+            .unwrap();
+        let id = live.sandbox.id.clone();
+        h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture"])).await.unwrap();
+        let spec = r#"name = "hygiene"
+[install]
+command = "true"
+[measure]
+startup = ["/usr/local/bin/pty-fixture"]
+"#;
+        let plan = sandbench::spec::parse(Path::new("h.toml"), spec).unwrap().agent_plan("");
+        let install = sandbox::run_phase(&hub, &id, &plan, phase::INSTALL, 0, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(install.status, PhaseStatus::Ok, "{}", install.error);
+        // A root service that keeps starting processes as the benchmark user: killing them does
+        // not make them stop appearing.
+        let respawner = "(while true; do /sandbench/sandbox-agent run-as benchmark1 -- sleep 100 & sleep 0.02; done) >/dev/null 2>&1 </dev/null &";
+        let (code, _) = h.provisioner.exec_capture(&id, vec!["sh".into(), "-c".into(), respawner.into()]).await.unwrap();
+        assert_eq!(code, 0);
+        let measure = sandbox::run_phase(&hub, &id, &plan, phase::MEASURE, 0, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(measure.status, PhaseStatus::Failed);
+        assert!(measure.error.starts_with("Processes remain for benchmark1: "), "{}", measure.error);
+        sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+        hub.close().await;
+        // No measurement was taken with the survivors around.
+        let cold = read_events(&hub.log_path())
+            .unwrap()
+            .into_iter()
+            .any(|e| matches!(e.body, StoredBody::Observation { ref metric, value: Some(_), .. } if metric == "cold"));
+        assert!(!cold);
+    })
+    .await;
+}

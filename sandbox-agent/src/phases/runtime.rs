@@ -218,45 +218,15 @@ impl Engine<'_> {
         self.term.as_mut().context("this step needs a terminal scenario (channel = \"terminal\")")
     }
 
-    /// Starts the child; over JSON lines, waits for its ready event and returns spawn → ready.
-    fn start(&mut self, generation: u32) -> anyhow::Result<Duration> {
-        if self.scenario.channel == Channel::Terminal {
-            let workdir = self
-                .scenario
-                .cwd
-                .as_deref()
-                .map(|c| common::expand(self.user, &self.user.home, c))
-                .unwrap_or_else(|| self.user.home.clone());
-            let command: Vec<String> = self
-                .scenario
-                .command
-                .iter()
-                .map(|a| {
-                    if a.starts_with("~/") {
-                        common::expand(self.user, &workdir, a).display().to_string()
-                    } else {
-                        a.clone()
-                    }
-                })
-                .collect();
-            let launch = Launch {
-                program: command[0].clone().into(),
-                args: command[1..].to_vec(),
-                env: common::user_env(self.user, &self.plan.env, &Default::default()),
-                cwd: workdir,
-                user: Some((self.user.uid, self.user.gid)),
-            };
-            self.term = Some(Terminal::spawn(&launch)?);
-            self.last_action = Instant::now();
-            return Ok(Duration::ZERO);
-        }
+    /// The scenario's folder and command line, `~/` meaning the user's home.
+    fn command(&self) -> (std::path::PathBuf, Vec<String>) {
         let workdir = self
             .scenario
             .cwd
             .as_deref()
             .map(|c| common::expand(self.user, &self.user.home, c))
             .unwrap_or_else(|| self.user.home.clone());
-        let command: Vec<String> = self
+        let command = self
             .scenario
             .command
             .iter()
@@ -268,6 +238,24 @@ impl Engine<'_> {
                 }
             })
             .collect();
+        (workdir, command)
+    }
+
+    /// Starts the child; over JSON lines, waits for its ready event and returns spawn → ready.
+    fn start(&mut self, generation: u32) -> anyhow::Result<Duration> {
+        let (workdir, command) = self.command();
+        if self.scenario.channel == Channel::Terminal {
+            let launch = Launch {
+                program: command[0].clone().into(),
+                args: command[1..].to_vec(),
+                env: common::user_env(self.user, &self.plan.env, &Default::default()),
+                cwd: workdir,
+                user: Some((self.user.uid, self.user.gid)),
+            };
+            self.term = Some(Terminal::spawn(&launch)?);
+            self.last_action = Instant::now();
+            return Ok(Duration::ZERO);
+        }
         let stderr_dir = self.ctx.state_dir.join("transcripts");
         std::fs::create_dir_all(&stderr_dir)?;
         let launch = JsonlLaunch {

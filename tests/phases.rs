@@ -507,7 +507,9 @@ startup = ["/usr/local/bin/pty-fixture"]
         assert_eq!(install.status, PhaseStatus::Ok, "{}", install.error);
         // A root service that keeps starting processes as the benchmark user: killing them does
         // not make them stop appearing.
-        let respawner = "(while true; do /sandbench/sandbox-agent run-as benchmark1 -- sleep 100 & sleep 0.02; done) >/dev/null 2>&1 </dev/null &";
+        // Four loops, each starting a new process as soon as its last one is killed, so a
+        // moment with none of them alive cannot happen.
+        let respawner = "for i in 1 2 3 4; do (while true; do /sandbench/sandbox-agent run-as benchmark1 -- sleep 100; done) >/dev/null 2>&1 </dev/null & done";
         let (code, _) = h.provisioner.exec_capture(&id, vec!["sh".into(), "-c".into(), respawner.into()]).await.unwrap();
         assert_eq!(code, 0);
         let measure = sandbox::run_phase(&hub, &id, &plan, phase::MEASURE, 0, Duration::from_secs(60)).await.unwrap();

@@ -85,14 +85,7 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
     let hub = Hub::open(&dir, HubConfig::default())?;
     let server = hub.serve(&dir.join("sock").join(sandbench_proto::SOCKET_NAME)).await?;
     let control = dir.join("control.sock");
-    let hourly = crate::cost::hourly(
-        &plan.cost,
-        crate::cost::Allocation {
-            cpus: plan.sandbox.cpus,
-            memory_gib: plan.sandbox.memory_bytes as f64 / (1u64 << 30) as f64,
-            disk_gib: plan.sandbox.disk_gb,
-        },
-    );
+    let hourly = plan.hourly_usd();
     let request = SandboxRequest {
         run_id: run_id.clone(),
         role: "debug".into(),

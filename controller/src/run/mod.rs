@@ -326,7 +326,7 @@ async fn execute(
     let budget = plan.cost.budget_usd.map(|budget| {
         let halt = run.halt.clone();
         let meters: Vec<Arc<Meter>> = sides.iter().map(|s| s.meter.clone()).collect();
-        let hourly = hourly_cost(plan);
+        let hourly = plan.hourly_usd();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(250)).await;
@@ -365,7 +365,7 @@ async fn execute(
         }
         let cost = crate::cost::sandbox_cost(
             &plan.cost,
-            allocation(plan),
+            plan.allocation(),
             side.meter.phases(),
             down.removal_error.is_some(),
             plan.sandbox.ttl.as_secs_f64(),
@@ -455,7 +455,7 @@ impl Run {
                 token: String::new(),
                 labels: [(
                     crate::provision::labels::USD_PER_HOUR.to_string(),
-                    format!("{:.6}", hourly_cost(&self.plan)),
+                    format!("{:.6}", self.plan.hourly_usd()),
                 )]
                 .into(),
             };
@@ -622,23 +622,14 @@ impl Run {
         }
     }
 
+    /// A trial's step timeout: every step at its own timeout, plus room for the agent's work.
     fn phase_timeout(&self, name: &str) -> Duration {
-        let a = &self.agent_plans["base"];
-        let secs = match name {
-            phase::PREPARE => a.prepare.commands.iter().map(|c| c.timeout_s).sum::<f64>() + 600.0,
-            phase::INSTALL => a.install.command.timeout_s + 60.0 * (a.install.checks.len() as f64 + 2.0),
-            phase::MEASURE => {
-                a.measure.startup.as_ref().map_or(0.0, |s| 2.0 * s.timeout_s) + 2.0 * a.measure.settle_s + 180.0
-            }
-            _ => {
-                let r = &a.runtime;
-                r.scenarios.iter().map(|s| s.timeout_s * (s.steps.len() as f64 + 2.0) * 2.0).sum::<f64>()
-                    + r.commands.iter().map(|c| c.step.timeout_s * f64::from(c.repeat)).sum::<f64>()
-                    + r.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
-                    + 120.0
-            }
+        let margin = match name {
+            phase::PREPARE => 600.0,
+            phase::MEASURE => 180.0,
+            _ => 120.0,
         };
-        Duration::from_secs_f64(secs)
+        Duration::from_secs_f64(self.plan.phase_limit_s(name) + margin)
     }
 
     /// Runs a phase and waits for it, noticing a sandbox that died on the way.
@@ -683,18 +674,6 @@ async fn halted(mut halt: watch::Receiver<Option<Stop>>) -> Stop {
         // The sender lives as long as the run: never resolve.
         Err(_) => std::future::pending().await,
     }
-}
-
-fn allocation(plan: &Plan) -> crate::cost::Allocation {
-    crate::cost::Allocation {
-        cpus: plan.sandbox.cpus,
-        memory_gib: plan.sandbox.memory_bytes as f64 / (1u64 << 30) as f64,
-        disk_gib: plan.sandbox.disk_gb,
-    }
-}
-
-fn hourly_cost(plan: &Plan) -> f64 {
-    crate::cost::hourly(&plan.cost, allocation(plan))
 }
 
 /// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.

@@ -116,12 +116,7 @@ pub fn describe(plan: &Plan) -> String {
         );
     }
     let c = &plan.cost;
-    let allocation = crate::cost::Allocation {
-        cpus: s.cpus,
-        memory_gib: s.memory_bytes as f64 / (1u64 << 30) as f64,
-        disk_gib: s.disk_gb,
-    };
-    let hourly = crate::cost::hourly(c, allocation);
+    let hourly = plan.hourly_usd();
     let worst = worst_case_seconds(plan);
     let _ = writeln!(
         out,
@@ -144,17 +139,12 @@ pub fn describe(plan: &Plan) -> String {
 
 /// Seconds a run lasts if every step takes its whole timeout (an upper bound for the estimate).
 fn worst_case_seconds(plan: &Plan) -> f64 {
-    let a = &plan.agent;
     let t = &plan.trials;
     let provision = 120.0;
-    let prepare: f64 = a.prepare.commands.iter().map(|c| c.timeout_s).sum();
-    let install = a.install.command.timeout_s + 60.0 * a.install.checks.len() as f64;
-    let measure = a.measure.startup.as_ref().map_or(0.0, |st| 2.0 * st.timeout_s + 2.0 * a.measure.settle_s)
-        + a.measure.between.as_ref().map_or(0.0, |b| b.timeout_s);
-    let runtime: f64 = a.runtime.scenarios.iter().map(|s| s.timeout_s * (s.steps.len() as f64 + 1.0)).sum::<f64>()
-        + a.runtime.commands.iter().map(|c| c.step.timeout_s * f64::from(c.repeat)).sum::<f64>()
-        + a.runtime.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>();
     provision
-        + prepare
-        + 2.0 * (f64::from(t.install) * install + f64::from(t.measure) * measure + f64::from(t.runtime) * runtime)
+        + plan.phase_limit_s("prepare")
+        + 2.0
+            * (f64::from(t.install) * plan.phase_limit_s("install")
+                + f64::from(t.measure) * plan.phase_limit_s("measure")
+                + f64::from(t.runtime) * plan.phase_limit_s("runtime"))
 }

@@ -123,6 +123,53 @@ impl Plan {
         plan
     }
 
+    /// What one sandbox is given, memory and disk in GiB as the spec states them.
+    pub fn allocation(&self) -> crate::cost::Allocation {
+        crate::cost::Allocation {
+            cpus: self.sandbox.cpus,
+            memory_gib: self.sandbox.memory_bytes as f64 / (1u64 << 30) as f64,
+            disk_gib: self.sandbox.disk_gb,
+        }
+    }
+
+    /// What one sandbox costs per hour at the rate card.
+    pub fn hourly_usd(&self) -> f64 {
+        crate::cost::hourly(&self.cost, self.allocation())
+    }
+
+    /// The longest one trial of `phase` takes when every step runs to its timeout.
+    pub fn phase_limit_s(&self, phase: &str) -> f64 {
+        let a = &self.agent;
+        match phase {
+            "prepare" => a.prepare.commands.iter().map(|c| c.timeout_s).sum(),
+            "install" => a.install.command.timeout_s + 60.0 * a.install.checks.len() as f64,
+            "measure" => {
+                a.measure.startup.as_ref().map_or(0.0, |s| 2.0 * (s.timeout_s + a.measure.settle_s))
+                    + a.measure.between.as_ref().map_or(0.0, |b| b.timeout_s)
+            }
+            "runtime" => {
+                let scenario = |s: &Scenario| {
+                    let waits: f64 = s
+                        .steps
+                        .iter()
+                        .map(|step| match step {
+                            ScenarioStep::Request { repeat, .. } => f64::from(*repeat) * s.timeout_s,
+                            ScenarioStep::Settle { seconds } => *seconds,
+                            ScenarioStep::Memory { .. } | ScenarioStep::Cpu { .. } | ScenarioStep::Type { .. } => 0.0,
+                            _ => s.timeout_s,
+                        })
+                        .sum();
+                    // Starting the child, and stopping it (5 s before it is killed).
+                    s.timeout_s + waits + 5.0
+                };
+                a.runtime.scenarios.iter().map(scenario).sum::<f64>()
+                    + a.runtime.commands.iter().map(|c| c.step.timeout_s * f64::from(c.repeat)).sum::<f64>()
+                    + a.runtime.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
+            }
+            _ => 0.0,
+        }
+    }
+
     /// Metrics recorded by a phase, as the controller expects them.
     pub fn metrics_of_phase(&self, phase: &str) -> Vec<String> {
         let a = &self.agent;

@@ -316,10 +316,8 @@ fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
 }
 
 fn median(samples: &[Duration]) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    let n = sorted.len();
-    if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2 }
+    let secs: Vec<f64> = samples.iter().map(Duration::as_secs_f64).collect();
+    Duration::from_secs_f64(crate::stats::median(&secs).unwrap_or(0.0))
 }
 
 fn ms(d: Duration) -> f64 {

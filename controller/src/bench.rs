@@ -162,8 +162,8 @@ impl Bench {
         }
         eprintln!();
 
-        let single = self.stream(1).await?;
-        let many = self.stream(self.args.streams).await?;
+        let single = self.stream("one", 1).await?;
+        let many = self.stream("many", self.args.streams).await?;
 
         let (bare_median, hello_median) = (median(&bare), median(&hello));
         let ratio = hello_median.as_secs_f64() / bare_median.as_secs_f64();
@@ -236,10 +236,10 @@ impl Bench {
     }
 
     /// Streams `observations` from `count` sandboxes at once; per-sandbox rates and idle RSS.
-    async fn stream(&mut self, count: usize) -> anyhow::Result<StreamFigures> {
+    async fn stream(&mut self, label: &str, count: usize) -> anyhow::Result<StreamFigures> {
         let mut sandboxes = Vec::new();
         for i in 0..count {
-            sandboxes.push(self.launch(format!("t{count}x{i}")).await?);
+            sandboxes.push(self.launch(format!("{label}{i}")).await?);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut fresh_rss_bytes = Vec::new();

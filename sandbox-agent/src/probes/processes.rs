@@ -102,6 +102,26 @@ pub fn stop_user_processes(user: &str, uid: u32) -> anyhow::Result<()> {
     stop_in(&Proc, user, uid, Duration::from_secs(3), Duration::from_secs(2))
 }
 
+/// How long a user's process table must stay empty before the user counts as stopped.
+const QUIET: Duration = Duration::from_millis(150);
+/// How often the table is read meanwhile.
+const POLL: Duration = Duration::from_millis(5);
+
+/// The user's processes, or none once the table stayed empty for QUIET. One empty listing is
+/// not enough: a process that root is starting as the user (fork, then setuid) is invisible under
+/// the user's uid for a moment, so a service that respawns the user's processes can show an empty
+/// table between its kills.
+fn settled(table: &dyn ProcessTable, uid: u32) -> Vec<ProcStatus> {
+    let since = Instant::now();
+    loop {
+        let left = table.of_user(uid);
+        if !left.is_empty() || since.elapsed() >= QUIET {
+            return left;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
 pub fn stop_in(
     table: &dyn ProcessTable,
     user: &str,
@@ -115,7 +135,7 @@ pub fn stop_in(
     for (signal, wait) in [(libc::SIGTERM, term_wait), (libc::SIGKILL, kill_wait)] {
         let deadline = Instant::now() + wait;
         loop {
-            let left = table.of_user(uid);
+            let left = settled(table, uid);
             if left.is_empty() {
                 return Ok(());
             }
@@ -128,7 +148,7 @@ pub fn stop_in(
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    let left = table.of_user(uid);
+    let left = settled(table, uid);
     if left.is_empty() {
         return Ok(());
     }
@@ -230,5 +250,31 @@ mod tests {
         let fake = Fake { alive: vec![(12, "unkillable", None)].into(), sent: Vec::new().into() };
         let err = stop_in(&fake, "benchmark1", 2001, Duration::from_millis(10), Duration::from_millis(10)).unwrap_err();
         assert_eq!(err.to_string(), "Processes remain for benchmark1: 12 (unkillable)");
+    }
+
+    /// A service that restarts the user's process after each kill, with a moment in between
+    /// when the table is empty (the new process is still root, before its setuid).
+    struct Respawner {
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl ProcessTable for Respawner {
+        fn of_user(&self, _uid: u32) -> Vec<ProcStatus> {
+            let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if n % 3 == 1 {
+                return Vec::new();
+            }
+            vec![ProcStatus { pid: 100 + n as i32, name: "sleep".into(), real_uid: 2001, state: 'S', rss_bytes: 0 }]
+        }
+
+        fn signal(&self, _pid: i32, _signal: i32) {}
+    }
+
+    #[test]
+    fn a_moment_with_no_process_is_not_a_stopped_user() {
+        let table = Respawner { reads: 0.into() };
+        let err =
+            stop_in(&table, "benchmark1", 2001, Duration::from_millis(100), Duration::from_millis(100)).unwrap_err();
+        assert!(err.to_string().starts_with("Processes remain for benchmark1: "), "{err}");
     }
 }

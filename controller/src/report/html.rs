@@ -138,14 +138,15 @@ fn metric(out: &mut String, report: &Report, def: &MetricDef, cmp: &MetricCompar
         Rule::Reference => change_cell(&cmp.comparison, def, &def.unit),
         Rule::Paired => decision_cell(&cmp.comparison, &cmp.paired, def, &def.unit),
     };
+    let word = outcome_word(cmp.outcome(), report.rule);
+    let verdict = if text.contains(word) { text } else { format!("{word}: {text}") };
     let _ = writeln!(
         out,
-        "<section class=\"metric\" data-metric=\"{}\"><h2>{} <small class=\"neutral\">({})</small></h2>\n<p class=\"verdict {class}\">{}: {}</p>",
+        "<section class=\"metric\" data-metric=\"{}\"><h2>{} <small class=\"neutral\">({})</small></h2>\n<p class=\"verdict {class}\">{}</p>",
         esc(&def.key),
         esc(&def.title),
         esc(&def.group),
-        outcome_word(cmp.outcome(), report.rule),
-        esc(&text)
+        esc(&verdict)
     );
     let floor = (report.rule == Rule::Paired).then_some(cmp.paired.floor);
     out.push_str(&chart(

@@ -323,10 +323,18 @@ pub fn mde(floor: f64, sd: f64, n: usize, alpha: f64) -> f64 {
     if n < 3 || alpha <= 0.0 {
         return f64::INFINITY;
     }
-    let q = if n >= 6 { dist::normal_quantile(1.0 - alpha / 2.0) } else { dist::t_quantile(n - 1, 1.0 - alpha / 2.0) };
-    let z80 = dist::normal_quantile(0.8);
-    to_bp(((1.0 + floor).ln() + (q + z80) * sd / (n as f64).sqrt()).exp() - 1.0, true)
+    let q = match (n >= 6, alpha == 0.05) {
+        (true, true) => Z_975,
+        (true, false) => dist::normal_quantile(1.0 - alpha / 2.0),
+        (false, true) => T_975[n - 3],
+        (false, false) => dist::t_quantile(n - 1, 1.0 - alpha / 2.0),
+    };
+    to_bp(((1.0 + floor).ln() + (q + Z_80) * sd / (n as f64).sqrt()).exp() - 1.0, true)
 }
+
+/// Normal quantiles: z(0.975) and z(0.80) (80 % power).
+const Z_975: f64 = 1.959_963_984_540_054;
+const Z_80: f64 = 0.841_621_233_572_914_3;
 
 /// t(0.975) for 2, 3 and 4 degrees of freedom (3–5 pairs).
 const T_975: [f64; 3] = [4.302_652_7, 3.182_446_3, 2.776_445_1];
@@ -489,6 +497,15 @@ mod tests {
             seen.insert(format!("{:?}", p.verdict));
         }
         assert_eq!(seen.len(), 4, "every verdict was exercised: {seen:?}");
+    }
+
+    #[test]
+    fn the_constant_quantiles_are_the_computed_ones() {
+        assert!((Z_975 - dist::normal_quantile(0.975)).abs() < 1e-6);
+        assert!((Z_80 - dist::normal_quantile(0.8)).abs() < 1e-6);
+        for (df, t) in [(2, T_975[0]), (3, T_975[1]), (4, T_975[2])] {
+            assert!((t - dist::t_quantile(df, 0.975)).abs() < 1e-5);
+        }
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! report.html in a real headless Chromium (Debian's `chromium`): it loads with no console
-//! error, makes no request outside its own file, and shows one chart per metric.
+//! error, makes no request outside its own file, and shows one chart per metric with its
+//! decision, interval and floor, the summary line, warnings and failed samples.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use sandbench::report::{self, Report, Resources, Revision, Sample, Side, Status};
+use sandbench::report::{self, Report, Resources, Revision, Rule, Sample, Side, Status};
 use sandbench::spec::metrics::built_in;
 
 fn report() -> Report {
-    let keys = ["cold", "warm", "install", "rss", "kernel_exec"];
+    let keys = ["cold", "warm", "install", "rss", "kernel_exec", "cold.cpu"];
     let mut base = Side::default();
     let mut head = Side::default();
     for (i, key) in keys.iter().enumerate() {
@@ -18,7 +19,12 @@ fn report() -> Report {
                 .collect()
         };
         base.metrics.insert(key.to_string(), samples(0.0));
-        head.metrics.insert(key.to_string(), samples(if *key == "cold" { 0.5 } else { 0.0 }));
+        let shift = match *key {
+            "cold" => 0.5,
+            "cold.cpu" => 3.0,
+            _ => 0.0,
+        };
+        head.metrics.insert(key.to_string(), samples(shift));
     }
     head.metrics.get_mut("warm").unwrap()[4] =
         Sample { trial: 4, value: None, error: Some("<script>alert(1)</script>".into()) };
@@ -35,13 +41,18 @@ fn report() -> Report {
         finished_at: None,
         failure_limit: 2,
         budget_usd: None,
-        metrics: keys.iter().map(|k| built_in(k).unwrap()).collect(),
+        // `cold.cpu` has samples but no definition: the report adds "Cold startup (CPU)".
+        metrics: keys.iter().filter_map(|k| built_in(k)).collect(),
         expected: keys.iter().map(|k| (k.to_string(), 5)).collect::<BTreeMap<_, _>>(),
         base_side: base,
         head_side: head,
         sandboxes: Vec::new(),
         errors: vec!["head warm trial 4: <img src=\"http://example.invalid/x.png\">".into()],
-        warnings: Vec::new(),
+        warnings: vec!["base: cannot collect the agent log <b>".into()],
+        rule: Rule::Paired,
+        attempt: 2,
+        noise: None,
+        sequential: None,
         comparisons: Vec::new(),
     }
 }
@@ -81,9 +92,19 @@ fn the_html_report_loads_in_chromium_offline_with_one_chart_per_metric() {
     assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));
     let dom = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    // One chart per metric, in the rendered document.
-    assert_eq!(dom.matches("<svg").count(), report.metrics.len(), "{dom}");
-    assert_eq!(dom.matches("<section class=\"metric\"").count(), report.metrics.len());
+    // One chart per metric (the CPU companion included), in the rendered document.
+    let metrics = report.metric_defs().len();
+    assert_eq!(metrics, 6);
+    assert_eq!(dom.matches("<svg").count(), metrics, "{dom}");
+    assert_eq!(dom.matches("<section class=\"metric\"").count(), metrics);
+    assert!(dom.contains("Cold startup (CPU)"), "{dom}");
+    // The summary line, warnings, failed samples, and each metric's interval and floor.
+    assert!(dom.contains("Overall: 2 regressed · 0 improved · "), "{dom}");
+    assert!(dom.contains("cannot collect the agent log &lt;b&gt;"), "{dom}");
+    assert!(dom.contains("head warm trial 4: &lt;script&gt;alert(1)&lt;/script&gt;"), "{dom}");
+    // "floor ±x%" in each metric's numbers and in its chart's floor band.
+    assert_eq!(dom.matches("floor ±").count(), 2 * metrics, "{dom}");
+    assert!(dom.contains("interval +") && dom.contains("minimum detectable effect"), "{dom}");
     // No console message at all (errors are logged as CONSOLE lines).
     let console: Vec<&str> = stderr.lines().filter(|l| l.contains("CONSOLE") || l.contains("Uncaught")).collect();
     assert!(console.is_empty(), "console output: {console:?}");

@@ -1,5 +1,6 @@
 //! Statistics, pure: the reference harness's comparison rule, and a paired verdict that uses the
-//! ABBA pairing of trials.
+//! ABBA pairing of trials. Adaptive looks are in [`sequential`], distribution functions in
+//! [`dist`].
 //!
 //! Reference rule (reference-harness.md §4.1): medians; spread = IQR with inclusive quartiles
 //! (R type 7, Python's `statistics.quantiles(method="inclusive")`) for n ≥ 4, range below;
@@ -11,6 +12,20 @@
 //! (Hollander & Wolfe, Nonparametric Statistical Methods, §3.3), a t interval on the logs for
 //! n = 3–5. The verdict says regressed/improved only when the whole interval lies beyond the noise
 //! floor, "no change" when it lies inside it, and "inconclusive" when it straddles it.
+//!
+//! **The boundary tested is the boundary displayed.** The floor f is shown as "±f %" and the
+//! interval as head/base − 1, so the test is made on that scale: regressed when the interval's
+//! lower end is above +f, improved when its upper end is below −f (ratio < 1 − f, not 1/(1 + f)),
+//! no change when it lies within [−f, +f]. [`paired_at`] goes further and decides on the very
+//! numbers it displays: the floor rounded to 0.01 %, the interval rounded outwards to 0.01 %.
+//!
+//! **Minimum detectable effect** (80 % power): the smallest true change this run would call
+//! regressed four times in five. With s the standard deviation of the log ratios and n pairs,
+//! ln(1 + MDE) = ln(1 + f) + (q₁₋α/₂ + z₀.₈₀) · s / √n, q the quantile the interval uses (normal
+//! from 6 pairs, t below). Without a floor this is the familiar ≈ 2.8 · s / √n.
+
+pub mod dist;
+pub mod sequential;
 
 use serde::{Deserialize, Serialize};
 
@@ -51,7 +66,10 @@ pub fn spread(values: &[f64]) -> f64 {
 pub enum Outcome {
     Regressed,
     Improved,
+    /// Reference rule: within the threshold. Paired rule: the interval lies within the floor.
     NoClearChange,
+    /// Paired rule only: the interval straddles the floor.
+    Inconclusive,
     Incomplete,
     Unavailable,
 }
@@ -129,35 +147,68 @@ pub enum Verdict {
     TooFewPairs,
 }
 
+/// The paired analysis of one metric. The fields after `method` are filled by [`paired_at`]
+/// (the default rule) and left out of the JSON when empty, as the reference rule leaves them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Paired {
     pub verdict: Verdict,
     pub pairs: usize,
     /// Hodges–Lehmann estimate of head/base − 1.
     pub estimate: Option<f64>,
-    /// 95% interval of head/base − 1.
+    /// Interval of head/base − 1 (95 %, or `confidence`).
     pub interval: Option<(f64, f64)>,
     /// The noise floor (as head/base − 1) the interval was judged against.
     pub floor: f64,
     pub method: String,
+    /// The interval's confidence level (1 − the alpha of this look).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// Minimum detectable effect at 80 % power, as head/base − 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mde: Option<f64>,
+    /// Standard deviation of the pairs' log ratios.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<f64>,
+    /// Pairs left out because a value was zero or negative (no log ratio).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped: usize,
 }
 
-/// `pairs` are (base, head) of the same trial index. `floor` is the relative change below which
-/// a difference is noise (e.g. the metric's relative floor, or an A/A noise profile's).
-pub fn paired(pairs: &[(f64, f64)], floor: f64) -> Paired {
-    let d: Vec<f64> = pairs.iter().filter(|(b, h)| *b > 0.0 && *h > 0.0).map(|(b, h)| (h / b).ln()).collect();
-    let n = d.len();
-    let log_floor = (1.0 + floor.max(0.0)).ln();
-    if n < 3 {
-        return Paired {
-            verdict: Verdict::TooFewPairs,
-            pairs: n,
-            estimate: None,
-            interval: None,
-            floor,
-            method: "none".into(),
-        };
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The verdict of an interval against a floor, all as head/base − 1: exactly the rule displayed.
+pub fn verdict_of(lo: f64, hi: f64, floor: f64) -> Verdict {
+    if lo > floor {
+        Verdict::Regressed
+    } else if hi < -floor {
+        Verdict::Improved
+    } else if lo >= -floor && hi <= floor {
+        Verdict::NoChange
+    } else {
+        Verdict::Inconclusive
     }
+}
+
+/// Log ratios ln(head/base) of the pairs with both values positive, and how many were dropped.
+fn log_ratios(pairs: &[(f64, f64)]) -> (Vec<f64>, usize) {
+    let d: Vec<f64> = pairs.iter().filter(|(b, h)| *b > 0.0 && *h > 0.0).map(|(b, h)| (h / b).ln()).collect();
+    let dropped = pairs.len() - d.len();
+    (d, dropped)
+}
+
+/// The shift of log ratios: Hodges–Lehmann estimate and a two-sided (1 − alpha) interval, in
+/// logs; the interval is None when `alpha` is below what n pairs can give (2/2ⁿ for Wilcoxon).
+struct Shift {
+    estimate: f64,
+    interval: Option<(f64, f64)>,
+    method: String,
+    sd: f64,
+}
+
+fn shift(d: &[f64], alpha: f64) -> Shift {
+    let n = d.len();
     let mut walsh = Vec::with_capacity(n * (n + 1) / 2);
     for i in 0..n {
         for j in i..n {
@@ -166,43 +217,138 @@ pub fn paired(pairs: &[(f64, f64)], floor: f64) -> Paired {
     }
     walsh.sort_by(f64::total_cmp);
     let estimate = median(&walsh).unwrap_or(0.0);
-    let (lo, hi, method) = if n >= 6 {
-        let k = wilcoxon_k(n, 0.05);
+    let mean = d.iter().sum::<f64>() / n as f64;
+    let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+    let (interval, method) = if n >= 6 {
         let m = walsh.len();
-        (walsh[k - 1], walsh[m - k], format!("exact Wilcoxon signed-rank interval, {n} pairs"))
+        let interval = wilcoxon_rank(n, alpha).map(|k| (walsh[k - 1], walsh[m - k]));
+        (interval, format!("exact Wilcoxon signed-rank interval, {n} pairs"))
     } else {
-        let mean = d.iter().sum::<f64>() / n as f64;
-        let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-        let t = T_975[n - 3];
+        let t = if alpha == 0.05 { T_975[n - 3] } else { dist::t_quantile(n - 1, 1.0 - alpha / 2.0) };
         let half = t * sd / (n as f64).sqrt();
-        (mean - half, mean + half, format!("t interval on log ratios, {n} pairs"))
+        let interval = (alpha > 0.0).then_some((mean - half, mean + half));
+        (interval, format!("t interval on log ratios, {n} pairs"))
     };
-    let verdict = if lo > log_floor {
-        Verdict::Regressed
-    } else if hi < -log_floor {
-        Verdict::Improved
-    } else if lo >= -log_floor && hi <= log_floor {
-        Verdict::NoChange
-    } else {
-        Verdict::Inconclusive
-    };
-    Paired {
-        verdict,
-        pairs: n,
-        estimate: Some(estimate.exp() - 1.0),
-        interval: Some((lo.exp() - 1.0, hi.exp() - 1.0)),
-        floor,
-        method,
-    }
+    Shift { estimate, interval, method, sd }
 }
+
+/// The paired analysis at 95 %, values unrounded: what the reference rule's details show.
+/// `pairs` are (base, head) of the same trial index. `floor` is the relative change below which
+/// a difference is noise (e.g. the metric's relative floor, or an A/A noise profile's).
+pub fn paired(pairs: &[(f64, f64)], floor: f64) -> Paired {
+    let (d, _) = log_ratios(pairs);
+    let n = d.len();
+    let mut out = Paired {
+        verdict: Verdict::TooFewPairs,
+        pairs: n,
+        estimate: None,
+        interval: None,
+        floor,
+        method: "none".into(),
+        confidence: None,
+        mde: None,
+        spread: None,
+        dropped: 0,
+    };
+    if n < 3 {
+        return out;
+    }
+    let s = shift(&d, 0.05);
+    let (lo, hi) = s.interval.unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+    let (lo, hi) = (lo.exp() - 1.0, hi.exp() - 1.0);
+    out.verdict = verdict_of(lo, hi, floor.max(0.0));
+    out.estimate = Some(s.estimate.exp() - 1.0);
+    out.interval = Some((lo, hi));
+    out.method = s.method;
+    out
+}
+
+/// Basis points (0.01 %): the resolution at which verdicts are displayed, and so decided.
+const BP: f64 = 10_000.0;
+
+/// Rounds a relative change to 0.01 %, down or up; a 1e-7 bp tolerance keeps exact values
+/// (0.25 computed as 0.25000000000000006) from moving a whole step.
+fn to_bp(x: f64, up: bool) -> f64 {
+    if !x.is_finite() {
+        return x;
+    }
+    let v = x * BP;
+    if up { (v - 1e-7).ceil() / BP } else { (v + 1e-7).floor() / BP }
+}
+
+/// The default rule's paired analysis at a look of level `alpha`: the interval rounded outwards
+/// and the floor rounded to 0.01 %, the verdict taken on those displayed numbers, with the
+/// minimum detectable effect, the log ratios' spread and the count of dropped pairs.
+pub fn paired_at(pairs: &[(f64, f64)], floor: f64, alpha: f64) -> Paired {
+    let (d, dropped) = log_ratios(pairs);
+    let n = d.len();
+    let floor = (floor.max(0.0) * BP).round() / BP;
+    let mut out = Paired {
+        verdict: Verdict::TooFewPairs,
+        pairs: n,
+        estimate: None,
+        interval: None,
+        floor,
+        method: "none".into(),
+        confidence: Some(1.0 - alpha),
+        mde: None,
+        spread: None,
+        dropped,
+    };
+    if n < 3 {
+        return out;
+    }
+    let s = shift(&d, alpha);
+    out.estimate = Some((((s.estimate.exp() - 1.0) * BP).round()) / BP);
+    out.spread = Some(s.sd);
+    out.mde = Some(mde(floor, s.sd, n, alpha));
+    out.method = s.method;
+    match s.interval {
+        Some((lo, hi)) => {
+            let (lo, hi) = (to_bp(lo.exp() - 1.0, false), to_bp(hi.exp() - 1.0, true));
+            out.interval = Some((lo, hi));
+            out.verdict = verdict_of(lo, hi, floor);
+        }
+        None => {
+            out.method = format!("{}; too few pairs for a {:.2}% interval", out.method, 100.0 * (1.0 - alpha));
+            out.verdict = Verdict::Inconclusive;
+        }
+    }
+    out
+}
+
+/// Minimum detectable effect (head/base − 1, rounded up to 0.01 %) at 80 % power for n pairs
+/// whose log ratios have standard deviation `sd`, judged against `floor` at level `alpha`.
+pub fn mde(floor: f64, sd: f64, n: usize, alpha: f64) -> f64 {
+    if n < 3 || alpha <= 0.0 {
+        return f64::INFINITY;
+    }
+    let q = match (n >= 6, alpha == 0.05) {
+        (true, true) => Z_975,
+        (true, false) => dist::normal_quantile(1.0 - alpha / 2.0),
+        (false, true) => T_975[n - 3],
+        (false, false) => dist::t_quantile(n - 1, 1.0 - alpha / 2.0),
+    };
+    to_bp(((1.0 + floor).ln() + (q + Z_80) * sd / (n as f64).sqrt()).exp() - 1.0, true)
+}
+
+/// Normal quantiles: z(0.975) and z(0.80) (80 % power).
+const Z_975: f64 = 1.959_963_984_540_054;
+const Z_80: f64 = 0.841_621_233_572_914_3;
 
 /// t(0.975) for 2, 3 and 4 degrees of freedom (3–5 pairs).
 const T_975: [f64; 3] = [4.302_652_7, 3.182_446_3, 2.776_445_1];
 
 /// The rank k (1-based) such that [W(k), W(M−k+1)] of the sorted Walsh averages is a two-sided
 /// (1 − alpha) interval: the largest k with P(T ≤ k − 1) ≤ alpha / 2 under the null, where T is
-/// the signed-rank statistic, whose exact distribution is counted here.
+/// the signed-rank statistic, whose exact distribution is counted here. At least 1.
 pub fn wilcoxon_k(n: usize, alpha: f64) -> usize {
+    wilcoxon_rank(n, alpha).unwrap_or(1)
+}
+
+/// As [`wilcoxon_k`], or None when even the widest interval (k = 1, level 1 − 2/2ⁿ) falls short
+/// of 1 − alpha.
+fn wilcoxon_rank(n: usize, alpha: f64) -> Option<usize> {
     let max = n * (n + 1) / 2;
     let mut counts = vec![0f64; max + 1];
     counts[0] = 1.0;
@@ -213,7 +359,7 @@ pub fn wilcoxon_k(n: usize, alpha: f64) -> usize {
     }
     let total = 2f64.powi(n as i32);
     let mut cumulative = 0.0;
-    let mut k = 1;
+    let mut k = 0;
     for (t, c) in counts.iter().enumerate() {
         cumulative += c / total;
         if cumulative > alpha / 2.0 {
@@ -221,7 +367,7 @@ pub fn wilcoxon_k(n: usize, alpha: f64) -> usize {
         }
         k = t + 1;
     }
-    k.max(1)
+    (k >= 1).then_some(k)
 }
 
 /// Python's `round` (half to even), which the reference's colours depend on.
@@ -303,5 +449,104 @@ mod tests {
             (lo - ((0.2 - half).exp() - 1.0)).abs() < 1e-9 && (hi - ((0.2 + half).exp() - 1.0)).abs() < 1e-9,
             "{lo} {hi}"
         );
+    }
+
+    #[test]
+    fn the_floor_tested_is_the_floor_displayed() {
+        // Ten pairs at a ratio of 0.82 are 18 % faster: inside a ±20 % floor, so not improved
+        // (the old test on ln(1.2) called this improved while showing ±20 %).
+        let pairs: Vec<(f64, f64)> = (0..10).map(|i| (1.0 + 0.1 * i as f64, 0.82 * (1.0 + 0.1 * i as f64))).collect();
+        let p = paired_at(&pairs, 0.2, 0.05);
+        assert_eq!((p.verdict, p.floor, p.interval), (Verdict::NoChange, 0.2, Some((-0.18, -0.18))), "{p:?}");
+        assert_eq!(paired(&pairs, 0.2).verdict, Verdict::NoChange);
+        // At 0.79 it is beyond −20 %: improved.
+        let pairs: Vec<(f64, f64)> = (0..10).map(|i| (1.0, 0.79 + 0.001 * i as f64)).collect();
+        assert_eq!(paired_at(&pairs, 0.2, 0.05).verdict, Verdict::Improved);
+        // Base 1..10 s, head 1.3 × base: the spread is wide, but every pair says +30 %.
+        let pairs: Vec<(f64, f64)> = (1..=10).map(|i| (f64::from(i), 1.3 * f64::from(i))).collect();
+        assert_eq!(paired_at(&pairs, 0.2, 0.05).verdict, Verdict::Regressed);
+        let (b, h): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+        assert_eq!(compare(&b, &h, 10, FLOORS).outcome, Outcome::NoClearChange, "the reference rule misses it");
+    }
+
+    /// The verdict is a function of the displayed numbers: parse the interval and floor as a
+    /// report prints them ("+1.23%") and the rule applied to the text gives the same verdict.
+    #[test]
+    fn the_displayed_boundary_is_the_decision_boundary() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        let shown = |x: f64| format!("{}{:.2}%", if x >= 0.0 { "+" } else { "-" }, (x * 100.0).abs());
+        let parse = |t: &str| t.trim_end_matches('%').parse::<f64>().unwrap() / 100.0;
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..4000 {
+            let n = rng.random_range(3..30);
+            let floor = f64::from(rng.random_range(0..3000u32)) / 10_000.0 + rng.random_range(0.0..1e-4);
+            let shift: f64 = rng.random_range(-0.4..0.4);
+            // Cluster the shifts near the floor, where rounding could disagree.
+            let centre = if rng.random_bool(0.5) { shift } else { floor.copysign(shift) };
+            let spread: f64 = rng.random_range(0.0..0.05);
+            let pairs: Vec<(f64, f64)> =
+                (0..n).map(|_| (1.0, (centre + spread * rng.random_range(-1.0..1.0f64)).exp())).collect();
+            let alpha = [0.05, 0.01, 0.0056][rng.random_range(0..3)];
+            let p = paired_at(&pairs, floor, alpha);
+            let Some((lo, hi)) = p.interval else { continue };
+            let (lo_t, hi_t, f_t) = (parse(&shown(lo)), parse(&shown(hi)), parse(&format!("{:.2}%", p.floor * 100.0)));
+            let from_text = verdict_of(lo_t, hi_t, f_t);
+            assert_eq!(p.verdict, from_text, "{p:?} shown {} … {} ±{f_t}", shown(lo), shown(hi));
+            seen.insert(format!("{:?}", p.verdict));
+        }
+        assert_eq!(seen.len(), 4, "every verdict was exercised: {seen:?}");
+    }
+
+    #[test]
+    fn the_constant_quantiles_are_the_computed_ones() {
+        assert!((Z_975 - dist::normal_quantile(0.975)).abs() < 1e-6);
+        assert!((Z_80 - dist::normal_quantile(0.8)).abs() < 1e-6);
+        for (df, t) in [(2, T_975[0]), (3, T_975[1]), (4, T_975[2])] {
+            assert!((t - dist::t_quantile(df, 0.975)).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn the_minimum_detectable_effect_has_its_power() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        // No noise: the floor itself. More pairs or less noise: smaller.
+        assert_eq!(mde(0.05, 0.0, 10, 0.05), 0.05);
+        assert!(mde(0.02, 0.05, 20, 0.05) < mde(0.02, 0.05, 10, 0.05));
+        assert!(mde(0.02, 0.03, 10, 0.05) < mde(0.02, 0.05, 10, 0.05));
+        // ≈ 2.8 s / √n without a floor.
+        assert!((mde(0.0, 0.1, 100, 0.05) - ((2.8016 * 0.01f64).exp() - 1.0)).abs() < 2e-4);
+        // A true change of exactly the MDE is called regressed about 80 % of the time.
+        let (floor, sd, n) = (0.02, 0.05, 20);
+        let effect = mde(floor, sd, n, 0.05);
+        let mut rng = StdRng::seed_from_u64(7);
+        let runs = 2000;
+        let mut hits = 0;
+        for _ in 0..runs {
+            let pairs: Vec<(f64, f64)> = (0..n)
+                .map(|_| {
+                    let (u, v): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
+                    let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
+                    (1.0, ((1.0 + effect).ln() + sd * z).exp())
+                })
+                .collect();
+            hits += usize::from(paired_at(&pairs, floor, 0.05).verdict == Verdict::Regressed);
+        }
+        let power = hits as f64 / runs as f64;
+        assert!((0.7..0.88).contains(&power), "power at the MDE {effect}: {power}");
+    }
+
+    #[test]
+    fn non_positive_values_are_counted_not_hidden() {
+        let mut pairs: Vec<(f64, f64)> = (0..8).map(|_| (1.0, 1.0)).collect();
+        pairs.push((0.0, 1.0));
+        pairs.push((1.0, -2.0));
+        let p = paired_at(&pairs, 0.05, 0.05);
+        assert_eq!((p.pairs, p.dropped), (8, 2));
+        // An alpha too small for the pairs leaves no interval: never decided.
+        let p = paired_at(&pairs[..6], 0.05, 0.001);
+        assert_eq!((p.verdict, p.interval), (Verdict::Inconclusive, None));
     }
 }

@@ -1,10 +1,17 @@
 //! Reports, pure: the run's data (`report.json`) and what is rendered from it — `report.md`, the
 //! pull-request comment in the reference harness's layout, and `report.html`, one page with the
-//! distributions drawn. Renderers take the report and return a `String`; nothing here does I/O.
+//! distributions drawn. Renderers take the report and return a `String`; nothing here does I/O
+//! (but [`noise::NoiseProfile::load`]).
+//!
+//! One decision per metric, under the report's [`Rule`]: the paired rule ([`decide`], the
+//! default) or the reference harness's rule, kept byte for byte. [`Report::analyze`] makes it and
+//! every rendering shows that one.
 
+pub mod decide;
 pub mod format;
 pub mod html;
 pub mod markdown;
+pub mod noise;
 #[cfg(test)]
 mod tests;
 
@@ -13,7 +20,82 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::spec::MetricDef;
+use crate::stats::sequential::{self, Design, Next};
 use crate::stats::{self, Comparison, Floors, Paired};
+pub use noise::NoiseProfile;
+
+/// Which rule decides each metric.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// Paired estimate and interval against a floor (`decide`).
+    #[default]
+    Paired,
+    /// The reference harness's rule and comment (medians, floors and spreads).
+    Reference,
+}
+
+impl Rule {
+    /// A `report.json` without a rule was written before rules existed, under the reference one.
+    fn absent() -> Rule {
+        Rule::Reference
+    }
+
+    fn is_reference(&self) -> bool {
+        *self == Rule::Reference
+    }
+
+    pub fn parse(text: &str) -> Option<Rule> {
+        match text {
+            "paired" => Some(Rule::Paired),
+            "reference" => Some(Rule::Reference),
+            _ => None,
+        }
+    }
+}
+
+/// An adaptive run's plan of looks and the look this report is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sequential {
+    pub design: Design,
+    /// The look (1-based) this report's samples are analysed as.
+    pub look: u32,
+    /// Metrics whose verdicts decide whether more pairs are run.
+    pub gate: Vec<String>,
+}
+
+impl Sequential {
+    /// The plan of an adaptive run at its first look, when the spec lets pairs grow
+    /// (`trials.max_pairs` above the measure and runtime trials); alpha 5 % in all.
+    pub fn for_plan(plan: &crate::spec::Plan) -> Option<Sequential> {
+        let initial = plan.trials.measure.max(plan.trials.runtime);
+        (plan.trials.max_pairs > initial).then(|| Sequential {
+            design: Design { alpha: 0.05, initial, max_pairs: plan.trials.max_pairs },
+            look: 1,
+            gate: plan.trials.gate.clone(),
+        })
+    }
+}
+
+/// The CI run attempt (`GITHUB_RUN_ATTEMPT`) when set to a positive number, else 1.
+pub fn ci_attempt() -> u32 {
+    attempt_from(std::env::var("GITHUB_RUN_ATTEMPT").ok().as_deref())
+}
+
+fn attempt_from(value: Option<&str>) -> u32 {
+    value.and_then(|v| v.trim().parse::<u32>().ok()).filter(|n| *n >= 1).unwrap_or(1)
+}
+
+fn first_attempt() -> u32 {
+    1
+}
+
+fn is_first_attempt(n: &u32) -> bool {
+    *n == 1
+}
+
+/// The suffix of a metric's CPU-time companion: `cold.cpu` is the CPU time of `cold`.
+pub const CPU_SUFFIX: &str = ".cpu";
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -111,12 +193,25 @@ pub struct Report {
     pub sandboxes: Vec<SandboxRecord>,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
+    /// The deciding rule; absent in the JSON for the reference rule.
+    #[serde(default = "Rule::absent", skip_serializing_if = "Rule::is_reference")]
+    pub rule: Rule,
+    /// The CI attempt of this run (the marker's ATTEMPT); 1 outside CI.
+    #[serde(default = "first_attempt", skip_serializing_if = "is_first_attempt")]
+    pub attempt: u32,
+    /// The A/A noise profile the floors come from (paired rule), when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<NoiseProfile>,
+    /// The adaptive plan, when the run could add pairs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequential: Option<Sequential>,
     /// Derived from the samples; kept for readers of the JSON.
     #[serde(default)]
     pub comparisons: Vec<MetricComparison>,
 }
 
-/// The comparison of one metric: the reference rule and the paired verdict.
+/// The comparison of one metric. `comparison.outcome` is the decision of the report's rule;
+/// `paired` the paired analysis (under the paired rule, the one that decided).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricComparison {
     pub key: String,
@@ -126,6 +221,15 @@ pub struct MetricComparison {
     pub base_attempted: usize,
     pub head_successful: usize,
     pub head_attempted: usize,
+    /// What a reader should know about this decision (floor capped, samples dropped, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl MetricComparison {
+    pub fn outcome(&self) -> stats::Outcome {
+        self.comparison.outcome
+    }
 }
 
 fn values(samples: Option<&Vec<Sample>>) -> Vec<(u32, f64)> {
@@ -133,40 +237,120 @@ fn values(samples: Option<&Vec<Sample>>) -> Vec<(u32, f64)> {
 }
 
 impl Report {
-    /// Compares every metric.
+    /// The metrics to report, in order: the plan's definitions, each followed by its CPU-time
+    /// companion (`<key>.cpu`) when samples of one exist and nothing defines it — titled
+    /// "<title> (CPU)", same unit and floors, judged on its own noise.
+    pub fn metric_defs(&self) -> Vec<MetricDef> {
+        let mut defs = Vec::new();
+        for def in &self.metrics {
+            defs.push(def.clone());
+            let key = format!("{}{CPU_SUFFIX}", def.key);
+            let sampled = [&self.base_side, &self.head_side].iter().any(|s| s.metrics.contains_key(&key));
+            if sampled && !self.metrics.iter().any(|d| d.key == key) {
+                defs.push(MetricDef { key, title: format!("{} (CPU)", def.title), ..def.clone() });
+            }
+        }
+        defs
+    }
+
+    /// Samples each side should have of `key` (a CPU companion: as many as its metric).
+    pub fn expected_of(&self, key: &str) -> usize {
+        let own = self.expected.get(key);
+        let stem = key.strip_suffix(CPU_SUFFIX).and_then(|k| self.expected.get(k));
+        own.or(stem).copied().unwrap_or(1) as usize
+    }
+
+    /// (base, head) of the trials both sides measured, and the successful samples left unpaired.
+    pub fn pairs_of(&self, key: &str) -> (Vec<(f64, f64)>, usize) {
+        let base = values(self.base_side.metrics.get(key));
+        let head = values(self.head_side.metrics.get(key));
+        let pairs: Vec<(f64, f64)> =
+            base.iter().filter_map(|(t, bv)| head.iter().find(|(ht, _)| ht == t).map(|(_, hv)| (*bv, *hv))).collect();
+        (pairs.clone(), base.len() + head.len() - 2 * pairs.len())
+    }
+
+    /// The alpha of this report's intervals: the look's, or 5 %.
+    pub fn alpha(&self) -> f64 {
+        self.sequential.as_ref().map_or(0.05, |s| s.design.alpha_at(s.look as usize))
+    }
+
+    /// Compares every metric under the report's rule.
     pub fn analyze(&self) -> Vec<MetricComparison> {
-        self.metrics
-            .iter()
-            .map(|def| {
-                let base = values(self.base_side.metrics.get(&def.key));
-                let head = values(self.head_side.metrics.get(&def.key));
-                let expected = self.expected.get(&def.key).copied().unwrap_or(1) as usize;
-                let floors = Floors { absolute: def.absolute, relative: def.relative };
-                let b: Vec<f64> = base.iter().map(|x| x.1).collect();
-                let h: Vec<f64> = head.iter().map(|x| x.1).collect();
-                let comparison = stats::compare(&b, &h, expected, floors);
-                let pairs: Vec<(f64, f64)> = base
-                    .iter()
-                    .filter_map(|(t, bv)| head.iter().find(|(ht, _)| ht == t).map(|(_, hv)| (*bv, *hv)))
-                    .collect();
-                // The floor of the paired verdict, as a relative change: the relative floor, or
-                // the absolute one when it is larger at this base median.
-                let floor = comparison
+        self.metric_defs().iter().map(|def| self.analyze_metric(def)).collect()
+    }
+
+    fn analyze_metric(&self, def: &MetricDef) -> MetricComparison {
+        let side = |s: &Side| values(s.metrics.get(&def.key)).into_iter().map(|x| x.1).collect::<Vec<f64>>();
+        let (b, h) = (side(&self.base_side), side(&self.head_side));
+        let expected = self.expected_of(&def.key);
+        let floors = Floors { absolute: def.absolute, relative: def.relative };
+        let comparison = stats::compare(&b, &h, expected, floors);
+        let (pairs, unpaired) = self.pairs_of(&def.key);
+        let attempted = |side: &Side| side.metrics.get(&def.key).map_or(0, Vec::len);
+        let mut out = MetricComparison {
+            key: def.key.clone(),
+            paired: stats::paired(&[], 0.0),
+            comparison,
+            base_successful: b.len(),
+            base_attempted: attempted(&self.base_side),
+            head_successful: h.len(),
+            head_attempted: attempted(&self.head_side),
+            notes: Vec::new(),
+        };
+        match self.rule {
+            Rule::Reference => {
+                // The paired figures of the details: the relative floor, or the absolute one when
+                // it is larger at this base median.
+                let floor = out
+                    .comparison
                     .base_median
                     .filter(|m| *m > 0.0)
                     .map_or(def.relative, |m| def.relative.max(def.absolute / m));
-                let attempted = |side: &Side| side.metrics.get(&def.key).map_or(0, Vec::len);
-                MetricComparison {
-                    key: def.key.clone(),
-                    paired: stats::paired(&pairs, floor),
-                    comparison,
-                    base_successful: base.len(),
-                    base_attempted: attempted(&self.base_side),
-                    head_successful: head.len(),
-                    head_attempted: attempted(&self.head_side),
-                }
+                out.paired = stats::paired(&pairs, floor);
+            }
+            Rule::Paired => {
+                let failed = out.base_attempted + out.head_attempted - b.len() - h.len();
+                let evidence = decide::Evidence { pairs: &pairs, unpaired, failed, expected };
+                let floor = decide::floor(def, out.comparison.base_median, self.noise.as_ref());
+                let (comparison, paired, notes) = decide::decide(&out.comparison, &evidence, &floor, self.alpha());
+                (out.comparison, out.paired, out.notes) = (comparison, paired, notes);
+            }
+        }
+        out
+    }
+
+    /// Look `look` (1-based) of an adaptive run on the samples so far: decided, more pairs, or
+    /// exhausted. None when the report has no adaptive plan. Floors are the ones the report uses.
+    pub fn next_look(&self, look: usize) -> Option<Next> {
+        let plan = self.sequential.as_ref()?;
+        let defs = self.metric_defs();
+        let gates: Vec<sequential::Gate> = plan
+            .gate
+            .iter()
+            .filter_map(|key| defs.iter().find(|d| &d.key == key))
+            .map(|def| {
+                let (pairs, _) = self.pairs_of(&def.key);
+                let base: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+                let floor = decide::floor(def, stats::median(&base), self.noise.as_ref());
+                sequential::Gate { key: def.key.clone(), pairs, floor: floor.value }
             })
-            .collect()
+            .collect();
+        Some(sequential::next(&plan.design, look, &gates))
+    }
+
+    /// Run errors, then every failed sample as `<side> <metric> trial <n>: <error>`.
+    pub fn all_errors(&self) -> Vec<String> {
+        let mut errors = self.errors.clone();
+        for (label, side) in [("base", &self.base_side), ("head", &self.head_side)] {
+            for def in self.metric_defs() {
+                for sample in side.metrics.get(&def.key).into_iter().flatten() {
+                    if let Some(e) = &sample.error {
+                        errors.push(format!("{label} {} trial {}: {e}", def.key, sample.trial));
+                    }
+                }
+            }
+        }
+        errors
     }
 
     /// Every sample has a value for every trial expected, and no run-level error.

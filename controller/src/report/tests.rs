@@ -1,9 +1,11 @@
-//! Whole-report snapshots (insta) reproducing the reference harness's test vectors.
+//! Whole-report snapshots (insta): under the reference rule they reproduce the reference
+//! harness's test vectors (and must not change); under the paired rule they pin its comment.
 
 use std::collections::BTreeMap;
 
 use super::*;
 use crate::spec::metrics::built_in;
+use crate::stats::Outcome;
 
 const KEYS: [&str; 17] = [
     "cold",
@@ -101,6 +103,10 @@ fn example(status: Status) -> Report {
         }],
         errors: vec!["head install trial 2: failed | see <log>".into()],
         warnings: vec!["base: cannot collect the agent log".into()],
+        rule: Rule::Reference,
+        attempt: 1,
+        noise: None,
+        sequential: None,
         comparisons: Vec::new(),
     }
 }
@@ -152,4 +158,231 @@ fn the_html_page_has_one_chart_per_metric_and_nothing_external() {
     assert_eq!(html.matches("<svg").count(), KEYS.len());
     assert!(!html.contains("<script") && !html.contains("src=\"http") && !html.contains("href=\"http"));
     assert!(!html.contains("<img"));
+}
+
+/// The reference example under the paired rule.
+fn paired_example(status: Status) -> Report {
+    Report { rule: Rule::Paired, ..example(status) }
+}
+
+/// One metric, `cold`, with the given base and head values (trial order) and 10 expected.
+fn one_metric(base: &[f64], head: &[f64]) -> Report {
+    let mut r = paired_example(Status::Completed);
+    r.metrics.retain(|m| m.key == "cold");
+    r.expected = BTreeMap::from([("cold".to_string(), base.len() as u32)]);
+    r.base_side.metrics = BTreeMap::from([("cold".to_string(), samples(base))]);
+    r.head_side.metrics = BTreeMap::from([("cold".to_string(), samples(head))]);
+    r.errors.clear();
+    r
+}
+
+fn decision_of(report: &Report, key: &str) -> MetricComparison {
+    report.analyze().into_iter().find(|c| c.key == key).unwrap()
+}
+
+#[test]
+fn the_paired_rule_comment() {
+    let md = markdown::render(&paired_example(Status::Partial));
+    assert!(
+        md.contains(
+            "**Overall: 1 regressed · 1 improved · 13 no change · 0 inconclusive · 1 incomplete · 1 unavailable.**"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("| Cold startup | 2,000.0 ms | 2,500.0 ms | $`\\textcolor{#b9625f}{\\textsf{↑ +25.00\\% (+25.00\\% to +25.00\\%)}}`$ |"));
+    assert!(md.contains(
+        "| Compressed release artifacts | 10.00 MB | 10.00 MB | ≈ +0.001 MB (+0.01%), no change larger than 0.66% |"
+    ));
+    assert!(md.contains("| Installation | 2.00 s | 2.00 s | +0.00 s (+0.00%); incomplete |"), "{md}");
+    assert!(md.contains("Installation: 1 sample failed"), "{md}");
+    insta::assert_snapshot!("report_md_partial_paired", md);
+    let mut report = paired_example(Status::Partial);
+    report.comparisons = report.analyze();
+    let json = serde_json::to_string_pretty(&report).unwrap();
+    assert!(json.contains("\"rule\": \"paired\""));
+    assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), report);
+    insta::assert_snapshot!("report_json_partial_paired", json);
+}
+
+#[test]
+fn a_wide_spread_does_not_hide_a_30_percent_regression() {
+    // Base 1..10 s, head 1.3 × base: the head IQR (5.85 s) exceeds the delta, so the reference
+    // rule sees no clear change; every pair says +30 %, so the paired rule regresses.
+    let base: Vec<f64> = (1..=10).map(f64::from).collect();
+    let head: Vec<f64> = base.iter().map(|b| b * 1.3).collect();
+    let report = one_metric(&base, &head);
+    let c = decision_of(&report, "cold");
+    assert_eq!((c.outcome(), c.paired.estimate, c.paired.floor), (Outcome::Regressed, Some(0.3), 0.2), "{c:?}");
+    let md = markdown::render(&report);
+    assert!(md.contains("**Overall: 1 regressed · 0 improved · 0 no change · 0 inconclusive.**"), "{md}");
+    assert!(md.contains("↑ +30.00\\% (+30.00\\% to +30.00\\%)"), "{md}");
+    let reference = Report { rule: Rule::Reference, ..report };
+    assert_eq!(decision_of(&reference, "cold").outcome(), Outcome::NoClearChange);
+}
+
+#[test]
+fn a_ratio_of_0_82_at_a_20_percent_floor_is_what_the_comment_says() {
+    let base: Vec<f64> = (0..10).map(|i| 2.0 + 0.01 * f64::from(i)).collect();
+    let head: Vec<f64> = base.iter().map(|b| b * 0.82).collect();
+    let report = one_metric(&base, &head);
+    let c = decision_of(&report, "cold");
+    assert_eq!(c.outcome(), Outcome::NoClearChange, "{c:?}");
+    let md = markdown::render(&report);
+    // The table shows the floor tested and the interval inside it; no arrow.
+    assert!(md.contains("| Cold startup | 10 | -18.00% | -18.00% … -18.00% | ±20.00% |"), "{md}");
+    assert!(md.contains("≈ -18.00%, no change larger than 20.00%"), "{md}");
+    assert!(!md.contains('↓'));
+    // Past the floor it is improved, and the comment says so.
+    let head: Vec<f64> = base.iter().map(|b| b * 0.79).collect();
+    let md = markdown::render(&one_metric(&base, &head));
+    assert!(md.contains("↓ -21.00\\%"), "{md}");
+}
+
+#[test]
+fn every_metric_says_what_it_could_have_seen() {
+    // Noisy pairs around no change: inconclusive or no change, never a bare "≈".
+    let base: Vec<f64> = (0..10).map(|i| 1.0 + 0.02 * f64::from(i % 4)).collect();
+    let head: Vec<f64> = (0..10).map(|i| 1.0 + 0.02 * f64::from((i + 1) % 4)).collect();
+    let report = one_metric(&base, &head);
+    let c = decision_of(&report, "cold");
+    let mde = c.paired.mde.unwrap();
+    assert!(mde > c.paired.floor && mde < 0.5, "{c:?}");
+    let md = markdown::render(&report);
+    let row = md.lines().find(|l| l.starts_with("| Cold startup | 1,0")).unwrap();
+    assert!(row.contains("no change larger than "), "{row}");
+    assert!(md.contains(&format!("| {:.2}% |", mde * 100.0)), "the MDE column: {md}");
+}
+
+#[test]
+fn dropped_and_failed_samples_are_said() {
+    let mut report = one_metric(&[1.0, 1.0, 0.0, 1.0, 1.0, 1.0], &[1.0, 1.0, 1.0, -1.0, 1.0, 1.0]);
+    report.head_side.metrics.get_mut("cold").unwrap()[5] = Sample { trial: 5, value: None, error: Some("boom".into()) };
+    let c = decision_of(&report, "cold");
+    assert_eq!((c.outcome(), c.paired.pairs, c.paired.dropped), (Outcome::Incomplete, 3, 2), "{c:?}");
+    let notes = c.notes.join("; ");
+    assert!(notes.contains("2 pairs left out: a value was zero or negative") && notes.contains("1 sample failed"));
+    assert!(notes.contains("1 sample without the other side's trial"), "{notes}");
+    let md = markdown::render(&report);
+    assert!(md.contains("| Cold startup | 3 (2 dropped) |"), "{md}");
+}
+
+#[test]
+fn markers_carry_the_attempt_and_cannot_be_broken_out_of() {
+    let mut report = example(Status::Completed);
+    report.attempt = 3;
+    let md = markdown::render(&report);
+    assert_eq!(
+        md.lines().nth(1),
+        Some("<!-- run:20261129-000000-abcd:3 head:2222222222222222222222222222222222222222 -->")
+    );
+    report.run_id = "x --> <script>".into();
+    report.head.commit = "abc-->\n<!--".into();
+    let md = markdown::render(&report);
+    let marker = md.lines().nth(1).unwrap();
+    assert_eq!(marker, "<!-- run:x%20-%2D%3E%20%3Cscript%3E:3 head:abc-%2D%3E%0A%3C%21-%2D -->");
+    assert_eq!(md.lines().take(3).map(|l| l.matches("-->").count()).sum::<usize>(), 3);
+    assert_eq!(super::attempt_from(Some("7")), 7);
+    for bad in [None, Some(""), Some("0"), Some("-1"), Some("2x")] {
+        assert_eq!(super::attempt_from(bad), 1, "{bad:?}");
+    }
+}
+
+#[test]
+fn text_from_specs_revisions_and_sandboxes_cannot_break_a_table() {
+    let mut report = paired_example(Status::Completed);
+    let cold = report.metrics.iter_mut().find(|m| m.key == "cold").unwrap();
+    cold.title = "Cold | start\n<b>".into();
+    cold.unit = "ms|x".into();
+    cold.group = "CLI".into();
+    report.head.commit = "`rm -rf`|<img>".into();
+    report.warnings = vec!["bad | warning\nsecond <line>".into()];
+    let md = markdown::render(&report);
+    for line in md.lines().filter(|l| l.starts_with("| Cold")) {
+        assert!(!line.contains("<b>") && !line.contains("ms|x"), "{line}");
+        assert_eq!(line.matches(" | ").count() + 1, line.matches('|').count() - 1, "{line}");
+    }
+    assert!(md.contains("Cold &#124; start &lt;b&gt;"), "{md}");
+    assert!(md.contains("- bad &#124; warning second &lt;line&gt;"), "{md}");
+    assert!(md.contains("Head `&#96;rm -rf&#96;` compared"), "{md}");
+    let html = html::render(&report);
+    assert!(!html.contains("<b>") && !html.contains("<img>") && html.contains("Cold | start\n&lt;b&gt;"));
+}
+
+#[test]
+fn cpu_companions_get_their_own_verdicts_and_the_headline_says_when_they_are_clearer() {
+    // Wall time: noisy, inconclusive. CPU time: +30 %, tight.
+    let base: Vec<f64> = (0..10).map(|i| 1.0 + 0.3 * f64::from(i % 2)).collect();
+    let head: Vec<f64> = (0..10).map(|i| 1.0 + 0.3 * f64::from((i + 1) % 2)).collect();
+    let mut report = one_metric(&base, &head);
+    let cpu_base: Vec<f64> = (0..10).map(|i| 0.5 + 0.001 * f64::from(i)).collect();
+    let cpu_head: Vec<f64> = cpu_base.iter().map(|v| v * 1.3).collect();
+    report.base_side.metrics.insert("cold.cpu".into(), samples(&cpu_base));
+    report.head_side.metrics.insert("cold.cpu".into(), samples(&cpu_head));
+    let defs = report.metric_defs();
+    assert_eq!(defs.iter().map(|d| d.title.as_str()).collect::<Vec<_>>(), ["Cold startup", "Cold startup (CPU)"]);
+    assert_eq!((defs[1].unit.as_str(), defs[1].scale), ("ms", 1000.0));
+    assert_eq!(decision_of(&report, "cold").outcome(), Outcome::Inconclusive);
+    assert_eq!(decision_of(&report, "cold.cpu").outcome(), Outcome::Regressed);
+    let md = markdown::render(&report);
+    assert!(
+        md.contains("**CPU time:** Cold startup — wall time inconclusive, CPU time regressed \\(+30.00%\\).\n"),
+        "{md}"
+    );
+    assert!(md.contains("| Cold startup \\(CPU\\) | 504.5 ms | 655.9 ms | $`\\textcolor"), "{md}");
+    assert!(html::render(&report).contains("CPU time: Cold startup — wall time inconclusive, CPU time regressed"));
+}
+
+/// Ten A/A pairs of `cold` whose log ratios spread by about ±2 %.
+fn a_a_report(pairs: usize) -> Report {
+    let base: Vec<f64> = (0..pairs).map(|i| 1.0 + 0.001 * i as f64).collect();
+    let head: Vec<f64> =
+        base.iter().enumerate().map(|(i, b)| b * (1.0 + 0.02 * [-1.0, 0.5, 1.0, -0.5][i % 4])).collect();
+    one_metric(&base, &head)
+}
+
+#[test]
+fn a_noise_profile_sets_floors_only_from_ten_pairs() {
+    let profile = NoiseProfile::from_report(&a_a_report(12));
+    let noise = &profile.metrics["cold"];
+    assert_eq!(noise.pairs, 12);
+    assert!(noise.floor > 0.005 && noise.floor < 0.03, "{noise:?}");
+    // A later run: +5 % with little noise. The spec's 20 % floor calls it no change; the
+    // profile's floor lets it regress.
+    let base: Vec<f64> = (0..12).map(|i| 1.0 + 0.01 * f64::from(i)).collect();
+    let head: Vec<f64> = base.iter().enumerate().map(|(i, b)| b * (1.05 + 0.002 * [-1.0, 1.0][i % 2])).collect();
+    let mut later = one_metric(&base, &head);
+    assert_eq!(decision_of(&later, "cold").outcome(), Outcome::NoClearChange);
+    later.noise = Some(profile.clone());
+    let c = decision_of(&later, "cold");
+    assert_eq!((c.outcome(), c.paired.floor), (Outcome::Regressed, (noise.floor * 1e4).round() / 1e4), "{c:?}");
+    assert!(markdown::render(&later).contains("Floors come from the A/A noise profile of run"));
+    // Three pairs are not a calibration: the spec's floor, and the report says why.
+    later.noise = Some(NoiseProfile::from_report(&a_a_report(3)));
+    let c = decision_of(&later, "cold");
+    assert_eq!((c.outcome(), c.paired.floor), (Outcome::NoClearChange, 0.2));
+    assert!(c.notes[0].contains("has 3 pairs of this metric (at least 10 needed)"), "{:?}", c.notes);
+    assert!(later.noise.as_ref().unwrap().warning(Rule::Paired).unwrap().contains("fewer than 10 pairs of cold"));
+    // An old profile (no pair counts) is never used.
+    let old: NoiseProfile =
+        serde_json::from_str(r#"{"spec":"Demo","run_id":"r","image":"i","relative":{"cold":0.0165}}"#).unwrap();
+    assert!(old.floor("cold").is_err() && old.uncalibrated() == ["cold"]);
+}
+
+#[test]
+fn an_adaptive_report_uses_its_look_and_says_what_to_do_next() {
+    let mut report = a_a_report(10);
+    assert_eq!(report.alpha(), 0.05);
+    assert_eq!(report.next_look(1), None);
+    let design = crate::stats::sequential::Design { alpha: 0.05, initial: 10, max_pairs: 20 };
+    report.sequential = Some(Sequential { design, look: 1, gate: vec!["cold".into()] });
+    assert!((report.alpha() - design.alpha_at(1)).abs() < 1e-12);
+    // ±2 % noise against a 20 % floor: decided (no change) at the first look.
+    assert_eq!(report.next_look(1), Some(Next::Decided));
+    let c = decision_of(&report, "cold");
+    assert!((c.paired.confidence.unwrap() - (1.0 - design.alpha_at(1))).abs() < 1e-12);
+    assert!(markdown::render(&report).contains("this report is look 1 at 99.44% confidence"));
+    // With a 1 % floor it needs the next look's pairs.
+    report.metrics[0].relative = 0.01;
+    report.metrics[0].absolute = 0.0;
+    assert_eq!(report.next_look(1), Some(Next::MorePairs { pairs: 20, undecided: vec!["cold".into()] }));
 }

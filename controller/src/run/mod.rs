@@ -144,12 +144,13 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
             *field = v;
         }
     }
+    let mut noise = None;
     if let Some(path) = &opts.noise {
         let profile = NoiseProfile::load(path)?;
         if profile.spec != plan.name {
             bail!("the noise profile {} was measured for spec {:?}, not {:?}", path.display(), profile.spec, plan.name);
         }
-        profile.apply(&mut plan);
+        noise = Some(profile);
     }
     let (base, head) = resolve_revisions(&plan, &opts.base, &opts.head).await?;
     let run_id = run_id();
@@ -172,6 +173,10 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
         short(&head.commit)
     ));
     let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
+    if let Some(warning) = noise.as_ref().and_then(|n| n.warning(plan.rule)) {
+        display.line(&warning);
+    }
+    report.noise = noise;
     write_reports(&dir, &mut report)?;
     // The ledger entry is made first, so a run killed from here on shows as unfinished.
     let mut ledger = match &opts.ledger {

@@ -12,52 +12,7 @@ use crate::report::{self, Report, Revision, Sample, Side, Status};
 use crate::spec::Plan;
 use crate::store::{StoredBody, read_events};
 
-/// What an A/A run (the same commit on both sides) measured as noise, per metric.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct NoiseProfile {
-    pub spec: String,
-    pub run_id: String,
-    pub image: String,
-    /// The largest relative change an A/A comparison showed: the bound of the paired 95%
-    /// interval farther from zero, or the difference of medians when too few pairs.
-    pub relative: BTreeMap<String, f64>,
-}
-
-impl NoiseProfile {
-    pub fn from_report(report: &Report) -> NoiseProfile {
-        let relative = report
-            .comparisons
-            .iter()
-            .filter_map(|c| {
-                let noise = match c.paired.interval {
-                    Some((lo, hi)) => lo.abs().max(hi.abs()),
-                    None => c.comparison.relative?.abs(),
-                };
-                noise.is_finite().then(|| (c.key.clone(), noise))
-            })
-            .collect();
-        NoiseProfile {
-            spec: report.spec_name.clone(),
-            run_id: report.run_id.clone(),
-            image: report.image.clone(),
-            relative,
-        }
-    }
-
-    pub fn load(path: &Path) -> anyhow::Result<NoiseProfile> {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read the noise profile {}", path.display()))?;
-        serde_json::from_slice(&bytes).with_context(|| format!("{} is not a sandbench noise profile", path.display()))
-    }
-
-    /// Uses the measured noise as relative floors (never below half a percent).
-    pub fn apply(&self, plan: &mut Plan) {
-        for def in &mut plan.metrics {
-            if let Some(noise) = self.relative.get(&def.key) {
-                def.relative = noise.max(0.005);
-            }
-        }
-    }
-}
+pub use crate::report::NoiseProfile;
 
 /// Samples per side and metric from the run's event log, and each side's facts.
 pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<String, Side>> {
@@ -142,6 +97,12 @@ pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision
         sandboxes: Vec::new(),
         errors: Vec::new(),
         warnings: Vec::new(),
+        rule: plan.rule,
+        attempt: report::ci_attempt(),
+        noise: None,
+        // Set by the adaptive loop when it looks (`report::Sequential::for_plan`); a run that
+        // never looks again is one look at the full alpha.
+        sequential: None,
         comparisons: Vec::new(),
     }
 }

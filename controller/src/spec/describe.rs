@@ -35,6 +35,15 @@ pub fn describe(plan: &Plan) -> String {
         "trials: install {}, measure {}, runtime {} (stop a side after {} identical failures)",
         t.install, t.measure, t.runtime, t.failure_limit
     );
+    let rule = match plan.rule {
+        crate::report::Rule::Paired => "paired estimate and interval against each metric's floor",
+        crate::report::Rule::Reference => "the reference rule (medians, floors and spreads)",
+    };
+    let _ = writeln!(out, "verdicts: {rule}");
+    if t.max_pairs > t.measure.max(t.runtime) {
+        let _ =
+            writeln!(out, "adaptive: up to {} pairs while any of {} is inconclusive", t.max_pairs, t.gate.join(", "));
+    }
     let a = &plan.agent;
     let _ = writeln!(out, "\nprepare (untimed, as builder):");
     for step in &a.prepare.commands {

@@ -86,6 +86,12 @@ pub struct Trials {
     pub measure: u32,
     pub runtime: u32,
     pub failure_limit: u32,
+    /// Pairs measure and runtime may grow to while a gating metric is inconclusive (default:
+    /// their trials, i.e. no extra pairs).
+    pub max_pairs: u32,
+    /// Metrics whose verdicts decide whether more pairs are run (default: the timed metrics of
+    /// measure and runtime).
+    pub gate: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -109,6 +115,8 @@ pub struct Plan {
     /// Every metric the phases record, in report order, with its definition.
     pub metrics: Vec<MetricDef>,
     pub cost: RateCard,
+    /// The rule that decides each metric (`[report] rule`).
+    pub rule: crate::report::Rule,
 }
 
 impl Plan {
@@ -388,6 +396,8 @@ impl Validator<'_> {
             measure: self.count(&t.measure, "trials.measure", 1, 100, 10) as u32,
             runtime: self.count(&t.runtime, "trials.runtime", 1, 100, 10) as u32,
             failure_limit: self.count(&t.failure_limit, "trials.failure_limit", 1, 10, 2) as u32,
+            max_pairs: 0,
+            gate: Vec::new(),
         };
 
         let p = &raw.prepare;
@@ -541,10 +551,67 @@ impl Validator<'_> {
             budget_usd: c.budget_usd.as_ref().map(|_| self.number(&c.budget_usd, "cost.budget_usd", 0.0, 1e6, 1.0)),
         };
 
-        let mut plan =
-            Plan { name, spec_path: self.file.clone(), sandbox, source, trials, agent, metrics: Vec::new(), cost };
+        let rule = self.rule(&raw.report);
+        let mut plan = Plan {
+            name,
+            spec_path: self.file.clone(),
+            sandbox,
+            source,
+            trials,
+            agent,
+            metrics: Vec::new(),
+            cost,
+            rule,
+        };
         plan.metrics = self.metric_definitions(&plan, &raw.metrics);
+        (plan.trials.max_pairs, plan.trials.gate) = self.adaptive(&plan, &raw.trials);
         plan
+    }
+
+    fn rule(&mut self, raw: &RawReport) -> crate::report::Rule {
+        let Some(rule) = &raw.rule else { return crate::report::Rule::default() };
+        crate::report::Rule::parse(rule.get_ref()).unwrap_or_else(|| {
+            self.error(rule, "report.rule", format!("expected \"paired\" or \"reference\", got {:?}", rule.get_ref()));
+            crate::report::Rule::default()
+        })
+    }
+
+    /// `trials.max_pairs` (at least the measure and runtime trials) and `trials.gate` (metrics the
+    /// plan records, or their `.cpu` companions).
+    fn adaptive(&mut self, plan: &Plan, t: &RawTrials) -> (u32, Vec<String>) {
+        let initial = plan.trials.measure.max(plan.trials.runtime);
+        let max_pairs = self.count(&t.max_pairs, "trials.max_pairs", 1, 200, i64::from(initial)) as u32;
+        if let Some(m) = &t.max_pairs
+            && max_pairs < initial
+        {
+            self.error(
+                m,
+                "trials.max_pairs",
+                format!("expected at least the measure and runtime trials ({initial}), got {max_pairs}"),
+            );
+        }
+        let known = |key: &str| {
+            let stem = key.strip_suffix(crate::report::CPU_SUFFIX).unwrap_or(key);
+            plan.metrics.iter().any(|m| m.key == stem)
+        };
+        let gate = match &t.gate {
+            Some(keys) => {
+                for key in keys.get_ref().iter().filter(|k| !known(k)) {
+                    self.error(keys, "trials.gate", format!("{key:?} is not a metric this spec records"));
+                }
+                keys.get_ref().clone()
+            }
+            None => {
+                let phases = [plan.metrics_of_phase("measure"), plan.metrics_of_phase("runtime")].concat();
+                let timed = |key: &String| {
+                    plan.metrics
+                        .iter()
+                        .any(|m| &m.key == key && matches!(m.unit.as_str(), "s" | "ms" | "us" | "µs" | "ns"))
+                };
+                phases.into_iter().filter(|k| timed(k)).collect()
+            }
+        };
+        (max_pairs, gate)
     }
 
     fn runtime(&mut self, raw: &RawRuntime) -> Runtime {

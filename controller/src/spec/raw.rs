@@ -30,6 +30,15 @@ pub struct RawSpec {
     pub metrics: BTreeMap<String, Spanned<RawMetric>>,
     #[serde(default)]
     pub cost: RawCost,
+    #[serde(default)]
+    pub report: RawReport,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReport {
+    /// `paired` (default) or `reference`.
+    pub rule: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -62,6 +71,10 @@ pub struct RawTrials {
     pub measure: Option<Spanned<i64>>,
     pub runtime: Option<Spanned<i64>>,
     pub failure_limit: Option<Spanned<i64>>,
+    /// Pairs a run may grow to while a gating metric is inconclusive.
+    pub max_pairs: Option<Spanned<i64>>,
+    /// Metrics whose verdicts decide whether more pairs are run.
+    pub gate: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

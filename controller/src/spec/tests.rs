@@ -224,3 +224,45 @@ unit = "ms"
         ]
     );
 }
+
+#[test]
+fn adaptive_pairs_gates_and_the_rule() {
+    let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
+    assert_eq!((plan.trials.max_pairs, plan.rule), (10, crate::report::Rule::Paired));
+    let spec = r#"name = "mini"
+[trials]
+measure = 5
+runtime = 4
+max_pairs = 20
+[measure]
+startup = ["demo"]
+[install]
+command = "true"
+[report]
+rule = "reference"
+"#;
+    let plan = parse(Path::new("bench.toml"), spec).unwrap();
+    assert_eq!((plan.trials.max_pairs, plan.rule), (20, crate::report::Rule::Reference));
+    // Default gate: the timed metrics of measure and runtime (not memory, not install).
+    assert_eq!(plan.trials.gate, ["cold", "warm"]);
+    let gated = spec.replace("max_pairs = 20", "max_pairs = 20\ngate = [\"cold.cpu\", \"rss\"]");
+    assert_eq!(parse(Path::new("bench.toml"), &gated).unwrap().trials.gate, ["cold.cpu", "rss"]);
+    let bad = spec
+        .replace("max_pairs = 20", "max_pairs = 3\ngate = [\"nope\"]")
+        .replace("rule = \"reference\"", "rule = \"vibes\"");
+    let errors = errors(&bad);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains(":5: trials.max_pairs: expected at least the measure and runtime trials (5), got 3")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains(":6: trials.gate: \"nope\" is not a metric this spec records")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains(":12: report.rule: expected \"paired\" or \"reference\", got \"vibes\"")),
+        "{errors:?}"
+    );
+}

@@ -10,6 +10,8 @@ const { spawn } = require('child_process');
 const { request, socketPath } = require('../lib/client.js');
 
 const VERSION = require('../package.json').version;
+// Knobs for sandbench's validity benchmark (all 0 in a release): see lib/work.js.
+const TUNING = require('../lib/tuning.json');
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function ensureDaemon() {
@@ -76,10 +78,19 @@ async function main(args) {
     console.log(JSON.stringify(await request({ type: 'stop-sessions' })));
     return;
   }
+  if (args[0] === 'work' && args.length === 1) {
+    console.log(`work ${require('../lib/work.js').work(TUNING)}`);
+    process.exit(0);
+  }
   if (args.length > 0) {
-    console.error(`usage: demo [--version | sessions stop]`);
+    console.error(`usage: demo [--version | sessions stop | work]`);
     process.exitCode = 2;
     return;
+  }
+  const extra = Number(TUNING.startup_extra_ms) || 0;
+  if (extra > 0) {
+    const until = Date.now() + extra;
+    while (Date.now() < until);
   }
   process.stdout.write(`demo ${VERSION} in ${process.cwd().replace(os.homedir(), '~')}\r\n`);
   await ensureDaemon();

@@ -1,0 +1,188 @@
+//! The paired rule, the default: one decision per metric from its pairs.
+//!
+//! The paired estimate (Hodges–Lehmann) and its interval at the report's level ([`stats::paired_at`])
+//! are judged against a floor, on the very numbers displayed: regressed when the interval is
+//! wholly above +floor, improved when wholly below −floor, no change when within ±floor,
+//! inconclusive otherwise. Metrics with fewer than 3 pairs (sizes measured once) compare the
+//! relative change of medians with the floor widened by both sides' spread, as the reference
+//! rule does. A metric with a failed or missing sample is incomplete whatever its pairs say:
+//! missing measurements are not performance wins.
+//!
+//! **Floors.** From the A/A noise profile when it has at least [`MIN_PROFILE_PAIRS`] pairs of the
+//! metric (the farther end of its 95 % interval: the largest shift two identical sandboxes showed
+//! that could not be told from zero), never below [`PROFILE_FLOOR_MIN`]. Otherwise the metric's
+//! relative floor, or its absolute floor over the base median when that is larger, capped at
+//! [`FLOOR_CAP`]. Why a cap: the floor is tested on head/base − 1, where "improved" means a ratio
+//! below 1 − floor; at 100 % nothing could ever improve, and an absolute floor of 100 ms on a
+//! 46 ms start (215 %) would call a 3× slowdown "no change". Absolute floors are a measurement
+//! resolution, which the interval already accounts for; past 50 % the report says the cap was
+//! applied and the minimum detectable effect tells what the run could resolve.
+
+use super::noise::NoiseProfile;
+use crate::spec::MetricDef;
+use crate::stats::{self, Comparison, Outcome, Paired, Verdict};
+
+/// The largest floor the paired rule tests (head/base − 1).
+pub const FLOOR_CAP: f64 = 0.5;
+/// A noise profile's floor is never below this (timer and scheduler resolution).
+pub const PROFILE_FLOOR_MIN: f64 = 0.005;
+/// Pairs a noise profile needs of a metric before its floor is used: with fewer, a spread is
+/// itself noise.
+pub const MIN_PROFILE_PAIRS: usize = 10;
+
+/// A metric's floor, where it came from, and what a reader should know about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Floor {
+    pub value: f64,
+    pub note: Option<String>,
+}
+
+/// The floor of `def` at this base median, from the profile when it calibrated the metric.
+pub fn floor(def: &MetricDef, base_median: Option<f64>, noise: Option<&NoiseProfile>) -> Floor {
+    let mut profile_note = None;
+    if let Some(profile) = noise {
+        match profile.floor(&def.key) {
+            Ok(f) => {
+                let value = f.clamp(PROFILE_FLOOR_MIN, FLOOR_CAP);
+                let note =
+                    (value != f).then(|| format!("the noise profile's floor {} was clamped to {}", pct(f), pct(value)));
+                return Floor { value, note };
+            }
+            Err(why) => profile_note = Some(why),
+        }
+    }
+    let from_absolute = base_median.filter(|m| *m > 0.0).map(|m| def.absolute / m);
+    let wanted = from_absolute.map_or(def.relative, |a| a.max(def.relative));
+    let value = wanted.min(FLOOR_CAP);
+    let cap_note = (wanted > FLOOR_CAP).then(|| {
+        format!(
+            "the spec's floor is {} of the base median; capped at {} (the minimum detectable effect says what this run could resolve)",
+            pct(wanted),
+            pct(FLOOR_CAP)
+        )
+    });
+    let note = match (profile_note, cap_note) {
+        (Some(p), Some(c)) => Some(format!("{p}; {c}")),
+        (p, c) => p.or(c),
+    };
+    Floor { value, note }
+}
+
+/// A metric's samples as the decision sees them.
+#[derive(Debug, Clone, Copy)]
+pub struct Evidence<'a> {
+    /// (base, head) of trials both sides measured.
+    pub pairs: &'a [(f64, f64)],
+    /// Successful samples whose other side failed or is missing.
+    pub unpaired: usize,
+    /// Samples with an error, both sides.
+    pub failed: usize,
+    /// Samples each side should have.
+    pub expected: usize,
+}
+
+/// The decision: the comparison with the paired rule's outcome (no reference threshold), the
+/// paired analysis that decided, and notes.
+pub fn decide(reference: &Comparison, e: &Evidence, floor: &Floor, alpha: f64) -> (Comparison, Paired, Vec<String>) {
+    let mut comparison = reference.clone();
+    comparison.threshold = None;
+    let mut notes: Vec<String> = floor.note.iter().cloned().collect();
+    let mut paired = stats::paired_at(e.pairs, floor.value, alpha);
+    let outcome = if reference.outcome == Outcome::Unavailable {
+        Outcome::Unavailable
+    } else if paired.verdict == Verdict::TooFewPairs {
+        few_pairs(&comparison, &mut paired)
+    } else {
+        match paired.verdict {
+            Verdict::Regressed => Outcome::Regressed,
+            Verdict::Improved => Outcome::Improved,
+            Verdict::NoChange => Outcome::NoClearChange,
+            _ => Outcome::Inconclusive,
+        }
+    };
+    let complete = reference.outcome != Outcome::Incomplete && e.failed == 0;
+    comparison.outcome = if complete || outcome == Outcome::Unavailable { outcome } else { Outcome::Incomplete };
+    if paired.dropped > 0 {
+        notes.push(format!("{} left out: a value was zero or negative (no log ratio)", plural(paired.dropped, "pair")));
+    }
+    if e.failed > 0 {
+        notes.push(format!("{} failed", plural(e.failed, "sample")));
+    }
+    if e.unpaired > 0 {
+        notes.push(format!("{} without the other side's trial", plural(e.unpaired, "sample")));
+    }
+    if comparison.outcome == Outcome::Incomplete && e.failed == 0 {
+        notes.push(format!("fewer samples than the {} expected", e.expected));
+    }
+    (comparison, paired, notes)
+}
+
+/// Fewer than 3 pairs: the relative change of medians against the floor widened by both
+/// spreads (range below 4 samples), each rounded to 0.01 % as displayed.
+fn few_pairs(c: &Comparison, paired: &mut Paired) -> Outcome {
+    paired.method = "fewer than 3 pairs: medians against the floor and both spreads".into();
+    let (Some(b), Some(relative)) = (c.base_median.filter(|b| *b > 0.0), c.relative) else {
+        // No relative change (a zero base): no floor to test it against.
+        return Outcome::Inconclusive;
+    };
+    let widened = paired.floor.max(c.base_spread / b).max(c.head_spread / b).min(FLOOR_CAP.max(paired.floor));
+    paired.floor = (widened * 10_000.0).round() / 10_000.0;
+    let shown = (relative * 10_000.0).round() / 10_000.0;
+    paired.estimate = Some(shown);
+    match stats::verdict_of(shown, shown, paired.floor) {
+        Verdict::Regressed => Outcome::Regressed,
+        Verdict::Improved => Outcome::Improved,
+        _ => Outcome::NoClearChange,
+    }
+}
+
+/// What a non-verdict can say: "no change larger than X", X the larger of the interval's
+/// farther end and the minimum detectable effect (the interval supports the claim, the MDE keeps
+/// it from claiming a finer resolution than the run had). Fewer than 3 pairs: the floor.
+pub fn no_change_bound(p: &Paired) -> Option<f64> {
+    if p.verdict == Verdict::TooFewPairs {
+        return Some(p.floor);
+    }
+    let (lo, hi) = p.interval?;
+    let bound = lo.abs().max(hi.abs()).max(p.mde.unwrap_or(0.0));
+    bound.is_finite().then_some(bound)
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
+}
+
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::metrics::built_in;
+
+    #[test]
+    fn floors_come_from_the_spec_capped() {
+        let cold = built_in("cold").unwrap();
+        // 0.1 s absolute on a 5.5 s median is 1.8 %: the relative 20 % wins.
+        assert_eq!(floor(&cold, Some(5.5), None), Floor { value: 0.2, note: None });
+        // 0.1 s on a 0.4 s start: 25 %.
+        assert_eq!(floor(&cold, Some(0.4), None).value, 0.25);
+        // 0.1 s on a 46 ms start is 217 %: capped at 50 %, and said.
+        let f = floor(&cold, Some(0.046), None);
+        assert_eq!(f.value, FLOOR_CAP);
+        assert!(f.note.unwrap().contains("217.39% of the base median; capped at 50.00%"));
+        // No base median: the relative floor.
+        assert_eq!(floor(&cold, None, None).value, 0.2);
+    }
+
+    #[test]
+    fn non_verdicts_say_how_large_a_change_is_ruled_out() {
+        let pairs: Vec<(f64, f64)> = (0..10).map(|i| (1.0, 1.0 + 0.01 * f64::from(i % 3) - 0.01)).collect();
+        let p = stats::paired_at(&pairs, 0.05, 0.05);
+        assert_eq!(p.verdict, Verdict::NoChange);
+        let bound = no_change_bound(&p).unwrap();
+        let (lo, hi) = p.interval.unwrap();
+        assert!(bound >= lo.abs().max(hi.abs()) && bound >= p.mde.unwrap() && bound > 0.05, "{p:?}");
+    }
+}

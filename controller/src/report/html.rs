@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use sandbench_proto::Side;
+
 use super::format::{change, value};
 use super::{Report, Sample};
 use crate::spec::MetricDef;
@@ -124,7 +126,9 @@ fn chart(def: &MetricDef, base: Option<&Vec<Sample>>, head: Option<&Vec<Sample>>
         "<svg role=\"img\" aria-label=\"{} samples\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\" xmlns=\"http://www.w3.org/2000/svg\">\n",
         esc(&def.title)
     );
-    for (row, (label, samples, colour)) in [("base", &b, "#57606a"), ("head", &h, "#0969da")].into_iter().enumerate() {
+    for (row, (label, samples, colour)) in
+        [(Side::Base, &b, "#57606a"), (Side::Head, &h, "#0969da")].into_iter().enumerate()
+    {
         let y = ROW * row as f64 + ROW / 2.0 + 4.0;
         let _ = writeln!(svg, "<text x=\"4\" y=\"{:.1}\" font-size=\"12\">{label}</text>", y + 4.0);
         let _ = writeln!(

@@ -4,6 +4,8 @@
 
 use std::fmt::Write;
 
+use sandbench_proto::Side;
+
 use super::format::{change, escape, value};
 use super::{MetricComparison, Report, Status};
 use crate::stats::{Outcome, Verdict};
@@ -93,7 +95,7 @@ fn short(commit: &str) -> &str {
 /// Run errors, then every failed sample, as `<side> <metric> trial <n>: <error>`.
 fn all_errors(report: &Report) -> Vec<String> {
     let mut errors = report.errors.clone();
-    for (label, side) in [("base", &report.base_side), ("head", &report.head_side)] {
+    for (label, side) in [(Side::Base, &report.base_side), (Side::Head, &report.head_side)] {
         for def in &report.metrics {
             for sample in side.metrics.get(&def.key).into_iter().flatten() {
                 if let Some(e) = &sample.error {

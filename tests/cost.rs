@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use sandbench::ledger::Ledger;
+use sandbench::cost::ledger::Ledger;
 use sandbench::provision::{AgentShipping, DockerProvisioner, labels};
 use sandbench::report::Status;
 use sandbench::run::{RunOptions, run};
@@ -90,7 +90,7 @@ async fn a_controller_killed_mid_run_leaves_its_ledger_row_unfinished_and_the_re
     {
         let mut ledger = Ledger::open(&ledger_path).unwrap();
         ledger
-            .begin_run(&sandbench::ledger::RunStart {
+            .begin_run(&sandbench::cost::ledger::RunStart {
                 run_id: "earlier".into(),
                 spec: "demo".into(),
                 repository: "/repo".into(),
@@ -142,6 +142,10 @@ async fn a_controller_killed_mid_run_leaves_its_ledger_row_unfinished_and_the_re
     assert_eq!(runs.len(), 2, "{runs:?}");
     let killed = runs.iter().find(|r| r.run_id != "earlier").unwrap();
     assert_eq!(killed.status, "unfinished");
+    // Its diagnostics went to its run directory as they came, as plain text.
+    let log = std::fs::read_to_string(out.path().join("runs").join(&killed.run_id).join("controller.log")).unwrap();
+    assert!(log.contains("run started") && log.contains(&format!("run={}", killed.run_id)), "{log}");
+    assert!(log.contains("sandbox=") && !log.contains('\x1b'), "{log}");
     let earlier = runs.iter().find(|r| r.run_id == "earlier").unwrap();
     assert_eq!(earlier.status, "completed");
 }

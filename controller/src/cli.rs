@@ -2,10 +2,13 @@
 
 use std::process::ExitCode;
 
+use std::path::{Path, PathBuf};
+
 use clap::{Parser, Subcommand};
 
 use crate::bench::{BenchArgs, Shipping};
-use crate::provision::DockerProvisioner;
+use crate::cost::ledger::Ledger;
+use crate::cost::view::{self, CostArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -63,53 +66,11 @@ pub enum Command {
         #[arg(long, env = crate::agent_binary::AGENT_ENV)]
         agent: Option<std::path::PathBuf>,
     },
-    /// The sandbench sandboxes on this machine: run, role, image, state, age, expiry, cost so far.
-    Ls,
-    /// A terminal in a sandbox (root, or a benchmark user with --user); `-- CMD` runs a command.
-    Shell {
-        id: String,
-        #[arg(long)]
-        user: Option<String>,
-        #[arg(last = true)]
-        command: Vec<String>,
-    },
-    /// A sandbox's agent log.
-    Logs {
-        id: String,
-        /// Keep following it.
-        #[arg(short, long)]
-        follow: bool,
-    },
-    /// Rerun one phase on a sandbox kept by `sandbench debug --keep`.
-    Phase {
-        id: String,
-        phase: String,
-        #[arg(long, default_value_t = 0)]
-        trial: u32,
-    },
-    /// Remove sandboxes: one, a run's, or all.
-    Rm {
-        id: Option<String>,
-        #[arg(long)]
-        run: Option<String>,
-        #[arg(long)]
-        all: bool,
-    },
-    /// Remove sandbench sandboxes that expired or whose controller is gone.
-    Gc,
+    // The by-hand commands: ls, shell, logs, phase, rm, gc.
+    #[command(flatten)]
+    Sandbox(crate::sandboxes::SandboxCommand),
     /// What runs cost: every run, runs grouped, or one run by sandbox and phase.
-    Cost {
-        /// A run id: its cost by sandbox and phase.
-        run: Option<String>,
-        /// Only runs started on or after this date (YYYY-MM-DD).
-        #[arg(long)]
-        since: Option<String>,
-        /// Sum runs by day, spec or repository.
-        #[arg(long, value_enum)]
-        by: Option<crate::ledger_view::GroupBy>,
-        #[arg(long, value_enum, default_value_t = crate::ledger_view::Format::Table)]
-        format: crate::ledger_view::Format,
-    },
+    Cost(CostArgs),
     /// Measure the backbone: provision-to-Hello against a bare container, observation
     /// throughput over the socket, and the agent's idle memory.
     Bench(BenchArgs),
@@ -193,9 +154,7 @@ fn cancel_on_signals() -> tokio::sync::watch::Receiver<bool> {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    crate::logging::init(&cli.log);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -213,71 +172,12 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let ledger_path = cli.ledger.clone().unwrap_or_else(crate::ledger::default_path);
+    let ledger_path = cli.ledger.clone().unwrap_or_else(crate::cost::ledger::default_path);
     match cli.command {
-        Command::Cost { run, since, by, format } => {
-            if let Some(since) = &since
-                && !(since.len() >= 10 && since.as_bytes()[4] == b'-' && since.as_bytes()[7] == b'-')
-            {
-                anyhow::bail!("--since expects a date like 2026-11-29, got {since:?}");
-            }
-            let ledger = crate::ledger::Ledger::open(&ledger_path)?;
-            let out = match (run, by) {
-                (Some(id), _) => match ledger.run(&id)? {
-                    Some((row, phases)) => crate::ledger_view::run(&row, &phases, format),
-                    None => {
-                        let known: Vec<String> = ledger.runs(None)?.into_iter().take(10).map(|r| r.run_id).collect();
-                        anyhow::bail!("no run {id} in {}; recent runs: {}", ledger_path.display(), known.join(", "));
-                    }
-                },
-                (None, Some(by)) => {
-                    let rows = ledger.runs(since.as_deref())?;
-                    crate::ledger_view::groups(&crate::ledger_view::group(&rows, by), by, format)
-                }
-                (None, None) => crate::ledger_view::runs(&ledger.runs(since.as_deref())?, format),
-            };
-            print!("{out}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Run(args) => {
-            let cancel_rx = cancel_on_signals();
-            let options = crate::run::RunOptions {
-                spec: args.spec,
-                base: args.base,
-                head: args.head,
-                out: args.out,
-                trials: args.trials,
-                pairs: args.pairs,
-                budget_usd: args.budget,
-                run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
-                agent: args.agent,
-                shipping: args.shipping.into(),
-                noise: args.noise,
-                ledger: Some(ledger_path.clone()),
-                rates: crate::run::RateOverrides {
-                    cpu_usd_per_hour: args.cpu_usd_per_hour,
-                    memory_usd_per_gb_hour: args.memory_usd_per_gb_hour,
-                    disk_usd_per_gb_hour: args.disk_usd_per_gb_hour,
-                },
-            };
-            let result = crate::run::run(options, cancel_rx).await?;
-            println!("{}", result.dir.join("report.md").display());
-            println!("{}", result.dir.join("report.html").display());
-            println!("{}", result.dir.join("report.json").display());
-            Ok(exit_code(result.status))
-        }
-        Command::Report { dir, format } => {
-            let report = crate::run::rerender(&dir)?;
-            match format {
-                Some(ReportFormat::Md) => print!("{}", crate::report::markdown::render(&report)),
-                Some(ReportFormat::Html) => print!("{}", crate::report::html::render(&report)),
-                Some(ReportFormat::Json) => println!("{}", serde_json::to_string_pretty(&report)?),
-                None => println!("re-rendered report.json, report.md and report.html in {}", dir.display()),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Run(args) => compare(args, ledger_path).await,
+        Command::Report { dir, format } => report(&dir, format),
+        Command::Check { spec } => check(&spec),
         Command::Debug { spec, rev, phase, trial, keep, out, agent } => {
-            let cancel = cancel_on_signals();
             let options = crate::debug::DebugOptions {
                 spec,
                 rev,
@@ -288,60 +188,88 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 agent,
                 shipping: crate::provision::AgentShipping::Bind,
             };
-            let ok = crate::debug::debug(options, cancel).await?;
+            let ok = crate::debug::debug(options, cancel_on_signals()).await?;
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Ls => {
-            print!("{}", crate::sandboxes::ls(&DockerProvisioner::connect(1).await?).await?);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Shell { id, user, command } => {
-            let code =
-                crate::sandboxes::shell(&DockerProvisioner::connect(1).await?, &id, user.as_deref(), &command).await?;
-            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
-        }
-        Command::Logs { id, follow } => {
-            crate::sandboxes::logs(&DockerProvisioner::connect(1).await?, &id, follow).await?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Phase { id, phase, trial } => {
-            let ok = crate::sandboxes::phase(&DockerProvisioner::connect(1).await?, &id, &phase, trial).await?;
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
-        }
-        Command::Rm { id, run, all } => {
-            let removed =
-                crate::sandboxes::rm(&DockerProvisioner::connect(1).await?, id.as_deref(), run.as_deref(), all).await?;
-            for name in &removed {
-                println!("removed {name}");
-            }
-            if removed.is_empty() {
-                println!("nothing to remove");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Check { spec } => match crate::spec::load(&spec) {
-            Ok(plan) => {
-                print!("{}", crate::spec::describe(&plan));
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(errors) => {
-                eprint!("{errors}");
-                Ok(ExitCode::from(2))
-            }
-        },
-        Command::Gc => {
-            let provisioner = DockerProvisioner::connect(1).await?;
-            let reaped = provisioner.reap().await?;
-            if reaped.is_empty() {
-                println!("nothing to remove");
-            }
-            for r in reaped {
-                println!("removed {} ({})", r.name, r.reason);
-            }
+        Command::Sandbox(command) => crate::sandboxes::run(command).await,
+        Command::Cost(args) => {
+            print!("{}", cost(&args, &ledger_path)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => crate::bench::run(args).await.map(|()| ExitCode::SUCCESS),
     }
+}
+
+/// `sandbench run`: prints where the reports are, and exits by the run's status.
+async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
+    let cancel_rx = cancel_on_signals();
+    let options = crate::run::RunOptions {
+        spec: args.spec,
+        base: args.base,
+        head: args.head,
+        out: args.out,
+        trials: args.trials,
+        pairs: args.pairs,
+        budget_usd: args.budget,
+        run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
+        agent: args.agent,
+        shipping: args.shipping.into(),
+        noise: args.noise,
+        ledger: Some(ledger),
+        rates: crate::run::RateOverrides {
+            cpu_usd_per_hour: args.cpu_usd_per_hour,
+            memory_usd_per_gb_hour: args.memory_usd_per_gb_hour,
+            disk_usd_per_gb_hour: args.disk_usd_per_gb_hour,
+        },
+    };
+    let result = crate::run::run(options, cancel_rx).await?;
+    println!("{}", result.dir.join("report.md").display());
+    println!("{}", result.dir.join("report.html").display());
+    println!("{}", result.dir.join("report.json").display());
+    Ok(exit_code(result.status))
+}
+
+/// `sandbench report`: re-renders a run directory's reports, printing one format if asked.
+fn report(dir: &Path, format: Option<ReportFormat>) -> anyhow::Result<ExitCode> {
+    let report = crate::run::rerender(dir)?;
+    match format {
+        Some(ReportFormat::Md) => print!("{}", crate::report::markdown::render(&report)),
+        Some(ReportFormat::Html) => print!("{}", crate::report::html::render(&report)),
+        Some(ReportFormat::Json) => println!("{}", serde_json::to_string_pretty(&report)?),
+        None => println!("re-rendered report.json, report.md and report.html in {}", dir.display()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sandbench check`: the plan, or every error in the spec (exit 2).
+fn check(spec: &Path) -> anyhow::Result<ExitCode> {
+    match crate::spec::load(spec) {
+        Ok(plan) => {
+            print!("{}", crate::spec::describe(&plan));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) => {
+            eprint!("{errors}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// `sandbench cost`: one run by sandbox and phase, runs grouped, or every run.
+fn cost(args: &CostArgs, ledger_path: &Path) -> anyhow::Result<String> {
+    let ledger = Ledger::open(ledger_path)?;
+    let format = args.format;
+    Ok(match (&args.run, args.by) {
+        (Some(id), _) => match ledger.run(id)? {
+            Some((row, phases)) => view::run(&row, &phases, format),
+            None => {
+                let known: Vec<String> = ledger.runs(None)?.into_iter().take(10).map(|r| r.run_id).collect();
+                anyhow::bail!("no run {id} in {}; recent runs: {}", ledger_path.display(), known.join(", "));
+            }
+        },
+        (None, Some(by)) => view::groups(&view::group(&ledger.runs(args.since)?, by), by, format),
+        (None, None) => view::runs(&ledger.runs(args.since)?, format),
+    })
 }
 
 #[cfg(test)]

@@ -1,38 +1,38 @@
-//! The controller's diagnostics (`tracing`): warnings to stderr, and everything from `info` up
-//! into the run directory's `controller.log` while a run is going. Measurements are never logged:
-//! they travel as observations.
+//! The controller's diagnostics (`tracing`): to stderr as the user's `--log` filter says, and
+//! into the run directory's `controller.log` (plain text, `info` and up from sandbench, `warn`
+//! and up from its libraries) while a run is going. Measurements are never logged: they travel
+//! as observations.
+//!
+//! The binary installs the subscriber once ([`init`]); a run opens its log ([`RunLog::open`], or
+//! [`to_file`] and [`close_file`]) and every event from then on, from any thread, lands in it
+//! until it is closed. Several logs open at once (runs side by side in one process, as in tests)
+//! each receive every event.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-static RUN_LOG: Mutex<Option<File>> = Mutex::new(None);
+/// What the run logs receive, whatever `--log` says.
+const RUN_LOG_FILTER: &str = "warn,sandbench=info";
 
-/// Writes to the current run's log file, or nowhere between runs.
-struct RunLog;
+/// The open run logs, by the id of their [`RunLog`].
+static OPEN: Mutex<Vec<(u64, File)>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+/// The log opened by [`to_file`].
+static CURRENT: Mutex<Option<RunLog>> = Mutex::new(None);
 
-impl Write for RunLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match RUN_LOG.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-            Some(file) => file.write(buf),
-            None => Ok(buf.len()),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match RUN_LOG.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-            Some(file) => file.flush(),
-            None => Ok(()),
-        }
-    }
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Installs the subscriber; `stderr_filter` is the user's `--log` filter.
+/// Installs the subscriber; `stderr_filter` is the user's `--log` filter (an invalid one means
+/// `warn`). Does nothing when a subscriber is installed already.
 pub fn init(stderr_filter: &str) {
     let stderr = tracing_subscriber::EnvFilter::try_new(stderr_filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -41,42 +41,115 @@ pub fn init(stderr_filter: &str) {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_ansi(false)
-                .with_writer(|| RunLog)
-                .with_filter(tracing_subscriber::EnvFilter::new("info")),
+                .with_writer(|| RunLogWriter)
+                .with_filter(tracing_subscriber::EnvFilter::new(RUN_LOG_FILTER)),
         )
         .try_init();
 }
 
-/// Sends diagnostics to `path` (a run's `controller.log`) from now on.
+/// A run's log file, receiving diagnostics until this value is dropped.
+#[derive(Debug)]
+pub struct RunLog {
+    id: u64,
+}
+
+impl RunLog {
+    /// Opens `path` (a run's `controller.log`) for appending, and sends diagnostics to it.
+    pub fn open(path: &Path) -> std::io::Result<RunLog> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        lock(&OPEN).push((id, file));
+        Ok(RunLog { id })
+    }
+}
+
+impl Drop for RunLog {
+    fn drop(&mut self) {
+        let mut open = lock(&OPEN);
+        if let Some(at) = open.iter().position(|(id, _)| *id == self.id) {
+            let (_, mut file) = open.remove(at);
+            let _ = file.flush();
+        }
+    }
+}
+
+/// Sends diagnostics to `path` (a run's `controller.log`) from now on, in place of the file an
+/// earlier call opened.
 pub fn to_file(path: &Path) -> std::io::Result<()> {
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-    *RUN_LOG.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
+    let log = RunLog::open(path)?;
+    *lock(&CURRENT) = Some(log);
     Ok(())
 }
 
-/// Stops writing the run's log.
+/// Closes the file [`to_file`] opened.
 pub fn close_file() {
-    RUN_LOG.lock().unwrap_or_else(PoisonError::into_inner).take();
+    lock(&CURRENT).take();
+}
+
+/// Writes each formatted event (one `write` per event) to every open run log.
+struct RunLogWriter;
+
+impl Write for RunLogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for (_, file) in lock(&OPEN).iter_mut() {
+            // A full disk must not fail the run: the event is lost from this file only.
+            let _ = file.write_all(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        for (_, file) in lock(&OPEN).iter_mut() {
+            let _ = file.flush();
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use sandbench_proto::Side;
+
     #[test]
-    fn diagnostics_go_to_the_run_log_only_while_it_is_open() {
+    fn diagnostics_go_to_the_run_log_only_while_it_is_open_and_in_plain_text() {
         super::init("off");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("controller.log");
         tracing::info!("before the run");
-        super::to_file(&path).unwrap();
-        tracing::info!(sandbox = "base", "prepare (untimed)");
+        let run_log = super::RunLog::open(&path).unwrap();
+        tracing::info!(run = "r1", "run started");
+        tracing::info!(sandbox = %Side::Base, "prepare (untimed)");
         tracing::debug!("too detailed");
-        super::close_file();
+        tracing::warn!(target: "h2", "a library's warning");
+        tracing::info!(target: "h2", "a library's chatter");
+        // From another thread, as the runtime's workers log.
+        std::thread::spawn(|| tracing::warn!("sandbox head: removal failed")).join().unwrap();
+        drop(run_log);
         tracing::info!("after the run");
         let log = std::fs::read_to_string(&path).unwrap();
-        assert!(log.contains("prepare (untimed)") && log.contains("sandbox=\"base\""), "{log}");
-        assert!(
-            !log.contains("before the run") && !log.contains("after the run") && !log.contains("too detailed"),
-            "{log}"
-        );
+        for line in ["run started", "sandbox=base", "prepare (untimed)", "a library's warning", "removal failed"] {
+            assert!(log.contains(line), "{line:?} missing from:\n{log}");
+        }
+        for line in ["before the run", "after the run", "too detailed", "a library's chatter"] {
+            assert!(!log.contains(line), "{line:?} in:\n{log}");
+        }
+        assert!(!log.contains('\x1b'), "colour codes in:\n{log}");
+    }
+
+    #[test]
+    fn runs_side_by_side_each_get_their_log() {
+        super::init("off");
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+        let first = super::RunLog::open(&a).unwrap();
+        tracing::info!("only the first is open");
+        let second = super::RunLog::open(&b).unwrap();
+        tracing::info!("both are open");
+        drop(first);
+        tracing::info!("only the second is open");
+        drop(second);
+        let (a, b) = (std::fs::read_to_string(&a).unwrap(), std::fs::read_to_string(&b).unwrap());
+        assert!(a.contains("only the first") && a.contains("both are open") && !a.contains("only the second"), "{a}");
+        assert!(!b.contains("only the first") && b.contains("both are open") && b.contains("only the second"), "{b}");
     }
 }

@@ -666,8 +666,11 @@ fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// Whether two tokens are equal, in time that does not depend on where they differ (only on
+/// their lengths, which are public: every token is 64 hex digits).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    bool::from(a.ct_eq(b))
 }
 
 /// 32 random bytes from the kernel, hex-encoded.
@@ -675,4 +678,19 @@ fn random_token() -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
     rand::fill(&mut bytes);
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod token_tests {
+    #[test]
+    fn tokens_match_only_when_every_byte_does() {
+        let token = super::random_token().unwrap();
+        assert_eq!(token.len(), 64);
+        assert!(super::constant_time_eq(token.as_bytes(), token.clone().as_bytes()));
+        let mut other = token.clone().into_bytes();
+        other[63] = if other[63] == b'0' { b'1' } else { b'0' };
+        assert!(!super::constant_time_eq(token.as_bytes(), &other));
+        assert!(!super::constant_time_eq(token.as_bytes(), &token.as_bytes()[..63]));
+        assert!(!super::constant_time_eq(b"", token.as_bytes()));
+    }
 }

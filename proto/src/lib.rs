@@ -1,4 +1,5 @@
-//! sandbench protocol v1, generated from `proto/sandbench/v1/agent.proto`.
+//! sandbench protocol v1, generated from `proto/sandbench/v1/agent.proto`, and the vocabulary
+//! agent and controller share: phase names ([`phase`]), metric keys ([`metric`]), sides ([`Side`]).
 
 /// Generated messages and the `Agent` service.
 #[allow(clippy::all, missing_docs)]
@@ -8,6 +9,12 @@ pub mod v1 {
 
 /// The agent's plan, as JSON inside `RunPhase`.
 pub mod plan;
+
+pub mod metric;
+mod side;
+
+pub use plan::phase;
+pub use side::{Side, UnknownSide};
 
 /// Largest message either side accepts or sends. Event batches are cut well below it.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;

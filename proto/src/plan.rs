@@ -14,6 +14,10 @@ pub mod phase {
     pub const INSTALL: &str = "install";
     pub const MEASURE: &str = "measure";
     pub const RUNTIME: &str = "runtime";
+    /// Every phase, in the order a run takes them.
+    pub const ALL: [&str; 4] = [PREPARE, INSTALL, MEASURE, RUNTIME];
+    /// The timed phases, in order.
+    pub const TIMED: [&str; 3] = [INSTALL, MEASURE, RUNTIME];
 }
 
 /// The user that builds (prepare), and where the source goes.

@@ -5,6 +5,8 @@
 
 use std::fmt::Write;
 
+use sandbench_proto::Side;
+
 use super::format::{Cell, change_cell, decision_cell, value};
 use super::markdown::cpu_findings;
 use super::{MetricComparison, Report, Rule, Sample};
@@ -238,7 +240,9 @@ fn chart(
             f * 100.0
         );
     }
-    for (row, (label, samples, colour)) in [("base", &b, "#57606a"), ("head", &h, "#0969da")].into_iter().enumerate() {
+    for (row, (label, samples, colour)) in
+        [(Side::Base, &b, "#57606a"), (Side::Head, &h, "#0969da")].into_iter().enumerate()
+    {
         let y = ROW * row as f64 + ROW / 2.0 + 4.0;
         let _ = writeln!(svg, "<text x=\"4\" y=\"{:.1}\" font-size=\"12\">{label}</text>", y + 4.0);
         let _ = writeln!(

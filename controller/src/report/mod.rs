@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::cost::SandboxRecord;
 use crate::spec::MetricDef;
 use crate::stats::sequential::{self, Design, Next};
 use crate::stats::{self, Comparison, Floors, Paired};
@@ -143,23 +144,6 @@ pub struct Side {
     pub metrics: BTreeMap<String, Vec<Sample>>,
     /// Kernel, CPU model, OS and tool versions of the sandbox.
     pub facts: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SandboxRecord {
-    pub id: String,
-    pub role: String,
-    pub created_at: String,
-    pub removed_at: Option<String>,
-    pub seconds: f64,
-    pub deleted: bool,
-    /// The allocation cost (what the cost line shows).
-    pub estimated_usd: f64,
-    #[serde(default)]
-    pub peak_memory_bytes: u64,
-    /// Phase by phase, with the three figures.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost: Option<crate::cost::SandboxCost>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -341,7 +325,9 @@ impl Report {
     /// Run errors, then every failed sample as `<side> <metric> trial <n>: <error>`.
     pub fn all_errors(&self) -> Vec<String> {
         let mut errors = self.errors.clone();
-        for (label, side) in [("base", &self.base_side), ("head", &self.head_side)] {
+        for (label, side) in
+            [(sandbench_proto::Side::Base, &self.base_side), (sandbench_proto::Side::Head, &self.head_side)]
+        {
             for def in self.metric_defs() {
                 for sample in side.metrics.get(&def.key).into_iter().flatten() {
                     if let Some(e) = &sample.error {
@@ -386,8 +372,8 @@ impl Report {
         use sha2::{Digest, Sha256};
         let identity = serde_json::json!({
             "spec": self.spec_name,
-            "base": self.base.commit,
-            "head": self.head.commit,
+            (sandbench_proto::Side::Base.as_str()): self.base.commit,
+            (sandbench_proto::Side::Head.as_str()): self.head.commit,
             "image": self.image,
             "resources": self.resources,
             "expected": self.expected,
@@ -398,19 +384,8 @@ impl Report {
 
 /// RFC 3339 (UTC, seconds) of a time.
 pub fn timestamp(t: std::time::SystemTime) -> String {
-    let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    let t = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 #[cfg(test)]

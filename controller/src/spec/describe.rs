@@ -2,12 +2,23 @@
 
 use std::fmt::Write;
 
-use sandbench_proto::plan::{Check, ScenarioStep};
+use sandbench_proto::metric;
+use sandbench_proto::plan::{Check, ScenarioStep, phase};
 
 use super::{Plan, SourceSettings};
 
 pub fn describe(plan: &Plan) -> String {
     let mut out = String::new();
+    setting(&mut out, plan);
+    phases(&mut out, plan);
+    runtime(&mut out, plan);
+    metrics(&mut out, plan);
+    cost(&mut out, plan);
+    out
+}
+
+/// The spec, the sandbox, the source and the trials.
+fn setting(out: &mut String, plan: &Plan) {
     let s = &plan.sandbox;
     let _ = writeln!(out, "spec {} ({})", plan.name, plan.spec_path.display());
     let _ = writeln!(
@@ -44,13 +55,18 @@ pub fn describe(plan: &Plan) -> String {
         let _ =
             writeln!(out, "adaptive: up to {} pairs while any of {} is inconclusive", t.max_pairs, t.gate.join(", "));
     }
+}
+
+/// The phases before the runtime: what runs, as whom, and what is checked.
+fn phases(out: &mut String, plan: &Plan) {
     let a = &plan.agent;
     let _ = writeln!(out, "\nprepare (untimed, as builder):");
     for step in &a.prepare.commands {
         let _ = writeln!(out, "  $ {}", step.run);
     }
     if !a.prepare.artifacts.is_empty() {
-        let _ = writeln!(out, "  artifacts: {} → metric bundle, SHA256SUMS", a.prepare.artifacts.join(", "));
+        let _ =
+            writeln!(out, "  artifacts: {} → metric {}, SHA256SUMS", a.prepare.artifacts.join(", "), metric::BUNDLE);
     }
     if let Some(port) = a.prepare.origin_port {
         let _ = writeln!(out, "  served on http://127.0.0.1:{port}/");
@@ -85,6 +101,10 @@ pub fn describe(plan: &Plan) -> String {
             let _ = writeln!(out, "  between: $ {}", between.run);
         }
     }
+}
+
+fn runtime(out: &mut String, plan: &Plan) {
+    let a = &plan.agent;
     for scenario in &a.runtime.scenarios {
         let steps: Vec<&str> = scenario
             .steps
@@ -115,6 +135,9 @@ pub fn describe(plan: &Plan) -> String {
     for s in &a.runtime.scripts {
         let _ = writeln!(out, "runtime script {}: `{}` reports {}", s.name, s.step.run, s.metrics.join(", "));
     }
+}
+
+fn metrics(out: &mut String, plan: &Plan) {
     let _ = writeln!(out, "\nmetrics ({}):", plan.metrics.len());
     let _ = writeln!(out, "  {:<14} {:<36} {:>6} {:>12} {:>9}  group", "key", "title", "unit", "absolute", "relative");
     for m in &plan.metrics {
@@ -124,6 +147,10 @@ pub fn describe(plan: &Plan) -> String {
             m.key, m.title, m.unit, m.absolute, m.relative, m.group
         );
     }
+}
+
+/// The rate card, and what a pair costs at most.
+fn cost(out: &mut String, plan: &Plan) {
     let c = &plan.cost;
     let hourly = plan.hourly_usd();
     let worst = worst_case_seconds(plan);
@@ -143,7 +170,6 @@ pub fn describe(plan: &Plan) -> String {
         worst / 60.0,
         c.budget_usd.map(|b| format!("; budget ${b}")).unwrap_or_default()
     );
-    out
 }
 
 /// Seconds a run lasts if every step takes its whole timeout (an upper bound for the estimate).
@@ -151,9 +177,9 @@ fn worst_case_seconds(plan: &Plan) -> f64 {
     let t = &plan.trials;
     let provision = 120.0;
     provision
-        + plan.phase_limit_s("prepare")
+        + plan.phase_limit_s(phase::PREPARE)
         + 2.0
-            * (f64::from(t.install) * plan.phase_limit_s("install")
-                + f64::from(t.measure) * plan.phase_limit_s("measure")
-                + f64::from(t.runtime) * plan.phase_limit_s("runtime"))
+            * (f64::from(t.install) * plan.phase_limit_s(phase::INSTALL)
+                + f64::from(t.measure) * plan.phase_limit_s(phase::MEASURE)
+                + f64::from(t.runtime) * plan.phase_limit_s(phase::RUNTIME))
 }

@@ -1,8 +1,17 @@
 //! Metric definitions: how a metric is titled, scaled, floored and grouped in reports. The
 //! reference harness's metrics are built in (its tables, §3 "Metric definitions"), so a spec
-//! only defines what it adds or changes.
+//! only defines what it adds or changes; its `[metrics]` section is validated here.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use sandbench_proto::metric;
+use sandbench_proto::plan::phase;
 use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use super::Plan;
+use super::raw::RawMetric;
+use super::validate::Validator;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricDef {
@@ -20,12 +29,12 @@ pub struct MetricDef {
 
 /// (key, title, scale, unit, absolute, relative, group)
 const BUILT_IN: &[(&str, &str, f64, &str, f64, f64, &str)] = &[
-    ("cold", "Cold startup", 1000.0, "ms", 0.1, 0.20, "CLI"),
-    ("warm", "Warm startup", 1000.0, "ms", 0.1, 0.20, "CLI"),
-    ("install", "Installation", 1.0, "s", 1.0, 0.20, "CLI"),
-    ("bundle", "Compressed release artifacts", 1e-6, "MB", 65_536.0, 0.005, "CLI"),
-    ("disk", "Installed footprint", 1e-6, "MB", 1_048_576.0, 0.01, "CLI"),
-    ("rss", "Idle memory, summed RSS", 1e-6, "MB", 10_485_760.0, 0.20, "CLI"),
+    (metric::COLD, "Cold startup", 1000.0, "ms", 0.1, 0.20, "CLI"),
+    (metric::WARM, "Warm startup", 1000.0, "ms", 0.1, 0.20, "CLI"),
+    (metric::INSTALL, "Installation", 1.0, "s", 1.0, 0.20, "CLI"),
+    (metric::BUNDLE, "Compressed release artifacts", 1e-6, "MB", 65_536.0, 0.005, "CLI"),
+    (metric::DISK, "Installed footprint", 1e-6, "MB", 1_048_576.0, 0.01, "CLI"),
+    (metric::RSS, "Idle memory, summed RSS", 1e-6, "MB", 10_485_760.0, 0.20, "CLI"),
     ("kernel_start", "Python kernel startup", 1000.0, "ms", 0.005, 0.20, "Python runtime"),
     ("kernel_exec", "Python cell round trip", 1000.0, "ms", 0.0001, 0.20, "Python runtime"),
     ("bash", "Empty bash command", 1000.0, "ms", 0.001, 0.20, "Python runtime"),
@@ -50,6 +59,72 @@ pub fn built_in(key: &str) -> Option<MetricDef> {
         relative,
         group: group.into(),
     })
+}
+
+impl Validator<'_> {
+    /// Definitions for every metric the plan records: the spec's own, else the built-in ones.
+    pub(super) fn metric_definitions(
+        &mut self,
+        plan: &Plan,
+        raw: &BTreeMap<String, Spanned<RawMetric>>,
+    ) -> Vec<MetricDef> {
+        let mut produced: Vec<String> = Vec::new();
+        for phase in phase::ALL {
+            for m in plan.metrics_of_phase(phase) {
+                if produced.contains(&m) {
+                    let line = self.line_of(&format!("\"{m}\""));
+                    self.error_at(line, &format!("metrics.{m}"), "two steps record this metric; give each its own key");
+                } else {
+                    produced.push(m);
+                }
+            }
+        }
+        let mut defs = Vec::new();
+        for key in &produced {
+            let built_in = built_in(key);
+            let def = match (raw.get(key), built_in) {
+                (Some(r), base) => self.metric(key, r, base),
+                (None, Some(base)) => Some(base),
+                (None, None) => {
+                    let line = self.line_of(&format!("\"{key}\""));
+                    self.error_at(line, &format!("metrics.{key}"), "this metric is recorded but not defined: add [metrics.KEY] with title, unit, scale, absolute and relative");
+                    None
+                }
+            };
+            defs.extend(def);
+        }
+        let produced: BTreeSet<&String> = produced.iter().collect();
+        for (key, r) in raw {
+            if !produced.contains(key) {
+                self.error(r, &format!("metrics.{key}"), "defined, but no phase records it");
+            }
+        }
+        defs
+    }
+
+    fn metric(&mut self, key: &str, r: &Spanned<RawMetric>, base: Option<MetricDef>) -> Option<MetricDef> {
+        let m = r.get_ref();
+        let field = format!("metrics.{key}");
+        let (Some(title), Some(unit)) = (
+            m.title.clone().or(base.as_ref().map(|b| b.title.clone())),
+            m.unit.clone().or(base.as_ref().map(|b| b.unit.clone())),
+        ) else {
+            self.error(r, &field, "expected a title and a unit");
+            return None;
+        };
+        let base_scale = base.as_ref().map_or(1.0, |b| b.scale);
+        let base_abs = base.as_ref().map_or(0.0, |b| b.absolute);
+        let base_rel = base.as_ref().map_or(0.2, |b| b.relative);
+        Some(MetricDef {
+            key: key.into(),
+            title,
+            unit,
+            scale: self.number(&m.scale, &format!("{field}.scale"), 0.0, 1e12, base_scale),
+            absolute: self.non_negative(&m.absolute, &format!("{field}.absolute"), 1e15, base_abs),
+            relative: self.non_negative(&m.relative, &format!("{field}.relative"), 10.0, base_rel),
+            group: m.group.clone().or(base.map(|b| b.group)).unwrap_or_else(|| "Metrics".into()),
+        })
+    }
 }
 
 #[cfg(test)]

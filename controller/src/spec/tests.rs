@@ -2,6 +2,7 @@ use std::path::Path;
 
 use sandbench_proto::plan::{Check, ScenarioStep, Source};
 
+use super::phases::unescape;
 use super::*;
 
 const MINIMAL: &str = r#"

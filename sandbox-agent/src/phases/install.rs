@@ -14,7 +14,7 @@ use crate::commands::PhaseContext;
 use crate::probes::disk;
 use crate::users::{User, chown_tree};
 
-pub const METRIC: &str = "install";
+pub const METRIC: &str = sandbench_proto::metric::INSTALL;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
     let (name, uid) = benchmark_user(trial);

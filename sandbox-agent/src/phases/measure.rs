@@ -21,7 +21,7 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
     let user = match state.measure_user() {
         Ok(user) => user,
         Err(err) => {
-            ctx.error("cold", trial, &err, "s");
+            ctx.error(sandbench_proto::metric::COLD, trial, &err, "s");
             return Err(err);
         }
     };
@@ -41,8 +41,8 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
                 Ok(after.saturating_sub(before))
             });
         match footprint {
-            Ok(bytes) => ctx.value("disk", 0, bytes as f64, "bytes"),
-            Err(err) => ctx.error("disk", 0, &err, "bytes"),
+            Ok(bytes) => ctx.value(sandbench_proto::metric::DISK, 0, bytes as f64, "bytes"),
+            Err(err) => ctx.error(sandbench_proto::metric::DISK, 0, &err, "bytes"),
         };
     }
     result.and(cleanup)
@@ -71,33 +71,38 @@ fn startups(
     let mut term = match Terminal::spawn(&launch) {
         Ok(term) => term,
         Err(err) => {
-            ctx.error("cold", trial, &err, "s");
+            ctx.error(sandbench_proto::metric::COLD, trial, &err, "s");
             return Ok(());
         }
     };
     match readiness::ready(&mut term, timeout) {
         Ok(elapsed) => {
-            ctx.value("cold", trial, elapsed.as_secs_f64(), "s");
+            ctx.value(sandbench_proto::metric::COLD, trial, elapsed.as_secs_f64(), "s");
             *cold_ok = true;
         }
         Err(err) => {
-            ctx.error("cold", trial, &err, "s");
+            ctx.error(sandbench_proto::metric::COLD, trial, &err, "s");
             close(ctx, term, &format!("cold-{trial}"));
             return Ok(());
         }
     }
     if let Err(err) = term.settle(Duration::from_secs_f64(plan.measure.settle_s)) {
-        ctx.error("rss", trial, &err, "bytes");
+        ctx.error(sandbench_proto::metric::RSS, trial, &err, "bytes");
         close(ctx, term, &format!("cold-{trial}"));
         return Ok(());
     }
     let sample = memory::sample(Path::new("/proc"), user.uid);
     if sample.processes.is_empty() {
-        ctx.error("rss", trial, &anyhow!("No owned processes found for memory measurement"), "bytes");
+        ctx.error(
+            sandbench_proto::metric::RSS,
+            trial,
+            &anyhow!("No owned processes found for memory measurement"),
+            "bytes",
+        );
     } else {
-        ctx.value("rss", trial, sample.rss_bytes as f64, "bytes");
+        ctx.value(sandbench_proto::metric::RSS, trial, sample.rss_bytes as f64, "bytes");
         if let Some(pss) = sample.pss_bytes {
-            ctx.value("pss", trial, pss as f64, "bytes");
+            ctx.value(sandbench_proto::metric::PSS, trial, pss as f64, "bytes");
         }
         ctx.file(&format!("memory-{trial}.json"), &serde_json::to_vec_pretty(&sample).unwrap_or_default());
     }
@@ -110,14 +115,14 @@ fn startups(
     let mut term = match Terminal::spawn(&launch) {
         Ok(term) => term,
         Err(err) => {
-            ctx.error("warm", trial, &err, "s");
+            ctx.error(sandbench_proto::metric::WARM, trial, &err, "s");
             return Ok(());
         }
     };
     let warm = readiness::ready(&mut term, timeout);
     match &warm {
-        Ok(elapsed) => ctx.value("warm", trial, elapsed.as_secs_f64(), "s"),
-        Err(err) => ctx.error("warm", trial, err, "s"),
+        Ok(elapsed) => ctx.value(sandbench_proto::metric::WARM, trial, elapsed.as_secs_f64(), "s"),
+        Err(err) => ctx.error(sandbench_proto::metric::WARM, trial, err, "s"),
     };
     let settled = if warm.is_ok() { term.settle(Duration::from_secs_f64(plan.measure.settle_s)) } else { Ok(()) };
     close(ctx, term, &format!("warm-{trial}"));

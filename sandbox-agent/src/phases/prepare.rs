@@ -77,7 +77,7 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
         ctx.note(&format!("artifact {} ({} bytes)", path.display(), bytes.len()));
     }
     std::fs::write(release_dir.join("SHA256SUMS"), sums).context("cannot write SHA256SUMS")?;
-    ctx.value("bundle", 0, total as f64, "bytes");
+    ctx.value(sandbench_proto::metric::BUNDLE, 0, total as f64, "bytes");
     let mut state = AgentState::load(&ctx.state_dir)?;
     if let Some(port) = plan.prepare.origin_port {
         common::serve_origin(release_dir.clone(), port)?;

@@ -1,4 +1,4 @@
-//! Cost, pure: what sandboxes cost at a rate card, from their lifetimes and their measured use.
+//! Rates, pure: what sandboxes cost at a rate card, from their lifetimes and their measured use.
 //!
 //! Three figures, because providers bill differently:
 //! - allocation: requested resources × lifetime (what E2B/Daytona-style sandbox providers bill);
@@ -12,7 +12,27 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::RateCard;
+/// Dollars per resource-hour, and the run's budget. The spec's `[cost]` section builds it (the
+/// reference's defaults: $0.05 per vCPU-hour, $0.01 per GiB-hour of memory, $0.001 per GiB-hour
+/// of disk); the command line may override it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RateCard {
+    pub cpu_usd_per_hour: f64,
+    pub memory_usd_per_gb_hour: f64,
+    pub disk_usd_per_gb_hour: f64,
+    pub budget_usd: Option<f64>,
+}
+
+/// Names of the stretches of a sandbox's life that are not agent phases (those are named by
+/// `sandbench_proto::phase`).
+pub mod stretch {
+    /// From the create request until the first phase.
+    pub const PROVISION: &str = "provision";
+    /// From the end of the work until removal was confirmed.
+    pub const TEARDOWN: &str = "teardown";
+    /// Charged when removal failed: until the sandbox's expiry.
+    pub const UNTIL_EXPIRY: &str = "until expiry";
+}
 
 /// What a sandbox was given. Memory and disk in GiB, as the spec states them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -77,6 +97,24 @@ pub struct SandboxCost {
     pub charged_seconds: f64,
 }
 
+/// A sandbox's life as the report and the ledger record it: when it lived and what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    pub role: String,
+    pub created_at: String,
+    pub removed_at: Option<String>,
+    pub seconds: f64,
+    pub deleted: bool,
+    /// The allocation cost (what the cost line shows).
+    pub estimated_usd: f64,
+    #[serde(default)]
+    pub peak_memory_bytes: u64,
+    /// Phase by phase, with the three figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<SandboxCost>,
+}
+
 /// `phases` cover the lifetime; when removal failed, the time from the end of the last phase to
 /// the sandbox's expiry (`ttl_seconds` after the create request) is charged as `until expiry`.
 pub fn sandbox_cost(
@@ -89,7 +127,7 @@ pub fn sandbox_cost(
     let lived: f64 = phases.iter().map(|p| p.seconds).sum();
     if removal_failed && ttl_seconds > lived {
         phases.push(PhaseUsage {
-            phase: "until expiry".into(),
+            phase: stretch::UNTIL_EXPIRY.into(),
             seconds: ttl_seconds - lived,
             cpu_seconds: 0.0,
             memory_gib_seconds: 0.0,
@@ -133,6 +171,8 @@ pub fn attribute(marks: &[(f64, String)], samples: &[(f64, u64, u64)], end: f64)
 
 #[cfg(test)]
 mod tests {
+    use sandbench_proto::phase;
+
     use super::*;
 
     const RATES: RateCard = RateCard {
@@ -159,7 +199,7 @@ mod tests {
         let cost = phase_cost(
             &RATES,
             REFERENCE,
-            PhaseUsage { phase: "measure".into(), seconds: 600.0, cpu_seconds: 300.0, memory_gib_seconds: 1200.0 },
+            PhaseUsage { phase: phase::MEASURE.into(), seconds: 600.0, cpu_seconds: 300.0, memory_gib_seconds: 1200.0 },
         );
         assert!(close(cost.allocation_usd, 0.05)); // 600/3600 × 0.30
         // usage: 300/3600 × 0.05 + 1200/3600 × 0.01 + 600/3600 × 20 × 0.001
@@ -180,19 +220,27 @@ mod tests {
 
     #[test]
     fn a_failed_removal_is_charged_until_expiry() {
-        let phases =
-            vec![PhaseUsage { phase: "install".into(), seconds: 120.0, cpu_seconds: 0.0, memory_gib_seconds: 0.0 }];
+        let phases = vec![PhaseUsage {
+            phase: phase::INSTALL.into(),
+            seconds: 120.0,
+            cpu_seconds: 0.0,
+            memory_gib_seconds: 0.0,
+        }];
         let removed = sandbox_cost(&RATES, REFERENCE, phases.clone(), false, 1800.0);
         assert!(close(removed.allocation_usd, 0.01)); // 120 s at $0.30/h
         let stuck = sandbox_cost(&RATES, REFERENCE, phases, true, 1800.0);
         assert_eq!(stuck.charged_seconds, 1800.0);
         assert!(close(stuck.allocation_usd, 0.15)); // 30 min at $0.30/h, as the reference says
-        assert_eq!(stuck.phases[1].usage.phase, "until expiry");
+        assert_eq!(stuck.phases[1].usage.phase, stretch::UNTIL_EXPIRY);
     }
 
     #[test]
     fn samples_are_attributed_to_the_phase_in_force() {
-        let marks = vec![(0.0, "provision".to_string()), (1.0, "prepare".to_string()), (3.0, "install".to_string())];
+        let marks = vec![
+            (0.0, stretch::PROVISION.to_string()),
+            (1.0, phase::PREPARE.to_string()),
+            (3.0, phase::INSTALL.to_string()),
+        ];
         let gib = 1u64 << 30;
         // (t, cumulative CPU ns, memory bytes)
         let samples =

@@ -1,12 +1,40 @@
 //! `sandbench cost` output, pure: runs, runs grouped by day, spec or repository, or one run by
-//! sandbox and phase, as a table, JSON or CSV.
+//! sandbox and phase, as a table, JSON or CSV; and the command's arguments.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::ledger::{PhaseRow, RunRow};
+use super::ledger::{PhaseRow, RunRow, UNFINISHED};
+
+/// `sandbench cost [RUN] [--since DATE] [--by day|spec|repo] [--format table|json|csv]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CostArgs {
+    /// A run id: its cost by sandbox and phase.
+    pub run: Option<String>,
+    /// Only runs started on or after this date (YYYY-MM-DD, in UTC; or an RFC 3339 time).
+    #[arg(long, value_name = "DATE", value_parser = parse_since)]
+    pub since: Option<jiff::Timestamp>,
+    /// Sum runs by day, spec or repository.
+    #[arg(long, value_enum)]
+    pub by: Option<GroupBy>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// The start of `--since`: a day (from its midnight, UTC) like 2026-11-29, or a time like
+/// 2026-11-29T10:00:00Z. A date that does not exist is an error naming it.
+pub fn parse_since(text: &str) -> Result<jiff::Timestamp, String> {
+    let parsed = if text.contains(['T', 't', ' ']) {
+        text.parse::<jiff::Timestamp>()
+    } else {
+        text.parse::<jiff::civil::Date>().and_then(|day| day.to_zoned(jiff::tz::TimeZone::UTC)).map(|z| z.timestamp())
+    };
+    parsed.map_err(|err| {
+        format!("expected a date like 2026-11-29 or a time like 2026-11-29T10:00:00Z, got {text:?} ({err})")
+    })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum GroupBy {
@@ -51,7 +79,7 @@ pub fn group(rows: &[RunRow], by: GroupBy) -> Vec<Group> {
             usage_usd: 0.0,
         });
         g.runs += 1;
-        g.unfinished += usize::from(r.status == "unfinished");
+        g.unfinished += usize::from(r.status == UNFINISHED);
         g.seconds += r.seconds;
         g.allocation_usd += r.allocation_usd;
         g.max_usd += r.max_usd;
@@ -227,5 +255,16 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&runs(&rows, Format::Json)).unwrap();
         assert_eq!(json[0]["run_id"], "r1");
         assert_eq!(csv_field("a,\"b\""), "\"a,\"\"b\"\"\"");
+    }
+
+    #[test]
+    fn since_is_a_real_day_or_time() {
+        let at = |text: &str| parse_since(text).map(|t| t.to_string());
+        assert_eq!(at("2026-11-29").unwrap(), "2026-11-29T00:00:00Z");
+        assert_eq!(at("2026-11-29T10:30:00+02:00").unwrap(), "2026-11-29T08:30:00Z");
+        for bad in ["2026-13-01", "2026-02-30", "yesterday", "2026-11-29T25:00:00Z", ""] {
+            let err = at(bad).unwrap_err();
+            assert!(err.contains(&format!("got {bad:?}")) && err.contains("2026-11-29"), "{bad}: {err}");
+        }
     }
 }

@@ -12,7 +12,7 @@ use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::report::SandboxRecord;
+use super::rates::SandboxRecord;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -62,6 +62,9 @@ CREATE TABLE IF NOT EXISTS phases (
 );
 CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at);
 ";
+
+/// The status the ledger shows for a run that never recorded its end (its controller was killed).
+pub const UNFINISHED: &str = "unfinished";
 
 /// Where the ledger lives unless `--ledger` says otherwise: the user's data folder.
 pub fn default_path() -> PathBuf {
@@ -216,15 +219,18 @@ impl Ledger {
         Ok(())
     }
 
-    /// Runs started at or after `since` (an RFC 3339 date or time prefix), newest first.
-    pub fn runs(&self, since: Option<&str>) -> anyhow::Result<Vec<RunRow>> {
+    /// Runs started at or after `since`, newest first.
+    pub fn runs(&self, since: Option<jiff::Timestamp>) -> anyhow::Result<Vec<RunRow>> {
         let mut stmt = self.conn.prepare(
             "SELECT run_id, spec, repository, base_commit, head_commit,
-                    CASE WHEN finished_at IS NULL THEN 'unfinished' ELSE status END,
+                    CASE WHEN finished_at IS NULL THEN ?2 ELSE status END,
                     started_at, finished_at, sandboxes, seconds, allocation_usd, max_usd, usage_usd
              FROM runs WHERE started_at >= ?1 ORDER BY started_at DESC, run_id DESC",
         )?;
-        let rows = stmt.query_map(params![since.unwrap_or("")], |r| {
+        // Start times are stored as `report::timestamp` writes them (RFC 3339 in UTC, to the
+        // second), so text order is time order.
+        let since = since.map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_default();
+        let rows = stmt.query_map(params![since, UNFINISHED], |r| {
             Ok(RunRow {
                 run_id: r.get(0)?,
                 spec: r.get(1)?,
@@ -278,6 +284,8 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
+    use sandbench_proto::{Side, phase};
+
     use super::*;
     use crate::cost::{PhaseCost, PhaseUsage, SandboxCost};
 
@@ -295,8 +303,8 @@ mod tests {
         }
     }
 
-    fn sandbox(id: &str, role: &str, usd: f64) -> SandboxRecord {
-        let phase = |name: &str, seconds: f64| PhaseCost {
+    fn sandbox(id: &str, side: Side, usd: f64) -> SandboxRecord {
+        let stretch = |name: &str, seconds: f64| PhaseCost {
             usage: PhaseUsage { phase: name.into(), seconds, cpu_seconds: seconds / 2.0, memory_gib_seconds: seconds },
             allocation_usd: usd / 2.0,
             max_usd: usd / 2.0,
@@ -304,7 +312,7 @@ mod tests {
         };
         SandboxRecord {
             id: id.into(),
-            role: role.into(),
+            role: side.to_string(),
             created_at: "2026-11-29T10:00:00Z".into(),
             removed_at: Some("2026-11-29T10:01:00Z".into()),
             seconds: 60.0,
@@ -312,7 +320,7 @@ mod tests {
             estimated_usd: usd,
             peak_memory_bytes: 1 << 20,
             cost: Some(SandboxCost {
-                phases: vec![phase("prepare", 20.0), phase("install", 40.0)],
+                phases: vec![stretch(phase::PREPARE, 20.0), stretch(phase::INSTALL, 40.0)],
                 allocation_usd: usd,
                 max_usd: usd,
                 usage_usd: usd / 2.0,
@@ -327,13 +335,13 @@ mod tests {
         let path = dir.path().join("nested/ledger.sqlite");
         let mut ledger = Ledger::open(&path).unwrap();
         ledger.begin_run(&start("r1")).unwrap();
-        assert_eq!(ledger.runs(None).unwrap()[0].status, "unfinished");
+        assert_eq!(ledger.runs(None).unwrap()[0].status, UNFINISHED);
         ledger
             .finish_run(
                 "r1",
                 "completed",
                 "2026-11-29T10:02:00Z",
-                &[sandbox("sb-base", "base", 0.002), sandbox("sb-head", "head", 0.003)],
+                &[sandbox("sb-base", Side::Base, 0.002), sandbox("sb-head", Side::Head, 0.003)],
             )
             .unwrap();
         drop(ledger);
@@ -345,7 +353,13 @@ mod tests {
         assert_eq!(phases.len(), 4);
         assert_eq!((phases[0].role.as_str(), phases[0].phase.as_str(), phases[0].seconds), ("base", "prepare", 20.0));
         assert!(ledger.run("nope").unwrap().is_none());
-        assert!(ledger.runs(Some("2026-11-30")).unwrap().is_empty());
+        let day = |d: &str| {
+            Some(d.parse::<jiff::civil::Date>().unwrap().to_zoned(jiff::tz::TimeZone::UTC).unwrap().timestamp())
+        };
+        assert!(ledger.runs(day("2026-11-30")).unwrap().is_empty());
+        assert_eq!(ledger.runs(day("2026-11-29")).unwrap().len(), 1, "a run of that day counts");
+        let later: jiff::Timestamp = "2026-11-29T10:00:01Z".parse().unwrap();
+        assert!(ledger.runs(Some(later)).unwrap().is_empty(), "started a second before");
         assert_eq!(ledger.integrity().unwrap(), "ok");
         // A run that was never begun cannot be finished.
         let mut ledger = ledger;
@@ -366,7 +380,7 @@ mod tests {
                     ledger.begin_run(&start(&id)).unwrap();
                     std::thread::sleep(Duration::from_millis(5));
                     let boxes: Vec<SandboxRecord> =
-                        (0..3).map(|k| sandbox(&format!("{id}-{k}"), "base", 0.001)).collect();
+                        (0..3).map(|k| sandbox(&format!("{id}-{k}"), Side::Base, 0.001)).collect();
                     ledger.finish_run(&id, "completed", "2026-11-29T11:00:00Z", &boxes).unwrap();
                 })
             })

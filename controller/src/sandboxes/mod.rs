@@ -1,0 +1,123 @@
+//! The sandboxes of this machine, by hand: `ls`, `shell`, `logs`, `phase` (rerun one phase on a
+//! sandbox kept by `sandbench debug --keep`), `rm` and `gc`. Errors say what to do next.
+
+mod logs;
+mod ls;
+mod phase;
+mod rm;
+mod shell;
+
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Subcommand;
+
+pub use logs::logs;
+pub use ls::{ls, table};
+pub use phase::{describe_event, phase};
+pub use rm::{gc, rm};
+pub use shell::{shell, shell_command};
+
+use crate::provision::DockerProvisioner;
+use crate::provision::docker::ContainerInfo;
+
+/// The by-hand commands, as the command line names them.
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// The sandbench sandboxes on this machine: run, role, image, state, age, expiry, cost so far.
+    Ls,
+    /// A terminal in a sandbox (root, or a benchmark user with --user); `-- CMD` runs a command.
+    Shell {
+        id: String,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// A sandbox's agent log.
+    Logs {
+        id: String,
+        /// Keep following it.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Rerun one phase on a sandbox kept by `sandbench debug --keep`.
+    Phase {
+        id: String,
+        phase: String,
+        #[arg(long, default_value_t = 0)]
+        trial: u32,
+    },
+    /// Remove sandboxes: one, a run's, or all.
+    Rm {
+        id: Option<String>,
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Remove sandbench sandboxes that expired or whose controller is gone.
+    Gc,
+}
+
+/// Runs one by-hand command against the local Docker engine.
+pub async fn run(command: SandboxCommand) -> anyhow::Result<ExitCode> {
+    let provisioner = DockerProvisioner::connect(1).await?;
+    let ok = match command {
+        SandboxCommand::Ls => {
+            print!("{}", ls(&provisioner).await?);
+            true
+        }
+        SandboxCommand::Shell { id, user, command } => {
+            let code = shell(&provisioner, &id, user.as_deref(), &command).await?;
+            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+        }
+        SandboxCommand::Logs { id, follow } => {
+            logs(&provisioner, &id, follow).await?;
+            true
+        }
+        SandboxCommand::Phase { id, phase: name, trial } => phase(&provisioner, &id, &name, trial).await?,
+        SandboxCommand::Rm { id, run, all } => {
+            let removed = rm(&provisioner, id.as_deref(), run.as_deref(), all).await?;
+            print_removed(removed.iter().map(|name| format!("removed {name}")));
+            true
+        }
+        SandboxCommand::Gc => {
+            print_removed(gc(&provisioner).await?.iter().map(|line| format!("removed {line}")));
+            true
+        }
+    };
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn print_removed(lines: impl Iterator<Item = String>) {
+    let mut any = false;
+    for line in lines {
+        println!("{line}");
+        any = true;
+    }
+    if !any {
+        println!("nothing to remove");
+    }
+}
+
+/// The sandbox an id names: its name, a prefix of it, or of its container id.
+pub async fn find(provisioner: &DockerProvisioner, id: &str) -> anyhow::Result<ContainerInfo> {
+    let all = provisioner.list(None).await?;
+    let matches: Vec<&ContainerInfo> = all
+        .iter()
+        .filter(|c| c.name == id || (!id.is_empty() && (c.name.starts_with(id) || c.id.starts_with(id))))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] if all.is_empty() => bail!("no sandbox {id:?}: there are no sandbench sandboxes on this machine"),
+        [] => bail!(
+            "no sandbox {id:?}; known sandboxes: {}",
+            all.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        many => bail!(
+            "{id:?} names several sandboxes: {}",
+            many.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}

@@ -1,0 +1,172 @@
+//! The sections of the phases before the runtime: `[prepare]`, `[install]` (with its checks
+//! and fixture) and `[measure]`.
+
+use std::collections::BTreeMap;
+
+use sandbench_proto::plan::{Check, Fixture, Install, Measure, Prepare, Startup, Step};
+use toml::Spanned;
+
+use super::SourceSettings;
+use super::raw::*;
+use super::validate::{Validator, step};
+
+impl Validator<'_> {
+    /// `source`: artifacts are collected from it, so there must be one.
+    pub(super) fn prepare(&mut self, p: &RawPrepare, source: &SourceSettings) -> Prepare {
+        let prepare_timeout = self.number(&p.timeout_s, "prepare.timeout_s", 0.0, 86_400.0, 1800.0);
+        let origin_port = p.origin_port.as_ref().map(|port| {
+            if !(1..=65_535).contains(port.get_ref()) {
+                self.error(
+                    port,
+                    "prepare.origin_port",
+                    format!("expected a TCP port from 1 to 65535, got {}", port.get_ref()),
+                );
+            }
+            *port.get_ref() as u16
+        });
+        for (i, a) in p.artifacts.iter().enumerate() {
+            if a.get_ref().split('/').any(|s| s == "..") || a.get_ref().starts_with('/') {
+                self.error(a, &format!("prepare.artifacts[{i}]"), "expected a path inside the source folder");
+            }
+        }
+        if !p.artifacts.is_empty() && matches!(source, SourceSettings::None) {
+            self.error(
+                &p.artifacts[0],
+                "prepare.artifacts",
+                "artifacts are collected from the source, but the spec has no [source]",
+            );
+        }
+        Prepare {
+            commands: p.commands.iter().map(|c| step(c.get_ref(), prepare_timeout)).collect(),
+            artifacts: p.artifacts.iter().map(|a| a.get_ref().clone()).collect(),
+            release_dir: p.release_dir.as_ref().map(|d| d.get_ref().clone()),
+            origin_port,
+        }
+    }
+
+    pub(super) fn install(&mut self, raw: &Spanned<RawInstall>) -> Install {
+        let i = raw.get_ref();
+        let install_timeout = self.number(&i.timeout_s, "install.timeout_s", 0.0, 86_400.0, 240.0);
+        if i.command.get_ref().trim().is_empty() {
+            self.error(&i.command, "install.command", "expected the command that installs the product");
+        }
+        let checks = self.checks(&i.checks);
+        let footprint_excludes = i.footprint_excludes.clone().unwrap_or_else(|| {
+            [".cache", ".npm", "*.log", "sessions", "session-artifacts", "workspace"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+        let fixture = i.fixture.as_ref().map(|f| self.fixture(f, self.line(raw.span().start)));
+        Install {
+            command: Step {
+                run: i.command.get_ref().clone(),
+                cwd: None,
+                timeout_s: install_timeout,
+                env: i.env.clone(),
+            },
+            checks,
+            fixture,
+            footprint_excludes,
+        }
+    }
+
+    fn checks(&mut self, raw: &[Spanned<RawCheck>]) -> Vec<Check> {
+        let mut checks = Vec::new();
+        for (n, c) in raw.iter().enumerate() {
+            let field = format!("install.checks[{n}]");
+            let raw_check = c.get_ref();
+            let kinds =
+                [raw_check.output.is_some(), raw_check.file_exists.is_some(), raw_check.file_starts_with.is_some()];
+            if kinds.iter().filter(|k| **k).count() != 1 {
+                self.error(
+                    c,
+                    &field,
+                    "expected exactly one of output (with contains), file_exists, file_starts_with (with prefix)",
+                );
+                continue;
+            }
+            if let Some(run) = &raw_check.output {
+                match &raw_check.contains {
+                    Some(contains) => checks.push(Check::Output { run: run.clone(), contains: contains.clone() }),
+                    None => self.error(c, &field, "an output check needs `contains`"),
+                }
+            } else if let Some(path) = &raw_check.file_exists {
+                checks.push(Check::FileExists { path: path.clone() });
+            } else if let Some(path) = &raw_check.file_starts_with {
+                match raw_check.prefix.as_deref().map(unescape) {
+                    Some(Ok(prefix)) if !prefix.is_empty() => {
+                        checks.push(Check::FileStartsWith { path: path.clone(), prefix })
+                    }
+                    Some(Err(why)) => self.error(c, &format!("{field}.prefix"), why),
+                    _ => self.error(c, &field, "a file_starts_with check needs a non-empty `prefix`"),
+                }
+            }
+        }
+        checks
+    }
+
+    /// `install_line`: where `[install]` starts (the fixture's paths have no position of their own).
+    fn fixture(&mut self, f: &RawFixture, install_line: usize) -> Fixture {
+        for path in f.files.keys().chain(f.home_files.keys()).chain([&f.dir]) {
+            if path.split('/').any(|s| s == "..") || path.starts_with('/') {
+                self.error_at(install_line, "install.fixture", format!("expected paths inside the home, got {path:?}"));
+            }
+        }
+        Fixture { dir: f.dir.clone(), files: f.files.clone(), git: f.git, home_files: f.home_files.clone() }
+    }
+
+    pub(super) fn measure(&mut self, raw: Option<&RawMeasure>) -> Measure {
+        match raw {
+            None => Measure { startup: None, between: None, settle_s: 1.0, footprint: false },
+            Some(m) => {
+                let timeout_s = self.number(&m.timeout_s, "measure.timeout_s", 0.0, 3600.0, 30.0);
+                let settle_s = self.non_negative(&m.settle_s, "measure.settle_s", 600.0, 1.0);
+                let startup = m.startup.as_ref().and_then(|cmd| {
+                    if cmd.get_ref().is_empty() || cmd.get_ref()[0].trim().is_empty() {
+                        self.error(cmd, "measure.startup", "expected the command line of the program, e.g. [\"demo\"]");
+                        None
+                    } else {
+                        Some(Startup { command: cmd.get_ref().clone(), cwd: m.cwd.clone(), timeout_s })
+                    }
+                });
+                if let Some(between) = &m.between
+                    && startup.is_none()
+                {
+                    self.error(
+                        between,
+                        "measure.between",
+                        "runs between the cold and warm start, so it needs measure.startup",
+                    );
+                }
+                let between = m.between.as_ref().map(|b| Step {
+                    run: b.get_ref().clone(),
+                    cwd: None,
+                    timeout_s: 120.0,
+                    env: BTreeMap::new(),
+                });
+                Measure { startup, between, settle_s, footprint: m.footprint }
+            }
+        }
+    }
+}
+
+/// Text with `\xNN` escapes into bytes.
+pub(super) fn unescape(text: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && bytes.get(i + 1) == Some(&b'x') {
+            let hex = text.get(i + 2..i + 4).ok_or("expected two hex digits after \\x")?;
+            out.push(
+                u8::from_str_radix(hex, 16).map_err(|_| format!("expected two hex digits after \\x, got {hex:?}"))?,
+            );
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}

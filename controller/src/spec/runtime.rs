@@ -1,0 +1,213 @@
+//! The `[runtime]` section: scenarios (with their steps), repeated commands and scripts.
+
+use std::collections::BTreeMap;
+
+use sandbench_proto::plan::{Aggregate, Channel, RepeatedCommand, Runtime, Scenario, ScenarioStep, Script, Step};
+use toml::Spanned;
+
+use super::raw::*;
+use super::validate::{Validator, json, json_map};
+
+impl Validator<'_> {
+    pub(super) fn runtime(&mut self, raw: &RawRuntime) -> Runtime {
+        Runtime {
+            scenarios: raw.scenario.iter().enumerate().map(|(n, sc)| self.scenario(n, sc.get_ref())).collect(),
+            commands: raw.command.iter().enumerate().map(|(n, c)| self.repeated_command(n, c.get_ref())).collect(),
+            scripts: raw.script.iter().enumerate().map(|(n, s)| self.script(n, s.get_ref())).collect(),
+        }
+    }
+
+    fn scenario(&mut self, n: usize, r: &RawScenario) -> Scenario {
+        let field = format!("runtime.scenario[{n}]");
+        if r.command.get_ref().is_empty() {
+            self.error(&r.command, &format!("{field}.command"), "expected the command line of the child");
+        }
+        let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 3600.0, 30.0);
+        let channel = match r.channel.as_ref().map(|c| c.get_ref().as_str()) {
+            None | Some("jsonl") => Channel::JsonLines,
+            Some("terminal") => Channel::Terminal,
+            Some(other) => {
+                if let Some(c) = &r.channel {
+                    self.error(
+                        c,
+                        &format!("{field}.channel"),
+                        format!("expected \"jsonl\" or \"terminal\", got {other:?}"),
+                    );
+                }
+                Channel::JsonLines
+            }
+        };
+        let start_metric = r.start_metric.as_ref().map(|m| self.metric_key(m, &format!("{field}.start_metric")));
+        if let (Channel::Terminal, Some(m)) = (channel, &r.start_metric) {
+            self.error(m, &format!("{field}.start_metric"), "a terminal scenario times its start with a `ready` step");
+        }
+        let steps = r
+            .step
+            .iter()
+            .enumerate()
+            .filter_map(|(k, st)| self.channel_step(st.get_ref(), &format!("{field}.step[{k}]"), channel))
+            .collect();
+        Scenario {
+            name: r.name.get_ref().clone(),
+            channel,
+            command: r.command.get_ref().clone(),
+            cwd: r.cwd.clone(),
+            ready_event: r.ready_event.clone().unwrap_or_else(|| "ready".into()),
+            start_metric,
+            timeout_s,
+            shutdown: r.shutdown.as_ref().map(json),
+            steps,
+        }
+    }
+
+    /// A scenario's step, which must suit the scenario's channel.
+    fn channel_step(&mut self, raw: &RawStep, field: &str, channel: Channel) -> Option<ScenarioStep> {
+        let step = self.scenario_step(raw, field)?;
+        let terminal_only =
+            matches!(step, ScenarioStep::Ready { .. } | ScenarioStep::Type { .. } | ScenarioStep::WaitFor { .. });
+        let jsonl_only = matches!(step, ScenarioStep::Request { .. } | ScenarioStep::Interrupt { .. });
+        if terminal_only && channel != Channel::Terminal {
+            self.error(&raw.kind, &format!("{field}.kind"), "this step needs channel = \"terminal\"");
+        } else if jsonl_only && channel != Channel::JsonLines {
+            self.error(
+                &raw.kind,
+                &format!("{field}.kind"),
+                "this step needs a JSON-lines scenario (channel = \"jsonl\")",
+            );
+        }
+        Some(step)
+    }
+
+    fn repeated_command(&mut self, n: usize, r: &RawRepeated) -> RepeatedCommand {
+        let field = format!("runtime.command[{n}]");
+        let metric = self.metric_key(&r.metric, &format!("{field}.metric"));
+        let repeat = self.count(&r.repeat, &format!("{field}.repeat"), 1, 10_000, 1) as u32;
+        let aggregate = self.aggregate(&r.aggregate, &format!("{field}.aggregate"));
+        let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 3600.0, 60.0);
+        RepeatedCommand {
+            metric,
+            step: Step { run: r.run.clone(), cwd: r.cwd.clone(), timeout_s, env: BTreeMap::new() },
+            repeat,
+            aggregate,
+        }
+    }
+
+    fn script(&mut self, n: usize, r: &RawScript) -> Script {
+        let field = format!("runtime.script[{n}]");
+        if r.metrics.get_ref().is_empty() {
+            self.error(&r.metrics, &format!("{field}.metrics"), "expected the metric keys the script reports");
+        }
+        for m in r.metrics.get_ref() {
+            let key = Spanned::new(r.metrics.span(), m.clone());
+            self.metric_key(&key, &format!("{field}.metrics"));
+        }
+        let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 86_400.0, 600.0);
+        Script {
+            name: r.name.get_ref().clone(),
+            step: Step { run: r.run.clone(), cwd: r.cwd.clone(), timeout_s, env: BTreeMap::new() },
+            metrics: r.metrics.get_ref().clone(),
+        }
+    }
+
+    fn aggregate(&mut self, value: &Option<Spanned<String>>, field: &str) -> Aggregate {
+        match value.as_ref().map(|v| v.get_ref().as_str()) {
+            None | Some("mean") => Aggregate::Mean,
+            Some("total") => Aggregate::Total,
+            Some(other) => {
+                if let Some(v) = value {
+                    self.error(v, field, format!("expected \"mean\" or \"total\", got {other:?}"));
+                }
+                Aggregate::Mean
+            }
+        }
+    }
+
+    fn scenario_step(&mut self, r: &RawStep, field: &str) -> Option<ScenarioStep> {
+        let metric = r.metric.as_ref().map(|m| self.metric_key(m, &format!("{field}.metric")));
+        let need_metric = |v: &mut Self, what: &str| -> Option<String> {
+            if metric.is_none() {
+                v.error(
+                    &r.kind,
+                    &format!("{field}.metric"),
+                    format!("a {what} step records a metric: expected `metric`"),
+                );
+            }
+            metric.clone()
+        };
+        match r.kind.get_ref().as_str() {
+            "request" => self.request_step(r, field, metric),
+            "interrupt" => {
+                let metric = need_metric(self, "interrupt")?;
+                match (&r.send, &r.marker, &r.interrupt) {
+                    (Some(toml::Value::Table(send)), Some(marker), Some(interrupt)) => Some(ScenarioStep::Interrupt {
+                        metric,
+                        send: json(send),
+                        marker: marker.clone(),
+                        interrupt: json(interrupt),
+                        expect: json_map(r.expect.as_ref()),
+                    }),
+                    _ => {
+                        self.error(&r.kind, field, "an interrupt step needs `send`, `marker` and `interrupt`");
+                        None
+                    }
+                }
+            }
+            "memory" => Some(ScenarioStep::Memory { metric: need_metric(self, "memory")? }),
+            "cpu" => Some(ScenarioStep::Cpu { metric: need_metric(self, "cpu")? }),
+            "ready" => Some(ScenarioStep::Ready { metric }),
+            "type" | "wait_for" => {
+                let Some(text) = r.text.clone().filter(|t| !t.is_empty()) else {
+                    self.error(&r.kind, &format!("{field}.text"), format!("a {} step needs `text`", r.kind.get_ref()));
+                    return None;
+                };
+                Some(if r.kind.get_ref() == "type" {
+                    ScenarioStep::Type { text }
+                } else {
+                    ScenarioStep::WaitFor { text, metric }
+                })
+            }
+            "restart" => Some(ScenarioStep::Restart { metric }),
+            "settle" => {
+                let seconds = self.number(&r.seconds, &format!("{field}.seconds"), 0.0, 3600.0, 1.0);
+                Some(ScenarioStep::Settle { seconds })
+            }
+            other => {
+                self.error(
+                    &r.kind,
+                    &format!("{field}.kind"),
+                    format!("expected request, interrupt, memory, cpu, restart, settle, ready, type or wait_for, got {other:?}"),
+                );
+                None
+            }
+        }
+    }
+
+    fn request_step(&mut self, r: &RawStep, field: &str, metric: Option<String>) -> Option<ScenarioStep> {
+        let send = match &r.send {
+            Some(toml::Value::Table(t)) => json(t),
+            Some(toml::Value::Array(items)) if !items.is_empty() && items.iter().all(toml::Value::is_table) => {
+                serde_json::to_value(items).unwrap_or_default()
+            }
+            _ => {
+                self.error(
+                    &r.kind,
+                    &format!("{field}.send"),
+                    "a request step needs `send`: a request object, or a list of them used in turn",
+                );
+                return None;
+            }
+        };
+        let output_bytes = r
+            .output_bytes
+            .as_ref()
+            .map(|b| self.count(&Some(b.clone()), &format!("{field}.output_bytes"), 0, i64::MAX, 0) as u64);
+        Some(ScenarioStep::Request {
+            metric,
+            send,
+            repeat: self.count(&r.repeat, &format!("{field}.repeat"), 1, 100_000, 1) as u32,
+            aggregate: self.aggregate(&r.aggregate, &format!("{field}.aggregate")),
+            expect: json_map(r.expect.as_ref()),
+            output_bytes,
+        })
+    }
+}

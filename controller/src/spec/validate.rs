@@ -1,0 +1,268 @@
+//! The validator: checks a raw spec section by section into a [`Plan`], collecting every error
+//! with its line and field. The sandbox, source, trials and cost sections are here; the phases'
+//! sections are in `phases` and `runtime`, the metrics section in `metrics`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sandbench_proto::phase;
+use sandbench_proto::plan::{AgentPlan, Source, Step};
+use toml::Spanned;
+
+use super::raw::*;
+use super::{Plan, SandboxSettings, SourceSettings, SpecError, Trials};
+use crate::cost::RateCard;
+
+pub(super) struct Validator<'a> {
+    pub(super) file: PathBuf,
+    pub(super) text: &'a str,
+    pub(super) errors: Vec<SpecError>,
+}
+
+const DEFAULT_IMAGE: &str = "node:24-bookworm";
+
+impl Validator<'_> {
+    pub(super) fn line(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+    }
+
+    pub(super) fn error<T>(&mut self, at: &Spanned<T>, field: &str, message: impl Into<String>) {
+        self.errors.push(SpecError {
+            file: self.file.clone(),
+            line: self.line(at.span().start),
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    pub(super) fn error_at(&mut self, line: usize, field: &str, message: impl Into<String>) {
+        self.errors.push(SpecError { file: self.file.clone(), line, field: field.into(), message: message.into() });
+    }
+
+    /// A number in (lo, hi], or the default.
+    pub(super) fn number(&mut self, value: &Option<Spanned<f64>>, field: &str, lo: f64, hi: f64, default: f64) -> f64 {
+        match value {
+            None => default,
+            Some(v) if v.get_ref().is_finite() && *v.get_ref() > lo && *v.get_ref() <= hi => *v.get_ref(),
+            Some(v) => {
+                self.error(
+                    v,
+                    field,
+                    format!("expected a number greater than {lo} and at most {hi}, got {}", v.get_ref()),
+                );
+                default
+            }
+        }
+    }
+
+    /// A number in [0, hi], or the default.
+    pub(super) fn non_negative(&mut self, value: &Option<Spanned<f64>>, field: &str, hi: f64, default: f64) -> f64 {
+        match value {
+            Some(v) if !(v.get_ref().is_finite() && *v.get_ref() >= 0.0 && *v.get_ref() <= hi) => {
+                self.error(v, field, format!("expected a number from 0 to {hi}, got {}", v.get_ref()));
+                default
+            }
+            Some(v) => *v.get_ref(),
+            None => default,
+        }
+    }
+
+    /// The line where `needle` first appears (to place errors about things without a span).
+    pub(super) fn line_of(&self, needle: &str) -> usize {
+        self.text.find(needle).map(|at| self.line(at)).unwrap_or(1)
+    }
+
+    pub(super) fn count(&mut self, value: &Option<Spanned<i64>>, field: &str, lo: i64, hi: i64, default: i64) -> i64 {
+        match value {
+            None => default,
+            Some(v) if (lo..=hi).contains(v.get_ref()) => *v.get_ref(),
+            Some(v) => {
+                self.error(v, field, format!("expected a whole number from {lo} to {hi}, got {}", v.get_ref()));
+                default
+            }
+        }
+    }
+
+    pub(super) fn metric_key(&mut self, key: &Spanned<String>, field: &str) -> String {
+        let k = key.get_ref();
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+            self.error(key, field, format!("expected a metric key of lowercase letters, digits and '_', got {k:?}"));
+        }
+        k.clone()
+    }
+
+    /// The whole spec, section by section.
+    pub(super) fn validate(&mut self, raw: RawSpec) -> Plan {
+        let name = raw.name.get_ref().trim().to_string();
+        if name.is_empty() {
+            self.error(&raw.name, "name", "expected a non-empty name");
+        }
+        let sandbox = self.sandbox(&raw.sandbox);
+        let source = self.source(&raw.source, raw.sandbox.network);
+        let trials = self.trials(&raw.trials);
+        let prepare = self.prepare(&raw.prepare, &source);
+        let install = self.install(&raw.install);
+        let measure = self.measure(raw.measure.as_ref());
+        let runtime = self.runtime(&raw.runtime);
+        let agent = AgentPlan { source: Source::None, prepare, install, measure, runtime, env: raw.env.clone() };
+        let cost = self.rates(&raw.cost);
+        let rule = self.rule(&raw.report);
+        let mut plan = Plan {
+            name,
+            spec_path: self.file.clone(),
+            sandbox,
+            source,
+            trials,
+            agent,
+            metrics: Vec::new(),
+            cost,
+            rule,
+        };
+        plan.metrics = self.metric_definitions(&plan, &raw.metrics);
+        (plan.trials.max_pairs, plan.trials.gate) = self.adaptive(&plan, &raw.trials);
+        plan
+    }
+
+    fn rule(&mut self, raw: &RawReport) -> crate::report::Rule {
+        let Some(rule) = &raw.rule else { return crate::report::Rule::default() };
+        crate::report::Rule::parse(rule.get_ref()).unwrap_or_else(|| {
+            self.error(rule, "report.rule", format!("expected \"paired\" or \"reference\", got {:?}", rule.get_ref()));
+            crate::report::Rule::default()
+        })
+    }
+
+    /// `trials.max_pairs` (at least the measure and runtime trials) and `trials.gate` (metrics the
+    /// plan records, or their `.cpu` companions).
+    fn adaptive(&mut self, plan: &Plan, t: &RawTrials) -> (u32, Vec<String>) {
+        let initial = plan.trials.measure.max(plan.trials.runtime);
+        let max_pairs = self.count(&t.max_pairs, "trials.max_pairs", 1, 200, i64::from(initial)) as u32;
+        if let Some(m) = &t.max_pairs
+            && max_pairs < initial
+        {
+            self.error(
+                m,
+                "trials.max_pairs",
+                format!("expected at least the measure and runtime trials ({initial}), got {max_pairs}"),
+            );
+        }
+        let known = |key: &str| {
+            let stem = key.strip_suffix(crate::report::CPU_SUFFIX).unwrap_or(key);
+            plan.metrics.iter().any(|m| m.key == stem)
+        };
+        let gate = match &t.gate {
+            Some(keys) => {
+                for key in keys.get_ref().iter().filter(|k| !known(k)) {
+                    self.error(keys, "trials.gate", format!("{key:?} is not a metric this spec records"));
+                }
+                keys.get_ref().clone()
+            }
+            None => {
+                let phases = [plan.metrics_of_phase(phase::MEASURE), plan.metrics_of_phase(phase::RUNTIME)].concat();
+                let timed = |key: &String| {
+                    plan.metrics
+                        .iter()
+                        .any(|m| &m.key == key && matches!(m.unit.as_str(), "s" | "ms" | "us" | "µs" | "ns"))
+                };
+                phases.into_iter().filter(|k| timed(k)).collect()
+            }
+        };
+        (max_pairs, gate)
+    }
+
+    fn sandbox(&mut self, s: &RawSandbox) -> SandboxSettings {
+        let image = s.image.as_ref().map(|i| i.get_ref().clone()).unwrap_or_else(|| DEFAULT_IMAGE.to_string());
+        if let Some(i) = &s.image
+            && i.get_ref().trim().is_empty()
+        {
+            self.error(i, "sandbox.image", "expected an image reference such as node:24-bookworm");
+        }
+        let cpus = self.number(&s.cpus, "sandbox.cpus", 0.0, 64.0, 2.0);
+        let memory_gb = self.number(&s.memory_gb, "sandbox.memory_gb", 0.0, 512.0, 4.0);
+        let disk_gb = self.number(&s.disk_gb, "sandbox.disk_gb", 0.0, 10_000.0, 20.0);
+        let pids_limit = self.count(&s.pids, "sandbox.pids", 16, 1_000_000, 4096);
+        let ttl_minutes = self.number(&s.ttl_minutes, "sandbox.ttl_minutes", 0.0, 24.0 * 60.0, 30.0);
+        SandboxSettings {
+            image,
+            cpus,
+            cpuset: s.cpuset.clone(),
+            memory_bytes: (memory_gb * 1024.0 * 1024.0 * 1024.0) as u64,
+            disk_gb,
+            pids_limit,
+            network: s.network,
+            ttl: Duration::from_secs_f64(ttl_minutes * 60.0),
+        }
+    }
+
+    /// `network`: whether the sandbox has one (a git URL is cloned inside it).
+    fn source(&mut self, raw: &RawSource, network: bool) -> SourceSettings {
+        match (&raw.repository, &raw.url) {
+            (Some(_), Some(url)) => {
+                self.error(url, "source.url", "expected either source.repository or source.url, not both");
+                SourceSettings::None
+            }
+            (Some(repo), None) => {
+                let base = self.file.parent().unwrap_or(Path::new("."));
+                let joined = base.join(repo.get_ref());
+                let repository: PathBuf =
+                    joined.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
+                SourceSettings::Local { repository }
+            }
+            (None, Some(url)) => {
+                if !network {
+                    self.error(
+                        url,
+                        "source.url",
+                        "a git URL is cloned inside the sandbox, which needs sandbox.network = true",
+                    );
+                }
+                if url.get_ref().contains('\'') || url.get_ref().trim().is_empty() {
+                    self.error(url, "source.url", "expected a git URL without quotes");
+                }
+                SourceSettings::Url { url: url.get_ref().clone() }
+            }
+            (None, None) => SourceSettings::None,
+        }
+    }
+
+    fn trials(&mut self, t: &RawTrials) -> Trials {
+        Trials {
+            install: self.count(&t.install, "trials.install", 1, 10, 3) as u32,
+            measure: self.count(&t.measure, "trials.measure", 1, 100, 10) as u32,
+            runtime: self.count(&t.runtime, "trials.runtime", 1, 100, 10) as u32,
+            failure_limit: self.count(&t.failure_limit, "trials.failure_limit", 1, 10, 2) as u32,
+            max_pairs: 0,
+            gate: Vec::new(),
+        }
+    }
+
+    /// The `[cost]` section: the rate card the run is charged at, and its budget.
+    fn rates(&mut self, c: &RawCost) -> RateCard {
+        RateCard {
+            cpu_usd_per_hour: self.non_negative(&c.cpu_usd_per_hour, "cost.cpu_usd_per_hour", 1e6, 0.05),
+            memory_usd_per_gb_hour: self.non_negative(
+                &c.memory_usd_per_gb_hour,
+                "cost.memory_usd_per_gb_hour",
+                1e6,
+                0.01,
+            ),
+            disk_usd_per_gb_hour: self.non_negative(&c.disk_usd_per_gb_hour, "cost.disk_usd_per_gb_hour", 1e6, 0.001),
+            budget_usd: c.budget_usd.as_ref().map(|_| self.number(&c.budget_usd, "cost.budget_usd", 0.0, 1e6, 1.0)),
+        }
+    }
+}
+
+pub(super) fn step(run: &str, timeout_s: f64) -> Step {
+    Step { run: run.to_string(), cwd: None, timeout_s, env: BTreeMap::new() }
+}
+
+pub(super) fn json(table: &toml::Table) -> serde_json::Value {
+    serde_json::to_value(table).unwrap_or(serde_json::Value::Null)
+}
+
+pub(super) fn json_map(table: Option<&toml::Table>) -> serde_json::Map<String, serde_json::Value> {
+    match table.map(json) {
+        Some(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    }
+}

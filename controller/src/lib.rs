@@ -12,6 +12,7 @@ pub mod ledger;
 pub mod ledger_view;
 pub mod logging;
 pub mod provision;
+pub mod publish;
 pub mod report;
 pub mod run;
 pub mod sandbox;

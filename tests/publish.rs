@@ -593,7 +593,7 @@ async fn fork_code_is_refused_by_the_gate_and_the_comment_says_why() {
     assert!(body.contains("This pull request's code was not run: the code comes from the fork mallory/r"), "{body}");
     assert!(body.contains("(https://github.com/o/r/actions/runs/42)"), "{body}");
     assert_eq!(writes[1].path, format!("/repos/o/r/statuses/{HEAD}"));
-    assert_eq!(writes[1].body.as_ref().unwrap()["state"], "failure");
+    assert_eq!(writes[1].body.as_ref().unwrap()["state"], "pending");
     let outputs = std::fs::read_to_string(&output).unwrap();
     assert!(outputs.contains("allowed=false\n") && outputs.contains(&format!("head={HEAD}\n")), "{outputs}");
 }

@@ -243,7 +243,13 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         ledger: Some(ledger),
         rates: crate::run::RateOverrides::default(),
     };
-    let result = crate::run::run(options, cancel).await?;
+    let result = match crate::run::run(options, cancel).await {
+        Ok(result) => result,
+        Err(err) => {
+            notify("failed", &format!("The run could not start: {err:#}")).await?;
+            return Err(err);
+        }
+    };
     target.save(&result.dir)?;
     println!("{}", result.dir.display());
     if let Some(github) = &github {

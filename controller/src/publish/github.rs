@@ -148,7 +148,7 @@ impl GitHub {
             }
             let wait = match request.send().await {
                 Err(e) => {
-                    last = format!("{method} {url}: {e}");
+                    last = format!("{method} {url}: {}", chain(&e));
                     if repeat == Repeat::Unsafe && !e.is_connect() {
                         return Err(ForgeError::Unknown(last));
                     }
@@ -261,6 +261,21 @@ impl Forge for GitHub {
         let path = self.repo_path(&format!("statuses/{commit}"));
         self.call(Method::POST, &path, Some(body), Repeat::Safe).await.map(drop)
     }
+}
+
+/// An error with its causes (reqwest's own message names none).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// `owner/name`, each part made of letters, digits, `-`, `_` and `.`.
@@ -377,6 +392,27 @@ mod tests {
             assert!(err(DEFAULT_API, repo, Some("t")).contains("owner/name"), "{repo}");
         }
         assert!(err("https://ghe.example/api/v3/", "my-org/my.repo_1", Some("t")).is_empty());
+    }
+
+    /// TLS is set up (rustls with ring, platform roots): an https request fails on the handshake
+    /// with a peer that speaks no TLS, not for want of a crypto provider.
+    #[tokio::test]
+    async fn https_is_available() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await;
+            }
+        });
+        let gh = GitHub::new(&format!("https://{addr}"), "o/r", Some("t".into()), false)
+            .unwrap()
+            .with_retry(Retry { attempts: 1, ..Retry::default() });
+        let err = gh.pull_request(1).await.unwrap_err().to_string();
+        server.abort();
+        assert!(err.starts_with(&format!("GET https://{addr}/repos/o/r/pulls/1: ")), "{err}");
+        assert!(err.contains("received corrupt message"), "a TLS handshake was tried: {err}");
     }
 
     #[test]

@@ -185,7 +185,8 @@ impl Publication {
         Ok(Publication { body, marker, status })
     }
 
-    /// A notice instead of a report: `running`, or `pending-trust` with why the run was refused.
+    /// A notice instead of a report: `running`, `pending-trust` (with why the run was refused) or
+    /// `failed` (the run could not start).
     pub fn notice(spec: &str, status: &str, target: &Target, head: &str, base: &str, message: &str) -> Publication {
         let time = crate::report::timestamp(std::time::SystemTime::now());
         let run_id = format!("ci-{}", time.chars().filter(char::is_ascii_digit).collect::<String>());
@@ -195,7 +196,11 @@ impl Publication {
         body.push_str(&target.run_url.as_deref().map_or(LOCAL_LINK.to_string(), run_link));
         body.push('\n');
         let marker = marker::parse(&body).expect("a notice carries its markers");
-        let state = if status == "running" { State::Pending } else { State::Failure };
+        let state = match status {
+            "running" | "pending-trust" => State::Pending,
+            "failed" => State::Error,
+            _ => State::Failure,
+        };
         let status = CommitStatus {
             state,
             context: format!("sandbench/{spec}"),

@@ -145,8 +145,9 @@ fn a_notice_carries_the_markers_and_the_reason() {
     assert_eq!(p.marker.status.as_deref(), Some("pending-trust"));
     assert!(p.body.contains("not run: fork &lt;x&gt;"), "{}", p.body);
     assert!(p.body.ends_with("[Run, logs, and downloadable raw results](https://github.com/o/r/actions/runs/9)\n"));
-    assert_eq!(p.status.state, State::Failure);
+    assert_eq!(p.status.state, State::Pending, "waiting for a maintainer");
     assert_eq!(Publication::notice("demo", "running", &t, HEAD, BASE, "x").status.state, State::Pending);
+    assert_eq!(Publication::notice("demo", "failed", &t, HEAD, BASE, "x").status.state, State::Error);
 }
 
 #[test]

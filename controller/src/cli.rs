@@ -74,6 +74,10 @@ pub enum Command {
     /// Measure the backbone: provision-to-Hello against a bare container, observation
     /// throughput over the socket, and the agent's idle memory.
     Bench(BenchArgs),
+    /// Post a run directory's report as the pull request's sticky comment, and a commit status.
+    Publish(crate::publish::PublishArgs),
+    /// GitHub Actions: read the pull request event, apply the trust gate, run, publish.
+    Ci(Box<crate::publish::ci::CiArgs>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -197,6 +201,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => crate::bench::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Publish(args) => crate::publish::command(args).await,
+        Command::Ci(args) => crate::publish::ci::command(*args, ledger_path, cancel_on_signals()).await,
     }
 }
 

@@ -10,6 +10,7 @@ pub mod cost;
 pub mod debug;
 pub mod logging;
 pub mod provision;
+pub mod publish;
 pub mod report;
 pub mod run;
 pub mod sandbox;

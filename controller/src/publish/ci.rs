@@ -1,0 +1,264 @@
+//! `sandbench ci` for GitHub Actions: read the pull request event, resolve head and base (the
+//! merge base of the head with the target branch), apply the trust gate, run, publish.
+//!
+//! It can do all of it in one job, or be split so that no job holding a write token runs the
+//! pull request's code: `--gate-only` (decide, post the running or pending-trust notice, write
+//! the step outputs), `--no-publish` (run; the run directory, carrying `forge.json`, is uploaded
+//! and later published by `sandbench publish` in a job that checks out nothing untrusted).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::sync::watch;
+
+use super::gate::{self, Decision, Event, Policy};
+use super::{ForgeArgs, Publication, Target};
+
+const EVENTS: [&str; 2] = ["pull_request", "pull_request_target"];
+
+#[derive(Debug, clap::Args)]
+pub struct CiArgs {
+    /// The bench spec (TOML), from the trusted checkout.
+    pub spec: PathBuf,
+    /// The event payload (GitHub sets GITHUB_EVENT_PATH).
+    #[arg(long, env = "GITHUB_EVENT_PATH")]
+    pub event: PathBuf,
+    /// The event's name (GitHub sets GITHUB_EVENT_NAME): pull_request or pull_request_target.
+    #[arg(long, env = "GITHUB_EVENT_NAME")]
+    pub event_name: String,
+    /// The git checkout holding both revisions (where the merge base is computed).
+    #[arg(long, default_value = ".")]
+    pub checkout: PathBuf,
+    /// Author associations whose code runs as it is (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "OWNER,MEMBER,COLLABORATOR")]
+    pub trust_associations: Vec<String>,
+    /// The label a maintainer applies to allow one head of a fork ("" for none).
+    #[arg(long, default_value = "sandbench:trusted")]
+    pub trust_label: String,
+    /// Only decide: apply the gate, post the running or pending-trust notice, write the step outputs.
+    #[arg(long, conflicts_with = "no_publish")]
+    pub gate_only: bool,
+    /// Run but publish nothing; `sandbench publish RUN_DIR` publishes the run directory later.
+    #[arg(long)]
+    pub no_publish: bool,
+    /// Where run directories go.
+    #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
+    pub out: PathBuf,
+    /// Measure and runtime trials (overrides the spec).
+    #[arg(long)]
+    pub trials: Option<u32>,
+    /// Sandbox pairs, each pinned to its own CPUs.
+    #[arg(long, default_value_t = 1)]
+    pub pairs: u32,
+    /// Stop scheduling work when the estimated cost reaches this many USD.
+    #[arg(long)]
+    pub budget: Option<f64>,
+    /// Stop scheduling work after this many minutes.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_minutes: f64,
+    /// The sandbox-agent executable to ship (default: beside this one).
+    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
+    pub agent: Option<PathBuf>,
+    /// A noise profile from an A/A run, used for the floors.
+    #[arg(long)]
+    pub noise: Option<PathBuf>,
+    #[command(flatten)]
+    pub forge: ForgeArgs,
+}
+
+/// What the event says, resolved.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub event: Event,
+    pub decision: Decision,
+    pub target: Target,
+    pub head: String,
+    /// The merge base with the target branch (trusted heads only; else the branch's tip).
+    pub base: String,
+}
+
+/// Reads and checks the event, applies the gate and, for a trusted head, finds the merge base.
+pub async fn request(args: &CiArgs) -> anyhow::Result<Request> {
+    if !EVENTS.contains(&args.event_name.as_str()) {
+        bail!("sandbench ci runs on pull_request or pull_request_target events, not {:?}", args.event_name);
+    }
+    let text = std::fs::read_to_string(&args.event)
+        .with_context(|| format!("cannot read the event {} (GITHUB_EVENT_PATH)", args.event.display()))?;
+    let event: Event =
+        serde_json::from_str(&text).with_context(|| format!("{} is not a pull request event", args.event.display()))?;
+    if let Ok(repo) = std::env::var("GITHUB_REPOSITORY")
+        && !repo.is_empty()
+        && repo != event.repository.full_name
+    {
+        bail!("the event is for {} but GITHUB_REPOSITORY is {repo}", event.repository.full_name);
+    }
+    let policy = Policy {
+        associations: args.trust_associations.iter().map(|a| a.trim().to_ascii_uppercase()).collect(),
+        label: Some(args.trust_label.clone()).filter(|l| !l.is_empty()),
+    };
+    let decision = gate::gate(&event, &policy);
+    let pr = &event.pull_request;
+    for (what, sha) in [("head", &pr.head.sha), ("base", &pr.base.sha)] {
+        if sha.len() < 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+            bail!("the event's pull_request.{what}.sha is not a commit id: {sha:?}");
+        }
+    }
+    let base = if decision.trusted() {
+        merge_base(&args.checkout, &pr.base.sha, &pr.head.sha, pr.number).await?
+    } else {
+        pr.base.sha.clone()
+    };
+    let target = Target {
+        forge: "github".into(),
+        repository: event.repository.full_name.clone(),
+        pull_request: pr.number,
+        attempt: env_number("GITHUB_RUN_ATTEMPT").unwrap_or(1),
+        run_url: run_url()?,
+        head: Some(pr.head.sha.clone()),
+        base: Some(base.clone()),
+    };
+    Ok(Request { head: pr.head.sha.clone(), base, decision, target, event })
+}
+
+fn env_number(name: &str) -> Option<u32> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// The Actions run's page, from GITHUB_SERVER_URL, GITHUB_REPOSITORY and GITHUB_RUN_ID.
+fn run_url() -> anyhow::Result<Option<String>> {
+    let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
+    let (Some(server), Some(repo), Some(id)) =
+        (var("GITHUB_SERVER_URL"), var("GITHUB_REPOSITORY"), var("GITHUB_RUN_ID"))
+    else {
+        return Ok(None);
+    };
+    let url = format!("{}/{repo}/actions/runs/{id}", server.trim_end_matches('/'));
+    super::check_url(&url)?;
+    Ok(Some(url))
+}
+
+/// The merge base of `head` with the target branch's tip, from the checkout's history.
+pub async fn merge_base(checkout: &Path, base_tip: &str, head: &str, pr: u64) -> anyhow::Result<String> {
+    for (what, sha) in [("head", head), ("target branch's tip", base_tip)] {
+        let present = tokio::process::Command::new("git")
+            .arg("-C")
+            .arg(checkout)
+            .args(["cat-file", "-e", &format!("{sha}^{{commit}}")])
+            .output()
+            .await
+            .context("cannot run git (is it installed?)")?
+            .status
+            .success();
+        if !present {
+            bail!(
+                "the pull request's {what} {sha} is not in {}: fetch it first (e.g. git fetch origin \
+                 {sha} refs/pull/{pr}/head, with the history: fetch-depth 0)",
+                checkout.display()
+            );
+        }
+    }
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(checkout)
+        .args(["merge-base", base_tip, head])
+        .output()
+        .await
+        .context("cannot run git (is it installed?)")?;
+    let base = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || base.is_empty() {
+        bail!(
+            "no merge base of {head} and {base_tip} in {} (a shallow clone? check out with fetch-depth 0): {}",
+            checkout.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(base)
+}
+
+/// Step outputs for later jobs (GITHUB_OUTPUT), one `key=value` per line.
+fn write_outputs(request: &Request) -> anyhow::Result<()> {
+    let Some(path) = std::env::var_os("GITHUB_OUTPUT").filter(|p| !p.is_empty()) else { return Ok(()) };
+    let one_line = |s: &str| s.replace(['\r', '\n'], " ");
+    let text = format!(
+        "allowed={}\nhead={}\nbase={}\npr={}\nreason={}\n",
+        request.decision.trusted(),
+        request.head,
+        request.base,
+        request.target.pull_request,
+        one_line(request.decision.reason())
+    );
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .with_context(|| format!("cannot write the step outputs to {}", Path::new(&path).display()))
+}
+
+/// `sandbench ci`.
+pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
+    let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let request = request(&args).await?;
+    write_outputs(&request)?;
+    let target = &request.target;
+    let publishing = !args.no_publish;
+    // Fail before any work when publishing cannot work (no token).
+    let github = if publishing { Some(args.forge.github(&target.repository)?) } else { None };
+    let notify = async |status: &str, message: &str| -> anyhow::Result<()> {
+        let Some(github) = &github else { return Ok(()) };
+        let notice = Publication::notice(&plan.name, status, target, &request.head, &request.base, message);
+        let outcome =
+            super::publish(github, target.pull_request, &notice, &args.forge.bot_login, !args.forge.no_status).await;
+        super::print_dry_run(&args.forge, github);
+        println!("pull request #{}: {}", target.pull_request, outcome?);
+        Ok(())
+    };
+    let head = &request.head[..12.min(request.head.len())];
+    if let Decision::Refused(reason) = &request.decision {
+        eprintln!("sandbench ci: not running {head}: {reason}");
+        let message = format!("This pull request's code was not run: {reason}.");
+        notify("pending-trust", &message).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("sandbench ci: {head} is allowed ({}); base {}", request.decision.reason(), request.base);
+    notify("running", "Benchmarking the head revision. Results will appear here when this run finishes.").await?;
+    if args.gate_only {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let options = crate::run::RunOptions {
+        spec: args.spec.clone(),
+        base: request.base.clone(),
+        head: request.head.clone(),
+        out: args.out.clone(),
+        trials: args.trials,
+        pairs: args.pairs,
+        budget_usd: args.budget,
+        run_timeout: Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
+        agent: args.agent.clone(),
+        shipping: crate::provision::AgentShipping::Bind,
+        noise: args.noise.clone(),
+        ledger: Some(ledger),
+        rates: crate::run::RateOverrides::default(),
+    };
+    let result = match crate::run::run(options, cancel).await {
+        Ok(result) => result,
+        Err(err) => {
+            notify("failed", &format!("The run could not start: {err:#}")).await?;
+            return Err(err);
+        }
+    };
+    target.save(&result.dir)?;
+    println!("{}", result.dir.display());
+    if let Some(github) = &github {
+        let publication = Publication::from_run_dir(&result.dir, target)?;
+        let outcome =
+            super::publish(github, target.pull_request, &publication, &args.forge.bot_login, !args.forge.no_status)
+                .await;
+        super::print_dry_run(&args.forge, github);
+        println!("pull request #{}: {}", target.pull_request, outcome?);
+    }
+    Ok(crate::cli::exit_code(result.status))
+}

@@ -317,25 +317,32 @@ async fn sandboxes_of_a_killed_controller_are_reaped() {
     assert!(left.is_empty(), "orphans survived the reaper: {left:?} (reaped: {reaped:?})");
 }
 
-/// The agent that ships (the release build, as `scripts/test` builds it) is static and contains
-/// no NSS or libc resolver entry point: it never looks up users or hosts through glibc, which
-/// cannot work in a static binary nor in an empty container. (A debug build links all of std's
-/// object code, unreachable paths included, so only the release build can tell.)
+/// The agent that ships (the static release build, as `scripts/test` builds it) is static and
+/// contains no NSS or libc resolver entry point: it never looks up users or hosts through glibc,
+/// which cannot work in a static binary nor in an empty container. (A debug build links all of
+/// std's object code, unreachable paths included, so only the release build can tell.)
 #[test]
 fn the_agent_is_static_and_links_no_nss_or_resolver_code() {
-    let exe = std::env::current_exe().unwrap();
-    let triple_dir = exe.parent().and_then(|d| d.parent()).and_then(|d| d.parent()).unwrap();
-    let agent = triple_dir.join("release/sandbox-agent");
-    assert!(
-        agent.is_file(),
-        "build the shipped agent first: cargo build --release -p sandbox-agent ({})",
-        agent.display()
-    );
+    let agent = support::static_dir().join("sandbox-agent");
+    assert!(agent.is_file(), "build the shipped agent first: cargo build-static --release ({})", agent.display());
     sandbench::agent_binary::check_static(&agent).unwrap();
-    // glibc marks each function that cannot work statically with a .gnu.warning.<name> section
-    // in the object that defines it; the section is in the output when the object was linked.
+    let linked = nss_or_resolver_code(&agent);
+    assert!(linked.is_empty(), "NSS or resolver functions linked into the agent: {linked:?}");
+    let bytes = std::fs::read(&agent).unwrap();
+    assert!(!bytes.windows(13).any(|w| w == b"nsswitch.conf"), "NSS configuration code is linked into the agent");
+    // The check can fail: a program built the same way (static, release) that resolves host
+    // names is caught by it.
+    let control = support::static_dir().join("resolver-fixture");
+    sandbench::agent_binary::check_static(&control).unwrap();
+    assert!(nss_or_resolver_code(&control).contains(&"getaddrinfo"), "the detector finds nothing");
+}
+
+/// The NSS and resolver functions linked into a static executable. glibc marks each function
+/// that cannot work statically with a .gnu.warning.<name> section in the object that defines
+/// it; the section is in the output when the object was linked.
+fn nss_or_resolver_code(executable: &std::path::Path) -> Vec<&'static str> {
     let sections =
-        std::process::Command::new("readelf").args(["-W", "-S"]).arg(&agent).output().expect("readelf (binutils)");
+        std::process::Command::new("readelf").args(["-W", "-S"]).arg(executable).output().expect("readelf (binutils)");
     let sections = String::from_utf8_lossy(&sections.stdout);
     let banned = [
         "getaddrinfo",
@@ -348,19 +355,7 @@ fn the_agent_is_static_and_links_no_nss_or_resolver_code() {
         "initgroups",
         "getservbyname",
     ];
-    let linked: Vec<&str> =
-        banned.iter().copied().filter(|b| sections.contains(&format!(".gnu.warning.{b}"))).collect();
-    assert!(linked.is_empty(), "NSS or resolver functions linked into the agent: {linked:?}");
-    let bytes = std::fs::read(&agent).unwrap();
-    assert!(!bytes.windows(13).any(|w| w == b"nsswitch.conf"), "NSS configuration code is linked into the agent");
-    // The check can fail: the controller (always built with the tests), which resolves host
-    // names, is caught by it.
-    let controller = std::path::Path::new(env!("CARGO_BIN_EXE_sandbench"));
-    let sections = std::process::Command::new("readelf").args(["-W", "-S"]).arg(controller).output().unwrap();
-    assert!(
-        String::from_utf8_lossy(&sections.stdout).contains(".gnu.warning.getaddrinfo"),
-        "the detector finds nothing"
-    );
+    banned.into_iter().filter(|b| sections.contains(&format!(".gnu.warning.{b}"))).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

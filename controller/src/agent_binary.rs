@@ -7,29 +7,62 @@ use anyhow::{Context, bail};
 
 /// Environment variable naming the agent to ship.
 pub const AGENT_ENV: &str = "SANDBENCH_AGENT";
+/// The target the static agent is built for (`cargo build-static`), beside the host builds.
+pub const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The profile of the agent that ships.
+pub const STATIC_PROFILE: &str = "release";
+const AGENT_NAME: &str = "sandbox-agent";
 
-/// The agent to ship: `explicit`, else `$SANDBENCH_AGENT`, else beside this executable (or one
-/// folder up, for test executables under `deps/`).
+/// The agent to ship: `explicit`, else `$SANDBENCH_AGENT`, else the first static one of
+/// [`candidates`] around this executable.
 pub fn locate(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     let path = match explicit.map(Path::to_path_buf).or_else(|| std::env::var_os(AGENT_ENV).map(PathBuf::from)) {
         Some(path) => path,
         None => {
             let exe = std::env::current_exe().context("cannot find this executable's path")?;
             let dir = exe.parent().context("this executable has no folder")?;
-            let candidates = [dir.join("sandbox-agent"), dir.join("../sandbox-agent")];
-            match candidates.iter().find(|p| p.is_file()) {
-                Some(found) => found.clone(),
-                None => bail!(
-                    "cannot find sandbox-agent beside {} (looked at {}); build it with `cargo build` or name it with --agent / {AGENT_ENV}",
-                    exe.display(),
-                    candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-                ),
-            }
+            find_static(&candidates(dir))?
         }
     };
     let path = path.canonicalize().with_context(|| format!("agent binary {} not found", path.display()))?;
     check_static(&path)?;
     Ok(path)
+}
+
+/// Where the agent may be for an executable in `exe_dir`, in order: beside it (an installed
+/// layout), one folder up (test executables are in `deps/`), and the workspace's static build,
+/// `<target>/x86_64-unknown-linux-gnu/release/` (host executables are in `<target>/<profile>/`
+/// or `<target>/<profile>/deps/`).
+pub fn candidates(exe_dir: &Path) -> Vec<PathBuf> {
+    let mut found = vec![exe_dir.join(AGENT_NAME)];
+    if let Some(up) = exe_dir.parent() {
+        found.push(up.join(AGENT_NAME));
+    }
+    for target_dir in exe_dir.ancestors().skip(1).take(2) {
+        found.push(target_dir.join(STATIC_TARGET).join(STATIC_PROFILE).join(AGENT_NAME));
+    }
+    found
+}
+
+/// The first static executable of `candidates`. The workspace's host build of the agent (beside
+/// the controller, dynamic) is passed over.
+pub fn find_static(candidates: &[PathBuf]) -> anyhow::Result<PathBuf> {
+    let mut passed_over = Vec::new();
+    for path in candidates.iter().filter(|p| p.is_file()) {
+        match check_static(path) {
+            Ok(()) => return Ok(path.clone()),
+            Err(err) => passed_over.push(format!("{err:#}")),
+        }
+    }
+    let looked_at = candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    let mut message = format!(
+        "cannot find a static sandbox-agent (looked at {looked_at}); build it with `cargo build-static --release` \
+         or name one with --agent / {AGENT_ENV}"
+    );
+    for why in passed_over {
+        message.push_str(&format!("\n  passed over: {why}"));
+    }
+    bail!(message)
 }
 
 /// Fails unless `path` is an x86-64 ELF executable without a program interpreter.
@@ -39,7 +72,7 @@ pub fn check_static(path: &Path) -> anyhow::Result<()> {
         Err(why) => bail!("{} is not a usable agent: {why}", path.display()),
         Ok(Some(interp)) => bail!(
             "{} is dynamically linked (interpreter {interp}); it must be static to run in an empty sandbox. \
-             Build it with `cargo build` from the workspace root, whose .cargo/config.toml adds +crt-static",
+             Build it with `cargo build-static --release` from the workspace root (.cargo/config.toml)",
             path.display()
         ),
         Ok(None) => Ok(()),
@@ -78,15 +111,75 @@ fn elf_interpreter(bytes: &[u8]) -> Result<Option<String>, String> {
 mod tests {
     use super::*;
 
+    /// A minimal x86-64 ELF header with one program header: PT_INTERP naming `interp`, or PT_LOAD.
+    fn elf(interp: Option<&str>) -> Vec<u8> {
+        let mut bytes = vec![0u8; 0x40 + 0x38];
+        bytes[0..4].copy_from_slice(b"\x7fELF");
+        bytes[4] = 2; // 64-bit
+        bytes[5] = 1; // little-endian
+        bytes[0x12..0x14].copy_from_slice(&0x3eu16.to_le_bytes());
+        bytes[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
+        bytes[0x36..0x38].copy_from_slice(&0x38u16.to_le_bytes());
+        bytes[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        let kind: u32 = if interp.is_some() { 3 } else { 1 };
+        bytes[0x40..0x44].copy_from_slice(&kind.to_le_bytes());
+        if let Some(interp) = interp {
+            let offset = bytes.len() as u64;
+            bytes[0x48..0x50].copy_from_slice(&offset.to_le_bytes());
+            bytes[0x60..0x68].copy_from_slice(&(interp.len() as u64 + 1).to_le_bytes());
+            bytes.extend_from_slice(interp.as_bytes());
+            bytes.push(0);
+        }
+        bytes
+    }
+
     #[test]
     fn tells_static_from_dynamic_executables() {
-        // This test executable is built like the agent: static.
-        let me = std::env::current_exe().unwrap();
-        check_static(&me).unwrap();
-        // A system binary is dynamic.
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
+        check_static(&write("static", &elf(None))).unwrap();
+        let err = check_static(&write("dynamic", &elf(Some("/lib64/ld-linux-x86-64.so.2")))).unwrap_err();
+        assert!(err.to_string().contains("dynamically linked (interpreter /lib64/ld-linux-x86-64.so.2)"), "{err}");
+        let mut truncated = elf(Some("/lib64/ld-linux-x86-64.so.2"));
+        truncated.truncate(0x70);
+        assert!(check_static(&write("truncated", &truncated)).is_err());
+        // Real files: a system binary is dynamic, a text file is no executable.
         let err = check_static(Path::new("/bin/sh")).unwrap_err().to_string();
         assert!(err.contains("dynamically linked"), "{err}");
         let err = check_static(Path::new("/etc/hostname")).unwrap_err().to_string();
         assert!(err.contains("not a 64-bit"), "{err}");
+    }
+
+    #[test]
+    fn looks_beside_the_executable_then_in_the_static_build() {
+        let target = Path::new("/w/target");
+        let static_agent = target.join("x86_64-unknown-linux-gnu/release/sandbox-agent");
+        let from_bin = candidates(&target.join("debug"));
+        assert_eq!(from_bin[0], target.join("debug/sandbox-agent"));
+        assert!(from_bin.contains(&static_agent), "{from_bin:?}");
+        let from_test = candidates(&target.join("debug/deps"));
+        assert_eq!(from_test[..2], [target.join("debug/deps/sandbox-agent"), target.join("debug/sandbox-agent")]);
+        assert!(from_test.contains(&static_agent), "{from_test:?}");
+    }
+
+    #[test]
+    fn passes_over_a_dynamic_agent_for_a_static_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let dynamic = dir.path().join("debug/sandbox-agent");
+        let static_agent = dir.path().join("x86_64-unknown-linux-gnu/release/sandbox-agent");
+        for (path, interp) in [(&dynamic, Some("/lib64/ld-linux-x86-64.so.2")), (&static_agent, None)] {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, elf(interp)).unwrap();
+        }
+        let all = candidates(&dir.path().join("debug"));
+        assert_eq!(find_static(&all).unwrap(), static_agent);
+        std::fs::remove_file(&static_agent).unwrap();
+        let err = find_static(&all).unwrap_err().to_string();
+        assert!(err.contains("cargo build-static --release"), "{err}");
+        assert!(err.contains("passed over:") && err.contains("dynamically linked"), "{err}");
     }
 }

@@ -184,7 +184,7 @@ impl Workloads {
             }
         });
         if let Err(err) = spawned {
-            crate::log(&format!("cannot start a thread for phase: {err}"));
+            tracing::error!("cannot start a thread for phase: {err}");
         }
     }
 }

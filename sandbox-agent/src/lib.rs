@@ -7,6 +7,7 @@
 pub mod commands;
 pub mod facts;
 pub mod journal;
+pub mod logging;
 pub mod origin;
 pub mod phases;
 pub mod probes;
@@ -15,15 +16,10 @@ pub mod session;
 pub mod status;
 pub mod users;
 
-/// The agent's own log, on stderr, which the controller collects at teardown.
-pub fn log(message: &str) {
-    let ms = journal::now_unix_ms();
-    eprintln!("sandbox-agent {}.{:03} {message}", ms / 1000, ms % 1000);
-}
-
 /// Returns memory freed by the allocator to the kernel (glibc keeps it otherwise, and the
 /// agent's idle footprint is part of what it costs the sandbox).
 pub fn release_free_memory() {
+    // Raw libc: malloc_trim is glibc's own (neither rustix nor nix has it).
     // SAFETY: malloc_trim only releases free heap memory; it takes a plain integer.
     unsafe {
         libc::malloc_trim(0);

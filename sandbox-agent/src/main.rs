@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 use sandbox_agent::commands::Workloads;
 use sandbox_agent::journal::{self, Journal};
 use sandbox_agent::session::{Exit, Identity, Session};
-use sandbox_agent::{log, reaper};
+use sandbox_agent::{logging, reaper};
 
 const DEFAULT_STATE_DIR: &str = "/var/lib/sandbench";
 /// Events waiting for the journal writer, at most; phases block beyond it.
@@ -50,10 +50,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    logging::init();
     match run() {
         Ok(code) => code,
         Err(err) => {
-            log(&format!("error: {err:#}"));
+            tracing::error!("{err:#}");
             ExitCode::FAILURE
         }
     }
@@ -152,12 +153,12 @@ fn run() -> anyhow::Result<ExitCode> {
         Journal::open(&journal_path).with_context(|| format!("cannot open the journal {}", journal_path.display()))?;
     reaper::become_subreaper();
     sandbox_agent::phases::restore_origin(&state_dir);
-    log(&format!(
+    tracing::info!(
         "starting: sandbox {}, boot {}, journal at seq {}",
         identity.sandbox_id,
         identity.boot_id,
         journal.last_seq()
-    ));
+    );
 
     let (emit_tx, mut emit_rx) = mpsc::channel(EMIT_QUEUE);
     let (durable_tx, durable_rx) = watch::channel(journal.last_seq());
@@ -180,7 +181,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     let _ = durable_tx.send(seq);
                 }
                 Err(err) => {
-                    log(&format!("error: cannot write the journal: {err}; stopping"));
+                    tracing::error!("cannot write the journal: {err}; stopping");
                     std::process::exit(i32::from(EXIT_JOURNAL));
                 }
             }
@@ -205,22 +206,19 @@ fn run() -> anyhow::Result<ExitCode> {
     });
     let code = match exit {
         Exit::Shutdown => {
-            log("shutting down at the controller's request");
+            tracing::info!("shutting down at the controller's request");
             ExitCode::SUCCESS
         }
         Exit::Signal => {
-            log("stopping on signal");
+            tracing::info!("stopping on signal");
             ExitCode::SUCCESS
         }
         Exit::Refused(reason) => {
-            log(&format!("error: the controller refused this agent: {reason}"));
+            tracing::error!("the controller refused this agent: {reason}");
             ExitCode::from(EXIT_REFUSED)
         }
         Exit::ControllerLost(silent) => {
-            log(&format!(
-                "error: no word from the controller for {:.1} s; workload stopped, exiting",
-                silent.as_secs_f64()
-            ));
+            tracing::error!("no word from the controller for {:.1} s; workload stopped, exiting", silent.as_secs_f64());
             ExitCode::from(EXIT_CONTROLLER_LOST)
         }
     };

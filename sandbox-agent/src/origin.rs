@@ -3,7 +3,7 @@
 //! folder is reachable.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -45,31 +45,12 @@ impl Origin {
 /// `TcpListener::bind` drags the libc resolver into a static binary, which the agent must not
 /// contain.
 fn listen_loopback(port: u16) -> std::io::Result<TcpListener> {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // SAFETY: plain socket calls on a descriptor this function owns; the address struct is
-    // fully initialised and its size passed.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let owned = OwnedFd::from_raw_fd(fd);
-        let one: libc::c_int = 1;
-        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, (&one as *const libc::c_int).cast(), 4);
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be() },
-            sin_zero: [0; 8],
-        };
-        if libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32)
-            < 0
-            || libc::listen(fd, 128) < 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(TcpListener::from(owned))
-    }
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, bind, listen, socket_with, sockopt};
+    let socket = socket_with(AddressFamily::INET, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    sockopt::set_socket_reuseaddr(&socket, true)?;
+    bind(&socket, &SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
+    listen(&socket, 128)?;
+    Ok(TcpListener::from(socket))
 }
 
 fn handle(mut stream: TcpStream, root: &Path) -> std::io::Result<()> {

@@ -7,6 +7,8 @@ use std::process::{Child, Command};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
+use procfs::process::Stat;
+use rustix::process::{Pid, WaitOptions, waitpid};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::journal::lock;
@@ -31,9 +33,8 @@ pub fn disown(pid: u32) {
 
 /// Marks the agent as a child subreaper, so orphans come to it even when it is not PID 1.
 pub fn become_subreaper() {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integer arguments.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    if let Err(err) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+        tracing::warn!("cannot become a child subreaper ({err}); orphans go to PID 1");
     }
 }
 
@@ -42,7 +43,7 @@ pub async fn run() {
     let mut sigchld = match signal(SignalKind::child()) {
         Ok(s) => s,
         Err(err) => {
-            crate::log(&format!("cannot watch SIGCHLD ({err}); reaping once a second"));
+            tracing::warn!("cannot watch SIGCHLD ({err}); reaping once a second");
             loop {
                 reap_zombies();
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -61,42 +62,36 @@ pub async fn run() {
 fn reap_zombies() {
     let me = std::process::id() as i32;
     let owned = lock(&OWNED);
-    let Ok(entries) = std::fs::read_dir("/proc") else { return };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        if let Some((state, ppid)) = parse_stat_state_ppid(&stat)
-            && state == 'Z'
-            && ppid == me
-            && !owned.contains(&pid)
+    let Ok(all) = procfs::process::all_processes() else { return };
+    for stat in all.flatten().filter_map(|p| p.stat().ok()) {
+        if is_foreign_zombie(&stat, me, &owned)
+            && let Some(pid) = Pid::from_raw(stat.pid)
         {
-            let mut status = 0;
-            // SAFETY: waitpid on a specific pid with WNOHANG; status is a valid out pointer.
-            unsafe {
-                libc::waitpid(pid, &mut status, libc::WNOHANG);
-            }
+            let _ = waitpid(Some(pid), WaitOptions::NOHANG);
         }
     }
 }
 
-/// State and parent pid from `/proc/PID/stat`. The command name may contain spaces and
-/// parentheses, so parsing starts after the last `)`.
-pub fn parse_stat_state_ppid(stat: &str) -> Option<(char, i32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some((state, ppid))
+/// A zombie child of `me` that no phase waits for itself.
+pub fn is_foreign_zombie(stat: &Stat, me: i32, owned: &HashSet<i32>) -> bool {
+    stat.state == 'Z' && stat.ppid == me && !owned.contains(&stat.pid)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_stat_state_ppid;
+    use super::*;
+    use crate::probes::processes::parse_stat;
+
+    fn stat(line: &str) -> Stat {
+        parse_stat(&format!("{line} 0 -1 0 0 0 0 0 0 0 0 0 0 20 0 1 0 1 1 1 1 1 1 1 1 1 0 0 0 0 0 0 0")).unwrap()
+    }
 
     #[test]
-    fn parses_stat_with_hostile_command_names() {
-        assert_eq!(parse_stat_state_ppid("42 (node) S 1 42 42 0 -1"), Some(('S', 1)));
-        assert_eq!(parse_stat_state_ppid("7 (a) b) Z 3 7 7 0"), Some(('Z', 3)));
-        assert_eq!(parse_stat_state_ppid("garbage"), None);
+    fn reaps_only_foreign_zombie_children_whatever_their_names() {
+        let owned = HashSet::from([9]);
+        assert!(is_foreign_zombie(&stat("7 (a) b) Z 3 7"), 3, &owned), "a name with ') ' in it");
+        assert!(!is_foreign_zombie(&stat("7 (a) Z) S 3 7"), 3, &owned), "not a zombie");
+        assert!(!is_foreign_zombie(&stat("8 (x) Z 4 8"), 3, &owned), "another parent's");
+        assert!(!is_foreign_zombie(&stat("9 (x) Z 3 9"), 3, &owned), "a phase waits for it");
     }
 }

@@ -118,7 +118,7 @@ impl Session {
             match end {
                 End::Exit(exit) => return exit,
                 End::Retry(err) => {
-                    crate::log(&format!("connection to the controller ended: {err:#}"));
+                    tracing::warn!("connection to the controller ended: {err:#}");
                 }
             }
             let silent = self.last_heard.elapsed();
@@ -179,7 +179,7 @@ impl Session {
         self.heartbeat = Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(10)));
         self.dead_after = welcome.dead_after_intervals.max(2);
         if *connected_once {
-            crate::log(&format!("reconnected; resending from seq {}", welcome.acked_seq + 1));
+            tracing::info!("reconnected; resending from seq {}", welcome.acked_seq + 1);
         }
         *connected_once = true;
 

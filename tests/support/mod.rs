@@ -90,7 +90,7 @@ where
         .await
         .expect("these tests need a Docker engine (images/ensure-docker.sh starts one)");
     ensure_scratch_image(&provisioner).await;
-    let agent = sandbench::agent_binary::locate(None).expect("build the agent first: cargo build --workspace");
+    let agent = agent();
     let run_dir = tempfile::Builder::new().prefix("sbt-").tempdir().expect("temp dir");
     let socket_dir = run_dir.path().join("sock");
     std::fs::create_dir(&socket_dir).expect("socket dir");
@@ -200,14 +200,62 @@ pub async fn ensure_busybox_image(provisioner: &DockerProvisioner) {
     provisioner.import_image(BUSYBOX_IMAGE, tar).await.expect("import the busybox test image");
 }
 
-/// A tar putting the named fixture executables (built beside the tests) in /usr/local/bin.
-pub fn fixtures_tar(names: &[&str]) -> Vec<u8> {
+/// Where `cargo build-static --release` puts the static agent and the static fixtures:
+/// `<target>/x86_64-unknown-linux-gnu/release/` (test executables are in `<target>/<profile>/deps/`).
+pub fn static_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target folder");
+    let target = exe.ancestors().nth(3).expect("target folder");
+    target.join(sandbench::agent_binary::STATIC_TARGET).join(sandbench::agent_binary::STATIC_PROFILE)
+}
+
+/// The agent the tests ship: the one the controller finds (`$SANDBENCH_AGENT`, else the static
+/// release build), refused when a source of the agent changed after it was built (the tests
+/// would measure old code).
+pub fn agent() -> PathBuf {
+    let agent = sandbench::agent_binary::locate(None)
+        .expect("build the static agent first: cargo build-static --release (scripts/test does)");
+    if std::env::var_os(sandbench::agent_binary::AGENT_ENV).is_some() {
+        return agent;
+    }
+    let built = std::fs::metadata(&agent).and_then(|m| m.modified()).expect("agent's modification time");
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace folder");
+    let sources = ["sandbox-agent/src", "sandbox-agent/Cargo.toml", "proto"].map(|p| workspace.join(p));
+    if let Some((changed, path)) = newest_file(&sources).filter(|(changed, _)| *changed > built) {
+        panic!(
+            "{} is older than {} (changed {:.0} s later); run cargo build-static --release",
+            agent.display(),
+            path.display(),
+            changed.duration_since(built).unwrap_or_default().as_secs_f64()
+        );
+    }
+    agent
+}
+
+/// The most recently modified file under `paths`, and when.
+fn newest_file(paths: &[PathBuf]) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut pending = paths.to_vec();
+    while let Some(path) = pending.pop() {
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if meta.is_dir() {
+            pending.extend(std::fs::read_dir(&path).into_iter().flatten().flatten().map(|e| e.path()));
+        } else if let Ok(modified) = meta.modified()
+            && newest.as_ref().is_none_or(|(n, _)| modified > *n)
+        {
+            newest = Some((modified, path));
+        }
+    }
+    newest
+}
+
+/// A tar putting the named static fixture executables in /usr/local/bin.
+pub fn fixtures_tar(names: &[&str]) -> Vec<u8> {
+    let dir = static_dir();
     let mut builder = tar::Builder::new(Vec::new());
     for name in names {
-        let bytes = std::fs::read(dir.join(name))
-            .unwrap_or_else(|e| panic!("fixture {name}: {e}; build it with cargo build --workspace"));
+        let path = dir.join(name);
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("fixture {}: {e}; build it with cargo build-static --release", path.display()));
         let mut header = tar::Header::new_gnu();
         header.set_mode(0o755);
         header.set_size(bytes.len() as u64);

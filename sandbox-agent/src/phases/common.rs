@@ -82,7 +82,7 @@ pub fn restore_origin(state_dir: &Path) {
     if let Ok(AgentState { release_dir: Some(dir), origin_port: Some(port), .. }) = AgentState::load(state_dir)
         && let Err(err) = serve_origin(dir, port)
     {
-        crate::log(&format!("cannot restart the release origin: {err:#}"));
+        tracing::error!("cannot restart the release origin: {err:#}");
     }
 }
 

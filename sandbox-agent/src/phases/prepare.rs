@@ -10,7 +10,6 @@ use sha2::{Digest, Sha256};
 
 use super::common::{self, AgentState};
 use crate::commands::PhaseContext;
-use crate::probes::disk::glob_match;
 use crate::users::chown_tree;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
@@ -120,35 +119,25 @@ pub fn sha256sums_line(bytes: &[u8], name: &str) -> String {
     format!("{hex}  {name}\n")
 }
 
-/// Files under `root` matching a relative pattern whose segments may hold `*` and `?`.
+/// Files under `root` matching a relative `glob` pattern (`*`, `?`, `[…]` within a name, `**`
+/// across folders), sorted.
 pub fn glob_paths(root: &Path, pattern: &str) -> anyhow::Result<Vec<PathBuf>> {
-    let mut current = vec![root.to_path_buf()];
-    let segments: Vec<&str> = pattern.split('/').filter(|s| !s.is_empty() && *s != ".").collect();
-    for (i, segment) in segments.iter().enumerate() {
-        if *segment == ".." {
-            bail!("artifact pattern {pattern:?} leaves the source folder");
-        }
-        let last = i == segments.len() - 1;
-        let mut next = Vec::new();
-        for dir in &current {
-            if !segment.contains(['*', '?']) {
-                let path = dir.join(segment);
-                if path.exists() {
-                    next.push(path);
-                }
-                continue;
-            }
-            let Ok(entries) = std::fs::read_dir(dir) else { continue };
-            for entry in entries.flatten() {
-                if glob_match(segment, &entry.file_name().to_string_lossy()) {
-                    next.push(entry.path());
-                }
-            }
-        }
-        current = next.into_iter().filter(|p| if last { p.is_file() } else { p.is_dir() }).collect();
+    let relative = pattern.trim_start_matches('/');
+    if relative.split('/').any(|segment| segment == "..") {
+        bail!("artifact pattern {pattern:?} leaves the source folder");
     }
-    current.sort();
-    Ok(current)
+    let full = format!("{}/{relative}", glob::Pattern::escape(&root.to_string_lossy()));
+    // A `*` stays within one name, and matches names starting with a dot, as before.
+    let options = glob::MatchOptions {
+        case_sensitive: true,
+        require_literal_separator: true,
+        require_literal_leading_dot: false,
+    };
+    let matches = glob::glob_with(&full, options).with_context(|| format!("invalid artifact pattern {pattern:?}"))?;
+    // Folders that cannot be read hold no artifact.
+    let mut found: Vec<PathBuf> = matches.flatten().filter(|p| p.is_file()).collect();
+    found.sort();
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -164,7 +153,7 @@ mod tests {
     }
 
     #[test]
-    fn globs_artifacts_segment_by_segment() {
+    fn globs_artifacts_inside_the_source_folder() {
         let dir = tempfile::tempdir().unwrap();
         let rel = dir.path().join("pkg/release");
         std::fs::create_dir_all(&rel).unwrap();
@@ -173,7 +162,13 @@ mod tests {
         }
         let found = glob_paths(dir.path(), "pkg/*/*.tgz").unwrap();
         assert_eq!(found, vec![rel.join("a.tgz"), rel.join("b.tgz")]);
+        assert_eq!(glob_paths(dir.path(), "/pkg/release/a.tgz").unwrap(), vec![rel.join("a.tgz")]);
+        assert_eq!(glob_paths(dir.path(), "**/[ab].tgz").unwrap(), vec![rel.join("a.tgz"), rel.join("b.tgz")]);
+        assert!(glob_paths(dir.path(), "pkg/*.tgz").unwrap().is_empty(), "a * stays within one name");
+        assert!(glob_paths(dir.path(), "pkg/*").unwrap().is_empty(), "folders are no artifacts");
         assert!(glob_paths(dir.path(), "pkg/../x").is_err());
         assert!(glob_paths(dir.path(), "nothing/*.tgz").unwrap().is_empty());
+        let err = glob_paths(dir.path(), "pkg/[").unwrap_err().to_string();
+        assert_eq!(err, "invalid artifact pattern \"pkg/[\"");
     }
 }

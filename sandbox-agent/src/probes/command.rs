@@ -142,10 +142,7 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
         {
             exited_at = Some(at);
             // Whatever the command left running in its group must not outlive it.
-            // SAFETY: kill(2) on the child's process group.
-            unsafe {
-                libc::kill(-(pid as i32), libc::SIGKILL);
-            }
+            super::processes::kill_group(pid);
             grace_until = Some(Instant::now() + Duration::from_millis(500));
         }
         if grace_until.is_some_and(|g| Instant::now() >= g) {
@@ -156,10 +153,8 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
             break;
         }
     }
-    // SAFETY: kill(2) on the child's process group (a timeout, or leftovers after the exit).
-    unsafe {
-        libc::kill(-(pid as i32), libc::SIGKILL);
-    }
+    // The child's process group: a timeout, or leftovers after the exit.
+    super::processes::kill_group(pid);
     let status = waiter.join().map_err(|_| anyhow::anyhow!("waiter thread panicked"))?;
     crate::reaper::disown(pid);
     // Drain what the readers still hold.

@@ -1,25 +1,30 @@
 //! Installed footprint: the apparent size of a folder tree, like
 //! `du --apparent-size --summarize --block-size=1 --exclude=…`: files, folders and symlinks
-//! counted by their own size, hard links once, excluded names (glob on the entry's name, at any
-//! depth) skipped with everything under them.
+//! counted by their own size, hard links once, excluded names (a `glob` pattern matched against
+//! the entry's name, at any depth) skipped with everything under them.
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use anyhow::Context;
+use glob::Pattern;
 
 /// The reference harness's excludes for a home folder.
 pub const HOME_EXCLUDES: &[&str] = &[".cache", ".npm", "*.log", "sessions", "session-artifacts", "workspace"];
 
 pub fn apparent_size(root: &Path, excludes: &[String]) -> anyhow::Result<u64> {
+    let excludes = excludes
+        .iter()
+        .map(|p| Pattern::new(p).with_context(|| format!("invalid footprint exclude pattern {p:?}")))
+        .collect::<anyhow::Result<Vec<Pattern>>>()?;
     let mut seen = HashSet::new();
     let mut total = 0;
-    walk(root, excludes, &mut seen, &mut total).with_context(|| format!("cannot measure {}", root.display()))?;
+    walk(root, &excludes, &mut seen, &mut total).with_context(|| format!("cannot measure {}", root.display()))?;
     Ok(total)
 }
 
-fn walk(path: &Path, excludes: &[String], seen: &mut HashSet<(u64, u64)>, total: &mut u64) -> std::io::Result<()> {
+fn walk(path: &Path, excludes: &[Pattern], seen: &mut HashSet<(u64, u64)>, total: &mut u64) -> std::io::Result<()> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         // Gone while walking (a process deleting its files): nothing to count.
@@ -35,7 +40,7 @@ fn walk(path: &Path, excludes: &[String], seen: &mut HashSet<(u64, u64)>, total:
             let entry = entry?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if excludes.iter().any(|pattern| glob_match(pattern, &name)) {
+            if excludes.iter().any(|pattern| pattern.matches(&name)) {
                 continue;
             }
             walk(&entry.path(), excludes, seen, total)?;
@@ -44,33 +49,15 @@ fn walk(path: &Path, excludes: &[String], seen: &mut HashSet<(u64, u64)>, total:
     Ok(())
 }
 
-/// Shell-style match of `*` and `?` against a whole name.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    fn go(p: &[char], n: &[char]) -> bool {
-        match (p.first(), n.first()) {
-            (None, None) => true,
-            (Some('*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
-            (Some('?'), Some(_)) => go(&p[1..], &n[1..]),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
-            _ => false,
-        }
-    }
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    go(&p, &n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn globs_match_whole_names() {
-        assert!(glob_match("*.log", "install.log"));
-        assert!(!glob_match("*.log", "install.log.1"));
-        assert!(glob_match(".npm", ".npm"));
-        assert!(glob_match("a?c", "abc"));
-        assert!(!glob_match("sessions", "sessions2"));
+    fn a_bad_exclude_pattern_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = apparent_size(dir.path(), &["[".to_string()]).unwrap_err();
+        assert!(format!("{err:#}").starts_with("invalid footprint exclude pattern \"[\""), "{err:#}");
     }
 
     #[test]

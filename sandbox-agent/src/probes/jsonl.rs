@@ -161,10 +161,7 @@ impl JsonlChild {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        // SAFETY: kill(2) on the child's own process group.
-        unsafe {
-            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
-        }
+        super::processes::kill_group(self.child.id());
         let _ = self.child.wait();
         crate::reaper::disown(self.child.id());
         std::mem::take(&mut *lock(&self.transcript))

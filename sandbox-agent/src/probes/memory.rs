@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use procfs::FromRead;
+use procfs::process::{Process, SmapsRollup};
 use serde::Serialize;
 
 use super::processes;
@@ -23,12 +25,14 @@ pub struct MemorySample {
     pub pss_bytes: Option<u64>,
 }
 
-/// `Pss:` of `smaps_rollup`, in bytes.
+/// `Pss:` of a `smaps_rollup`, in bytes.
+pub fn pss(rollup: &SmapsRollup) -> Option<u64> {
+    rollup.memory_map_rollup.iter().find_map(|map| map.extension.map.get("Pss").copied())
+}
+
+/// `Pss:` of the text of a `smaps_rollup` file, in bytes.
 pub fn parse_pss(smaps_rollup: &str) -> Option<u64> {
-    smaps_rollup.lines().find_map(|l| {
-        let v = l.strip_prefix("Pss:")?;
-        v.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kib| kib * 1024)
-    })
+    pss(&SmapsRollup::from_read(smaps_rollup.as_bytes()).ok()?)
 }
 
 /// Samples the memory of `uid`'s live processes under `proc` (normally `/proc`).
@@ -36,12 +40,12 @@ pub fn sample(proc: &Path, uid: u32) -> MemorySample {
     let processes: Vec<ProcessMemory> = processes::of_user(proc, uid)
         .into_iter()
         .map(|p| {
-            let rollup = std::fs::read_to_string(proc.join(p.pid.to_string()).join("smaps_rollup")).ok();
+            let rollup = Process::new_with_root(proc.join(p.pid.to_string())).and_then(|p| p.smaps_rollup());
             ProcessMemory {
                 pid: p.pid,
                 name: p.name,
                 rss_bytes: p.rss_bytes,
-                pss_bytes: rollup.as_deref().and_then(parse_pss),
+                pss_bytes: rollup.ok().as_ref().and_then(pss),
             }
         })
         .collect();
@@ -59,20 +63,36 @@ mod tests {
         for (pid, uid, rss_kib, pss_kib) in entries {
             let p = dir.path().join(pid);
             std::fs::create_dir_all(&p).unwrap();
-            std::fs::write(
-                p.join("status"),
-                format!("Name:\tp{pid}\nState:\tS\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nVmRSS:\t{rss_kib} kB\n"),
-            )
-            .unwrap();
+            let status = crate::probes::processes::tests::status_text(
+                pid.parse().unwrap(),
+                &format!("p{pid}"),
+                "S (sleeping)",
+                *uid,
+                Some(*rss_kib),
+            );
+            std::fs::write(p.join("status"), status).unwrap();
             if let Some(pss) = pss_kib {
-                std::fs::write(
-                    p.join("smaps_rollup"),
-                    format!("00400000-7fff [rollup]\nRss:\t{rss_kib} kB\nPss:\t{pss} kB\n"),
-                )
-                .unwrap();
+                std::fs::write(p.join("smaps_rollup"), rollup(*rss_kib, *pss)).unwrap();
             }
         }
         dir
+    }
+
+    /// A real `smaps_rollup` (Linux 6.x).
+    fn rollup(rss_kib: u64, pss_kib: u64) -> String {
+        format!(
+            "55f4c4a0d000-7ffd3a1f5000 ---p 00000000 00:00 0                          [rollup]\n\
+             Rss:            {rss_kib} kB\nPss:            {pss_kib} kB\nPss_Dirty:        12 kB\n\
+             Pss_Anon:         12 kB\nPss_File:       1000 kB\nShared_Clean:   1476 kB\nSwap:              0 kB\n\
+             SwapPss:           0 kB\nLocked:            0 kB\n"
+        )
+    }
+
+    #[test]
+    fn reads_pss_from_smaps_rollup() {
+        assert_eq!(parse_pss(&rollup(1588, 1234)), Some(1234 * 1024));
+        assert_eq!(parse_pss("Rss: 10 kB\n"), None, "no header line");
+        assert_eq!(parse_pss(""), None);
     }
 
     #[test]

@@ -5,6 +5,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use procfs::FromRead;
+use procfs::process::{Process, Stat, Status, all_processes_with_root};
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 
 /// A live (not zombie) process and the fields of `/proc/PID/status` the probes use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,37 +19,33 @@ pub struct ProcStatus {
     pub rss_bytes: u64,
 }
 
-/// Parses `/proc/PID/status`.
-pub fn parse_status(pid: i32, text: &str) -> Option<ProcStatus> {
-    let mut name = None;
-    let mut uid = None;
-    let mut state = None;
-    let mut rss_kib = 0;
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once(':') else { continue };
-        let value = value.trim();
-        match key {
-            "Name" => name = Some(value.to_string()),
-            "Uid" => uid = value.split_whitespace().next().and_then(|v| v.parse().ok()),
-            "State" => state = value.chars().next(),
-            "VmRSS" => rss_kib = value.trim_end_matches("kB").trim().parse().unwrap_or(0),
-            _ => {}
+impl From<Status> for ProcStatus {
+    fn from(status: Status) -> ProcStatus {
+        ProcStatus {
+            pid: status.pid,
+            real_uid: status.ruid,
+            // "S (sleeping)": the letter is the state.
+            state: status.state.chars().next().unwrap_or('?'),
+            // VmRSS is in KiB; a kernel thread has none.
+            rss_bytes: status.vmrss.unwrap_or(0) * 1024,
+            name: status.name,
         }
     }
-    Some(ProcStatus { pid, name: name?, real_uid: uid?, state: state?, rss_bytes: rss_kib * 1024 })
+}
+
+/// Parses the text of a `/proc/PID/status` file.
+pub fn parse_status(text: &str) -> Option<ProcStatus> {
+    Status::from_read(text.as_bytes()).ok().map(ProcStatus::from)
 }
 
 /// Live processes whose real uid is `uid`, read from `proc` (normally `/proc`). Processes that
 /// vanish while being read are skipped.
 pub fn of_user(proc: &Path, uid: u32) -> Vec<ProcStatus> {
-    let Ok(entries) = std::fs::read_dir(proc) else { return Vec::new() };
-    let mut found: Vec<ProcStatus> = entries
+    let Ok(all) = all_processes_with_root(proc) else { return Vec::new() };
+    let mut found: Vec<ProcStatus> = all
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| {
-            let text = std::fs::read_to_string(proc.join(pid.to_string()).join("status")).ok()?;
-            parse_status(pid, &text)
-        })
+        .filter_map(|p| p.status().ok())
+        .map(ProcStatus::from)
         .filter(|p| p.real_uid == uid && p.state != 'Z')
         .collect();
     found.sort_by_key(|p| p.pid);
@@ -55,29 +54,37 @@ pub fn of_user(proc: &Path, uid: u32) -> Vec<ProcStatus> {
 
 /// CPU time (clock ticks) a process and its waited-for children used: utime + stime + cutime +
 /// cstime of `/proc/PID/stat`.
-pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the command: state is field 3 of the file, utime 14 … cstime 17.
-    (11..15).map(|i| fields.get(i)?.parse::<u64>().ok()).sum()
+pub fn cpu_ticks(stat: &Stat) -> u64 {
+    stat.utime + stat.stime + stat.cutime.max(0) as u64 + stat.cstime.max(0) as u64
+}
+
+/// Parses the text of a `/proc/PID/stat` file.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    Stat::from_read(text.as_bytes()).ok()
 }
 
 /// CPU seconds used so far by the live processes of `uid` (and the children they waited for).
 pub fn cpu_seconds(proc: &Path, uid: u32) -> f64 {
-    // SAFETY: sysconf with a valid name.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let ticks: u64 = of_user(proc, uid)
         .iter()
-        .filter_map(|p| std::fs::read_to_string(proc.join(p.pid.to_string()).join("stat")).ok())
-        .filter_map(|stat| parse_cpu_ticks(&stat))
+        .filter_map(|p| Process::new_with_root(proc.join(p.pid.to_string())).and_then(|p| p.stat()).ok())
+        .map(|stat| cpu_ticks(&stat))
         .sum();
-    ticks as f64 / ticks_per_second
+    ticks as f64 / procfs::ticks_per_second().max(1) as f64
+}
+
+/// Sends SIGKILL to the process group `pgid` (a child started as the leader of its own group);
+/// a group already gone is no error.
+pub fn kill_group(pgid: u32) {
+    if let Some(pgid) = i32::try_from(pgid).ok().filter(|p| *p > 0).and_then(Pid::from_raw) {
+        let _ = kill_process_group(pgid, Signal::KILL);
+    }
 }
 
 /// Where processes are listed and signalled: `/proc` and kill(2), or a fake in unit tests.
 pub trait ProcessTable {
     fn of_user(&self, uid: u32) -> Vec<ProcStatus>;
-    fn signal(&self, pid: i32, signal: i32);
+    fn signal(&self, pid: i32, signal: Signal);
 }
 
 /// The real process table.
@@ -88,10 +95,9 @@ impl ProcessTable for Proc {
         of_user(Path::new("/proc"), uid)
     }
 
-    fn signal(&self, pid: i32, signal: i32) {
-        // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
-        unsafe {
-            libc::kill(pid, signal);
+    fn signal(&self, pid: i32, signal: Signal) {
+        if let Some(pid) = (pid > 0).then(|| Pid::from_raw(pid)).flatten() {
+            let _ = kill_process(pid, signal);
         }
     }
 }
@@ -132,7 +138,7 @@ pub fn stop_in(
     if uid == 0 {
         bail!("refusing to stop the processes of root");
     }
-    for (signal, wait) in [(libc::SIGTERM, term_wait), (libc::SIGKILL, kill_wait)] {
+    for (signal, wait) in [(Signal::TERM, term_wait), (Signal::KILL, kill_wait)] {
         let deadline = Instant::now() + wait;
         loop {
             let left = settled(table, uid);
@@ -157,20 +163,34 @@ pub fn stop_in(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const STATUS: &str = "Name:\tnode\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nPid:\t42\nPPid:\t1\n\
-        Uid:\t2001\t2001\t2001\t2001\nGid:\t2001\t2001\t2001\t2001\nVmPeak:\t  100 kB\nVmRSS:\t   51200 kB\n";
+    /// A real `/proc/PID/status` (Linux 6.x), for a process of uid 2001.
+    pub(crate) fn status_text(pid: i32, name: &str, state: &str, uid: u32, rss_kib: Option<u64>) -> String {
+        let rss = rss_kib.map(|k| format!("VmHWM:\t{k} kB\nVmRSS:\t{k} kB\n")).unwrap_or_default();
+        format!(
+            "Name:\t{name}\nUmask:\t0022\nState:\t{state}\nTgid:\t{pid}\nNgid:\t0\nPid:\t{pid}\nPPid:\t1\n\
+             TracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nFDSize:\t64\n\
+             Groups:\t \nNStgid:\t{pid}\nNSpid:\t{pid}\nNSpgid:\t{pid}\nNSsid:\t{pid}\nKthread:\t0\n\
+             VmPeak:\t  100 kB\nVmSize:\t  100 kB\n{rss}Threads:\t1\nSigQ:\t0/96365\n\
+             SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\n\
+             SigIgn:\t0000000000000000\nSigCgt:\t0000000000000000\nCapInh:\t0000000000000000\n\
+             CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\n\
+             CapAmb:\t0000000000000000\nNoNewPrivs:\t0\nSeccomp:\t0\nCpus_allowed_list:\t0-1\n\
+             voluntary_ctxt_switches:\t3\nnonvoluntary_ctxt_switches:\t1\n"
+        )
+    }
 
     #[test]
     fn parses_proc_status() {
-        let p = parse_status(42, STATUS).unwrap();
+        let p = parse_status(&status_text(42, "node", "S (sleeping)", 2001, Some(51200))).unwrap();
         assert_eq!(p, ProcStatus { pid: 42, name: "node".into(), real_uid: 2001, state: 'S', rss_bytes: 51200 * 1024 });
         // A kernel thread has no VmRSS line.
-        let k = parse_status(2, "Name:\tkthreadd\nState:\tS (sleeping)\nUid:\t0\t0\t0\t0\n").unwrap();
-        assert_eq!(k.rss_bytes, 0);
-        assert_eq!(parse_status(1, "garbage"), None);
+        let k = parse_status(&status_text(2, "kthreadd", "S (sleeping)", 0, None)).unwrap();
+        assert_eq!((k.name.as_str(), k.real_uid, k.rss_bytes), ("kthreadd", 0, 0));
+        assert_eq!(parse_status("garbage"), None);
+        assert_eq!(parse_status("Name:\tx\nState:\tS\n"), None, "a truncated file is not a process");
     }
 
     #[test]
@@ -180,10 +200,10 @@ mod tests {
             std::fs::create_dir_all(dir.path().join(pid)).unwrap();
             std::fs::write(dir.path().join(pid).join("status"), text).unwrap();
         };
-        write("42", STATUS);
-        write("43", &STATUS.replace("State:\tS (sleeping)", "State:\tZ (zombie)"));
-        write("44", &STATUS.replace("Uid:\t2001", "Uid:\t0"));
-        write("self", STATUS);
+        write("42", &status_text(42, "node", "S (sleeping)", 2001, Some(10)));
+        write("43", &status_text(43, "node", "Z (zombie)", 2001, None));
+        write("44", &status_text(44, "node", "S (sleeping)", 0, Some(10)));
+        write("self", &status_text(42, "node", "S (sleeping)", 2001, Some(10)));
         std::fs::create_dir_all(dir.path().join("45")).unwrap(); // vanished mid-read
         let found = of_user(dir.path(), 2001);
         assert_eq!(found.iter().map(|p| p.pid).collect::<Vec<_>>(), [42]);
@@ -191,9 +211,30 @@ mod tests {
 
     #[test]
     fn reads_cpu_ticks_from_stat() {
-        let stat = "42 (my (odd) name) S 1 42 42 0 -1 4194304 100 0 0 0 250 50 7 3 20 0 1 0 12345";
-        assert_eq!(parse_cpu_ticks(stat), Some(250 + 50 + 7 + 3));
-        assert_eq!(parse_cpu_ticks("1 (x) S 1"), None);
+        // A command name with spaces and parentheses, as a hostile program may choose.
+        let stat = "42 (my (odd) name) S 1 42 42 0 -1 4194304 100 0 0 0 250 50 7 3 20 0 1 0 12345 3133440 359 \
+            18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 1 1 1 1 1 1 1 0";
+        assert_eq!(parse_stat(stat).map(|s| cpu_ticks(&s)), Some(250 + 50 + 7 + 3));
+        assert!(parse_stat("1 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn counts_the_cpu_of_a_users_processes_in_a_proc_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let tps = procfs::ticks_per_second() as f64;
+        for (pid, uid, utime) in [(50, 2001, 2 * tps as u64), (51, 2001, tps as u64), (52, 0, 99 * tps as u64)] {
+            let p = dir.path().join(pid.to_string());
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("status"), status_text(pid, "w", "R (running)", uid, Some(1))).unwrap();
+            std::fs::write(
+                p.join("stat"),
+                format!(
+                    "{pid} (w) R 1 {pid} {pid} 0 -1 0 0 0 0 0 {utime} 0 0 0 20 0 1 0 1 1 1 1 1 1 1 1 1 0 0 0 0 0 0 0"
+                ),
+            )
+            .unwrap();
+        }
+        assert_eq!(cpu_seconds(dir.path(), 2001), 3.0);
     }
 
     #[test]
@@ -203,8 +244,8 @@ mod tests {
 
     /// Processes that obey some signals and not others.
     struct Fake {
-        alive: std::sync::Mutex<Vec<(i32, &'static str, Option<i32>)>>,
-        sent: std::sync::Mutex<Vec<(i32, i32)>>,
+        alive: std::sync::Mutex<Vec<(i32, &'static str, Option<Signal>)>>,
+        sent: std::sync::Mutex<Vec<(i32, Signal)>>,
     }
 
     impl ProcessTable for Fake {
@@ -222,12 +263,11 @@ mod tests {
                 .collect()
         }
 
-        fn signal(&self, pid: i32, signal: i32) {
+        fn signal(&self, pid: i32, signal: Signal) {
             self.sent.lock().unwrap().push((pid, signal));
             // A process dies of the signal it obeys; None obeys nothing (it survives).
             self.alive.lock().unwrap().retain(|(p, _, dies_of)| {
-                !(*p == pid
-                    && (*dies_of == Some(signal) || (*dies_of == Some(libc::SIGTERM) && signal == libc::SIGKILL)))
+                !(*p == pid && (*dies_of == Some(signal) || (*dies_of == Some(Signal::TERM) && signal == Signal::KILL)))
             });
         }
     }
@@ -235,17 +275,17 @@ mod tests {
     #[test]
     fn escalates_from_term_to_kill_and_names_survivors() {
         let fake = Fake {
-            alive: vec![(10, "polite", Some(libc::SIGTERM)), (11, "stubborn", Some(libc::SIGKILL))].into(),
+            alive: vec![(10, "polite", Some(Signal::TERM)), (11, "stubborn", Some(Signal::KILL))].into(),
             sent: Vec::new().into(),
         };
         stop_in(&fake, "benchmark1", 2001, Duration::from_millis(60), Duration::from_millis(60)).unwrap();
         let sent = fake.sent.lock().unwrap().clone();
         assert!(
-            sent.contains(&(10, libc::SIGTERM))
-                && sent.contains(&(11, libc::SIGTERM))
-                && sent.contains(&(11, libc::SIGKILL))
+            sent.contains(&(10, Signal::TERM))
+                && sent.contains(&(11, Signal::TERM))
+                && sent.contains(&(11, Signal::KILL))
         );
-        assert!(!sent.contains(&(10, libc::SIGKILL)), "the polite one was gone before KILL");
+        assert!(!sent.contains(&(10, Signal::KILL)), "the polite one was gone before KILL");
 
         let fake = Fake { alive: vec![(12, "unkillable", None)].into(), sent: Vec::new().into() };
         let err = stop_in(&fake, "benchmark1", 2001, Duration::from_millis(10), Duration::from_millis(10)).unwrap_err();
@@ -267,7 +307,7 @@ mod tests {
             vec![ProcStatus { pid: 100 + n as i32, name: "sleep".into(), real_uid: 2001, state: 'S', rss_bytes: 0 }]
         }
 
-        fn signal(&self, _pid: i32, _signal: i32) {}
+        fn signal(&self, _pid: i32, _signal: Signal) {}
     }
 
     #[test]

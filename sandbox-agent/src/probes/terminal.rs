@@ -4,14 +4,18 @@
 //! through a non-blocking queue capped at 64 KiB, and the raw transcript capped at 8 MB.
 
 use std::collections::BTreeMap;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, ptsname, unlockpt};
+use rustix::termios::{LocalModes, Winsize};
 
 pub const ROWS: u16 = 40;
 pub const COLS: u16 = 120;
@@ -159,17 +163,7 @@ pub struct Terminal {
 
 impl Terminal {
     pub fn spawn(launch: &Launch) -> anyhow::Result<Terminal> {
-        let winsize = libc::winsize { ws_row: ROWS, ws_col: COLS, ws_xpixel: 0, ws_ypixel: 0 };
-        let (mut master, mut slave) = (-1, -1);
-        // SAFETY: openpty writes two fds into valid out pointers; name and termios are null.
-        let rc = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &winsize) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error()).context("cannot open a pseudo-terminal");
-        }
-        // SAFETY: both fds were just returned by openpty and are owned by nobody else.
-        let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-        set_nonblocking(&master)?;
-        set_cloexec(&master)?;
+        let (master, slave) = open_pty().context("cannot open a pseudo-terminal")?;
         let mut command = Command::new(&launch.program);
         command
             .args(&launch.args)
@@ -182,13 +176,12 @@ impl Terminal {
         if let Some((uid, gid)) = launch.user {
             command.uid(uid).gid(gid);
         }
-        // SAFETY: only async-signal-safe calls between fork and exec: a new session whose
-        // controlling terminal is the pty on stdin.
+        // SAFETY: between fork and exec only raw system calls run (rustix's are plain syscalls:
+        // no allocation, no lock): a new session whose controlling terminal is the pty on stdin.
         unsafe {
             command.pre_exec(|| {
-                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                rustix::process::setsid()?;
+                rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())?;
                 Ok(())
             });
         }
@@ -235,12 +228,8 @@ impl Terminal {
 
     /// True once the program switched its terminal to non-canonical, no-echo input.
     pub fn raw_noecho(&self) -> anyhow::Result<bool> {
-        // SAFETY: tcgetattr fills a termios struct for a valid fd.
-        let mut termios: libc::termios = unsafe { std::mem::zeroed() };
-        if unsafe { libc::tcgetattr(self.master.as_raw_fd(), &mut termios) } != 0 {
-            return Err(io::Error::last_os_error()).context("cannot read the terminal mode");
-        }
-        Ok(termios.c_lflag & (libc::ICANON | libc::ECHO) == 0)
+        let termios = rustix::termios::tcgetattr(&self.master).context("cannot read the terminal mode")?;
+        Ok(!termios.local_modes.intersects(LocalModes::ICANON | LocalModes::ECHO))
     }
 
     pub fn screen(&self) -> &vt100::Screen {
@@ -251,34 +240,26 @@ impl Terminal {
     /// Returns whether anything was read.
     pub fn pump(&mut self, wait: Duration) -> anyhow::Result<bool> {
         self.flush_input()?;
-        let mut pollfd = libc::pollfd { fd: self.master.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pollfd, 1, wait.as_millis().min(i32::MAX as u128) as i32) };
-        if ready < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(err).context("poll on the terminal failed");
-        }
+        let timeout = Timespec::try_from(wait).unwrap_or(Timespec { tv_sec: i64::MAX, tv_nsec: 0 });
+        let ready = match poll(&mut [PollFd::new(&self.master, PollFlags::IN)], Some(&timeout)) {
+            Ok(ready) => ready,
+            Err(Errno::INTR) => return Ok(false),
+            Err(err) => return Err(err).context("poll on the terminal failed"),
+        };
         if ready == 0 {
             return Ok(false);
         }
         let mut buf = vec![0u8; READ_CHUNK];
-        // SAFETY: reading into a buffer of the given length.
-        let n = unsafe { libc::read(self.master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            return match err.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(false),
-                Some(libc::EIO) => bail!("the program exited before the measurement completed"),
-                _ => Err(err).context("cannot read the terminal"),
-            };
-        }
+        let n = match rustix::io::read(&self.master, &mut buf) {
+            Ok(n) => n,
+            Err(Errno::AGAIN | Errno::INTR) => return Ok(false),
+            Err(Errno::IO) => bail!("the program exited before the measurement completed"),
+            Err(err) => return Err(err).context("cannot read the terminal"),
+        };
         if n == 0 {
             bail!("the program exited before the measurement completed");
         }
-        let chunk = &buf[..n as usize];
+        let chunk = &buf[..n];
         if self.transcript.len() + chunk.len() > MAX_TRANSCRIPT {
             bail!("Terminal transcript exceeds 8 MB");
         }
@@ -306,17 +287,12 @@ impl Terminal {
 
     fn flush_input(&mut self) -> anyhow::Result<()> {
         while !self.pending.is_empty() {
-            // SAFETY: writing from a live buffer of the given length.
-            let n = unsafe { libc::write(self.master.as_raw_fd(), self.pending.as_ptr().cast(), self.pending.len()) };
-            if n < 0 {
-                let err = io::Error::last_os_error();
-                return match err.raw_os_error() {
-                    Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(()),
-                    Some(libc::EIO) => bail!("the program exited before the measurement completed"),
-                    _ => Err(err).context("cannot write to the terminal"),
-                };
+            match rustix::io::write(&self.master, &self.pending) {
+                Ok(n) => drop(self.pending.drain(..n)),
+                Err(Errno::AGAIN | Errno::INTR) => return Ok(()),
+                Err(Errno::IO) => bail!("the program exited before the measurement completed"),
+                Err(err) => return Err(err).context("cannot write to the terminal"),
             }
-            self.pending.drain(..n as usize);
         }
         Ok(())
     }
@@ -370,25 +346,24 @@ impl Terminal {
     }
 }
 
-fn set_nonblocking(fd: &OwnedFd) -> anyhow::Result<()> {
-    // SAFETY: fcntl on a valid fd with integer flags.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error()).context("cannot make the terminal non-blocking");
+/// A new pseudo-terminal of ROWS×COLS: the master (non-blocking, close-on-exec) and its slave
+/// (close-on-exec; the child gets copies as its standard streams).
+fn open_pty() -> rustix::io::Result<(OwnedFd, OwnedFd)> {
+    let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+    let master = openpt(flags)?;
+    grantpt(&master)?;
+    unlockpt(&master)?;
+    // The slave through the master (TIOCGPTPEER, Linux 4.13), else by its /dev/pts path.
+    let slave = match ioctl_tiocgptpeer(&master, flags) {
+        Ok(slave) => slave,
+        Err(_) => {
+            let path = ptsname(&master, Vec::new())?;
+            rustix::fs::open(path.as_c_str(), OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC, Mode::empty())?
         }
-    }
-    Ok(())
-}
-
-fn set_cloexec(fd: &OwnedFd) -> anyhow::Result<()> {
-    // SAFETY: fcntl on a valid fd with integer flags.
-    unsafe {
-        if libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) < 0 {
-            return Err(io::Error::last_os_error()).context("cannot set close-on-exec on the terminal");
-        }
-    }
-    Ok(())
+    };
+    rustix::termios::tcsetwinsize(&master, Winsize { ws_row: ROWS, ws_col: COLS, ws_xpixel: 0, ws_ypixel: 0 })?;
+    rustix::io::ioctl_fionbio(&master, true)?;
+    Ok((master, slave))
 }
 
 #[cfg(test)]

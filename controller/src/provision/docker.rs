@@ -462,6 +462,30 @@ impl DockerProvisioner {
         })
     }
 
+    /// The container's log (the agent's), each line prefixed by the engine with the time it was
+    /// written (RFC 3339, nanoseconds): the last `tail` lines (all when None), then, with
+    /// `follow`, the new ones until the container stops. Chunks need not end at line ends.
+    pub fn log_lines(
+        &self,
+        name: &str,
+        tail: Option<usize>,
+        follow: bool,
+    ) -> impl futures_util::Stream<Item = Result<String, ProvisionError>> + use<> {
+        let options = LogsOptions {
+            follow,
+            stdout: true,
+            stderr: true,
+            timestamps: true,
+            tail: tail.map_or_else(|| "all".to_string(), |n| n.to_string()),
+            ..Default::default()
+        };
+        let name = name.to_string();
+        self.docker.logs(&name, Some(options)).map(move |item| {
+            item.map(|o| String::from_utf8_lossy(&o.into_bytes()).into_owned())
+                .map_err(|cause| ProvisionError::Logs { name: name.clone(), cause })
+        })
+    }
+
     /// Whether the container exists (running or not).
     pub async fn exists(&self, name: &str) -> bool {
         self.docker.inspect_container(name, None).await.is_ok()

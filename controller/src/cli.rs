@@ -46,16 +46,28 @@ pub struct Cli {
     /// given, a run's own diagnostics go to its display and controller.log only.
     #[arg(long, global = true, env = "SANDBENCH_LOG")]
     pub log: Option<String>,
-    /// How long an agent carries on without word from its controller (and the controller
-    /// without word from an agent) before giving up, e.g. 45s, 2m.
-    #[arg(long, global = true, env = "SANDBENCH_DEAD_MAN", default_value = "30s", value_name = "DURATION",
-          value_parser = parse_dead_man)]
-    pub dead_man: std::time::Duration,
     /// The cost ledger (SQLite); default: sandbench/ledger.sqlite in the user's data folder.
     #[arg(long, global = true, env = "SANDBENCH_LEDGER")]
     pub ledger: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--dead-man`, for the commands whose agents keep a dead-man switch (run, debug, ci).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct DeadMan {
+    /// How long an agent carries on without word from its controller (and the controller
+    /// without word from an agent) before giving up, e.g. 45s, 2m.
+    #[arg(long = "dead-man", env = "SANDBENCH_DEAD_MAN", default_value = "30s", value_name = "DURATION",
+          value_parser = parse_dead_man)]
+    pub window: std::time::Duration,
+}
+
+impl DeadMan {
+    /// Makes this the window of every agent conversation from now on.
+    pub fn apply(self) {
+        crate::server::set_dead_man(self.window);
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -102,6 +114,8 @@ pub enum Command {
         /// The sandbox-agent executable to ship (default: beside this one).
         #[arg(long, env = crate::agent_binary::AGENT_ENV)]
         agent: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        dead_man: DeadMan,
     },
     // The by-hand commands: ls, shell, logs, phase, rm, gc.
     #[command(flatten)]
@@ -163,6 +177,8 @@ pub struct RunArgs {
     /// USD per GiB-hour of disk (overrides the spec's rate card).
     #[arg(long)]
     pub disk_usd_per_gb_hour: Option<f64>,
+    #[command(flatten)]
+    pub dead_man: DeadMan,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -236,7 +252,6 @@ fn cancel_on_signals() -> tokio::sync::watch::Receiver<bool> {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::logging::init(cli.log.as_deref());
-    crate::server::set_dead_man(cli.dead_man);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -259,7 +274,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => compare(args, ledger_path).await,
         Command::Report { dir, format, stdout } => report(&dir, format, stdout),
         Command::Check { spec } => check(&spec),
-        Command::Debug { spec, rev, phase, trial, keep, out, agent } => {
+        Command::Debug { spec, rev, phase, trial, keep, out, agent, dead_man } => {
+            dead_man.apply();
             let options = crate::debug::DebugOptions {
                 spec,
                 rev,
@@ -287,6 +303,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// `sandbench run`: prints where the reports are, and exits by the run's status.
 async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
     check_pairs(args.pairs, available_cpus(), args.oversubscribe)?;
+    args.dead_man.apply();
     let cancel_rx = cancel_on_signals();
     let options = crate::run::RunOptions {
         spec: args.spec,
@@ -459,8 +476,13 @@ mod tests {
         assert!(super::parse_dead_man("1s").unwrap_err().contains("too short"));
         assert!(super::parse_dead_man("soon").unwrap_err().contains("\"soon\""));
         assert!(super::parse_dead_man("-5s").is_err());
-        let cli = super::Cli::try_parse_from(["sandbench", "ls"]).unwrap();
-        assert!(cli.dead_man >= Duration::from_secs(30), "the default tolerates a stalled controller");
+        let cli = super::Cli::try_parse_from(["sandbench", "run", "s.toml", "--base", "a", "--head", "b"]).unwrap();
+        let super::Command::Run(args) = cli.command else { panic!("{:?}", cli.command) };
+        assert!(args.dead_man.window >= Duration::from_secs(30), "the default tolerates a stalled controller");
+        let cli =
+            super::Cli::try_parse_from(["sandbench", "debug", "s.toml", "--rev", "a", "--dead-man", "45s"]).unwrap();
+        let super::Command::Debug { dead_man, .. } = cli.command else { panic!("{:?}", cli.command) };
+        assert_eq!(dead_man.window, Duration::from_secs(45));
     }
 
     #[test]

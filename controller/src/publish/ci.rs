@@ -69,6 +69,8 @@ pub struct CiArgs {
     pub noise: Option<PathBuf>,
     #[command(flatten)]
     pub forge: ForgeArgs,
+    #[command(flatten)]
+    pub dead_man: crate::cli::DeadMan,
 }
 
 /// What the event says, resolved.
@@ -205,6 +207,7 @@ fn write_outputs(request: &Request) -> anyhow::Result<()> {
 pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
     let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::cli::check_pairs(args.pairs, crate::cli::available_cpus(), args.oversubscribe)?;
+    args.dead_man.apply();
     let request = request(&args).await?;
     write_outputs(&request)?;
     let target = &request.target;

@@ -17,9 +17,10 @@ fn sandbench(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// tmux on a server of this test's own (`-L socket`), so other tmux users are left alone.
+/// tmux on a server of this test's own (`-S socket`, in a temporary folder), so other tmux users
+/// are left alone and no socket file outlives the test.
 fn tmux(socket: &str, args: &[&str]) -> String {
-    let out = Command::new("tmux").arg("-L").arg(socket).args(args).output().expect("tmux (scripts/test installs it)");
+    let out = Command::new("tmux").arg("-S").arg(socket).args(args).output().expect("tmux (scripts/test installs it)");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -139,7 +140,8 @@ fn a_kept_debug_sandbox_can_be_listed_rerun_entered_and_removed() {
         rest
     });
 
-    let tmux_socket = format!("sandbench-test-{}", std::process::id());
+    let tmux_dir = tempfile::tempdir().unwrap();
+    let tmux_socket = tmux_dir.path().join("tmux").display().to_string();
     let result = std::panic::catch_unwind(|| {
         let (ok, ls, _) = sandbench(&["ls"]);
         assert!(ok && ls.lines().any(|l| l.starts_with(&id) && l.contains("running") && l.contains("debug")), "{ls}");

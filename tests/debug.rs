@@ -1,7 +1,7 @@
 //! Debugging one sandbox by hand, end to end in Docker: `debug --keep`, then `ls`, `phase`,
 //! `shell` (a command, as root and as a benchmark user; and interactively under tmux: prompt,
-//! errors, size, Ctrl-C, exit), the agent's `status`, `logs`, and `rm`, after which nothing is
-//! left.
+//! errors, size, Ctrl-C, exit), the agent's `status`, `logs`, a session stalled for 15 s (the
+//! dead-man waits), and `rm`, after which nothing is left.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -119,6 +119,7 @@ fn a_kept_debug_sandbox_can_be_listed_rerun_entered_and_removed() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let debug_pid = debug.id();
     // Wait for the session to say how to get in.
     let mut stderr = BufReader::new(debug.stderr.take().unwrap());
     let mut seen = String::new();
@@ -160,12 +161,27 @@ fn a_kept_debug_sandbox_can_be_listed_rerun_entered_and_removed() {
         let (ok, status, _) = sandbench(&["shell", &id, "--", "/sandbench/sandbox-agent", "status"]);
         assert!(ok && status.contains("controller: connected") && status.contains("install trial 1"), "{status}");
 
+        // A controller stalled for 15 s (a loaded machine) is waited for: the agent keeps its
+        // sandbox, and the session takes phases again once it runs.
+        let signal = |name: &str| {
+            let sent = Command::new("kill").args([name, &debug_pid.to_string()]).status().unwrap();
+            assert!(sent.success(), "kill {name}");
+        };
+        signal("-STOP");
+        std::thread::sleep(Duration::from_secs(15));
+        signal("-CONT");
+        let (ok, phase, err) = sandbench(&["phase", &id, "install", "--trial", "2"]);
+        assert!(ok && phase.contains("= install trial 2: "), "after the stall: {phase}{err}");
+
         // The agent's log: every line with its time in RFC 3339; -n keeps the last lines.
         let stamped = |line: &str| {
             line.split_once(' ').is_some_and(|(t, _)| t.len() == 24 && t.parse::<jiff::Timestamp>().is_ok())
         };
         let (ok, log, err) = sandbench(&["logs", &id]);
         assert!(ok && log.lines().count() >= 2 && log.lines().all(stamped), "{log}{err}");
+        // With the kept session's phases: their starts, output and observations, in time order.
+        assert!(log.contains(" --- install trial 2\n") && log.contains(" stdout: installed demo 1.0.0\n"), "{log}");
+        assert!(log.contains(" = install trial 2: "), "{log}");
         let (ok, tail, err) = sandbench(&["logs", &id, "-n", "1"]);
         assert!(ok && tail.lines().count() == 1 && tail.lines().all(stamped), "{tail}{err}");
 

@@ -176,4 +176,15 @@ mod tests {
         assert!(a.contains("only the first") && a.contains("both are open") && !a.contains("only the second"), "{a}");
         assert!(!b.contains("only the first") && b.contains("both are open") && b.contains("only the second"), "{b}");
     }
+
+    #[test]
+    fn while_a_run_log_is_open_sandbenchs_own_events_are_the_runs_to_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = super::RunLog::open(&dir.path().join("controller.log")).unwrap();
+        assert!(super::shown_by_the_run("sandbench"));
+        assert!(super::shown_by_the_run("sandbench::run"));
+        assert!(!super::shown_by_the_run("h2::proto"), "libraries' warnings still reach stderr");
+        assert!(!super::shown_by_the_run("sandbenchx"));
+        drop(log);
+    }
 }

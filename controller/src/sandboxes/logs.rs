@@ -181,6 +181,8 @@ fn parse_line(line: &str) -> Line {
 fn agent_stamp(message: &str) -> Option<(jiff::Timestamp, &str)> {
     let rest = message.strip_prefix(AGENT_PREFIX)?;
     let (stamp, message) = rest.split_once(' ').unwrap_or((rest, ""));
+    // The agent's tracing format pads the level after the stamp (`  INFO message`).
+    let message = message.trim_start();
     let (seconds, millis) = stamp.split_once('.')?;
     if millis.len() != 3 {
         return None;
@@ -203,6 +205,11 @@ mod tests {
         assert_eq!(
             format_line("2026-03-01T10:00:00.500000000Z sandbox-agent 1772359199.123 connected to the controller"),
             "2026-03-01T09:59:59.123Z connected to the controller"
+        );
+        // The agent's tracing lines: the level is kept, its padding is not.
+        assert_eq!(
+            format_line("2026-03-01T10:00:00.500000000Z sandbox-agent 1772359199.123  INFO starting: sandbox s"),
+            "2026-03-01T09:59:59.123Z INFO starting: sandbox s"
         );
         // Another writer's line: the engine's time.
         assert_eq!(

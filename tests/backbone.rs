@@ -87,6 +87,7 @@ async fn four_sandboxes_lose_nothing_when_agents_are_killed_mid_stream() {
                 wait_persisted(&hub, id, KILL_AFTER).await;
                 h.provisioner.kill(id, "SIGKILL").await.unwrap();
                 assert_eq!(h.provisioner.wait_exit(id).await.unwrap(), 137);
+                assert_eq!(h.provisioner.lost_cause(id).await.unwrap(), "killed by signal 9 (SIGKILL)");
                 let at_kill = hub.status(id).unwrap().borrow().observations;
                 assert!(at_kill < OBSERVATIONS, "{id}: the kill came after the stream ended");
                 h.provisioner.start(id).await.unwrap();
@@ -211,6 +212,10 @@ async fn an_agent_that_loses_its_controller_stops_and_exits() {
         assert!(begun.elapsed() < Duration::from_secs(10), "took {:?}", begun.elapsed());
         let log = h.provisioner.logs(&id).await.unwrap();
         assert!(log.contains("no word from the controller"), "{log}");
+        let cause = h.provisioner.lost_cause(&id).await.unwrap();
+        assert!(cause.starts_with("its agent lost its controller"), "{cause}");
+        h.provisioner.remove(&id).await.unwrap();
+        assert_eq!(h.provisioner.lost_cause(&id).await.unwrap(), "its container was removed");
     })
     .await;
 }

@@ -80,6 +80,60 @@ async fn a_tiny_budget_stops_the_run_which_the_ledger_and_sandbench_cost_show() 
     assert!(detail.contains("max(request, usage)") && detail.contains("provision"), "{detail}");
     let none = sandbench(&["cost", "--ledger", &ledger_arg, "--since", "2999-01-01"]);
     assert_eq!(none.lines().count(), 1, "only the header: {none}");
+
+    // `report --format X` re-renders into the run directory and prints the file's path.
+    let dir = result.dir.display().to_string();
+    let printed = sandbench(&["report", &dir, "--format", "html"]);
+    assert_eq!(printed.trim(), result.dir.join("report.html").display().to_string());
+    assert!(std::fs::read_to_string(printed.trim()).unwrap().starts_with("<!doctype html>"), "{printed}");
+    let json = sandbench(&["report", &dir, "--format", "json", "--stdout"]);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap()["run_id"], run_id.as_str());
+}
+
+#[test]
+fn cost_refuses_a_ledger_that_does_not_exist_unless_asked_to_create_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mistyped = dir.path().join("ledgr.sqlite");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
+        .arg("cost")
+        .arg("--ledger")
+        .arg(&mistyped)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&mistyped.display().to_string()) && stderr.contains("--create-ledger"), "{stderr}");
+    assert_eq!(stderr.matches("error").count(), 1, "said once: {stderr}");
+    assert!(!mistyped.exists(), "a mistyped ledger must not be created");
+    let created = sandbench(&["cost", "--create-ledger", "--ledger", &mistyped.display().to_string()]);
+    assert_eq!(created.lines().count(), 1, "an empty ledger: only the header: {created}");
+    assert!(mistyped.exists());
+}
+
+#[test]
+fn run_statuses_never_share_the_usage_errors_exit_code() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
+        .args(["run", &demo_spec().display().to_string(), "--base", "HEAD", "--head", "HEAD", "--trials", "-1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench")).args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("2  invalid command line") && help.contains("3  partial") && help.contains("4  canceled"),
+        "{help}"
+    );
+    // More pairs than CPUs: refused before anything starts, naming both.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let pairs = (cpus + 1).to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
+        .args(["run", &demo_spec().display().to_string(), "--base", "HEAD", "--head", "HEAD", "--pairs", &pairs])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("--pairs {pairs}")) && stderr.contains(&format!("{cpus} ")), "{stderr}");
+    assert!(stderr.contains("--oversubscribe") && !stderr.contains('\x1b'), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -193,7 +193,7 @@ async fn killing_a_sandbox_mid_run_gives_a_partial_report_naming_it() {
     assert!(matches!(outcome(report, "cold"), Outcome::Incomplete | Outcome::Unavailable));
     let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
     assert!(markdown.contains("**Benchmark execution did not complete successfully."));
-    assert_eq!(sandbench::cli::exit_code(result.status), std::process::ExitCode::from(2));
+    assert_eq!(sandbench::cli::exit_code(result.status), std::process::ExitCode::from(sandbench::cli::exit::PARTIAL));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,7 +224,7 @@ async fn a_canceled_run_tears_down_and_still_writes_its_report() {
     assert!(result.report.sandboxes.iter().all(|s| s.deleted));
     let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
     assert!(markdown.contains("performance — canceled"));
-    assert_eq!(sandbench::cli::exit_code(result.status), std::process::ExitCode::from(3));
+    assert_eq!(sandbench::cli::exit_code(result.status), std::process::ExitCode::from(sandbench::cli::exit::CANCELED));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

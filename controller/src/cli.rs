@@ -4,22 +4,48 @@ use std::process::ExitCode;
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::bench::{BenchArgs, Shipping};
 use crate::cost::ledger::Ledger;
 use crate::cost::view::{self, CostArgs};
 
+/// Exit statuses of `sandbench`. 2 is clap's usage error and no run status uses it.
+pub mod exit {
+    /// The run completed (regressions are information, not failure); any other command succeeded.
+    pub const COMPLETED: u8 = 0;
+    /// The run failed, or the command could not do its work (the error says why).
+    pub const FAILED: u8 = 1;
+    /// The command line is invalid (clap's usage error), or `check` found errors in the spec.
+    pub const USAGE: u8 = 2;
+    /// The run ended, but some of its measurements are missing.
+    pub const PARTIAL: u8 = 3;
+    /// The run was canceled (Ctrl-C, SIGTERM).
+    pub const CANCELED: u8 = 4;
+}
+
+/// The exit statuses, as `--help` and the README state them.
+const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0  completed (regressions are information, not failure); other commands: success
+  1  failed, or the command could not do its work (the error says why)
+  2  invalid command line; `check`: the spec has errors
+  3  partial: the run ended with measurements missing
+  4  canceled (Ctrl-C or SIGTERM)";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "sandbench",
     version,
-    about = "Benchmark two revisions of a project in fresh, identical Docker sandboxes"
+    about = "Benchmark two revisions of a project in fresh, identical Docker sandboxes",
+    after_help = EXIT_STATUS_HELP
 )]
 pub struct Cli {
-    /// Log filter for the controller's own diagnostics (tracing syntax).
-    #[arg(long, global = true, env = "SANDBENCH_LOG", default_value = "warn")]
-    pub log: String,
+    /// Log filter for the controller's own diagnostics on stderr (tracing syntax). When not
+    /// given, a run's own diagnostics go to its display and controller.log only.
+    #[arg(long, global = true, env = "SANDBENCH_LOG")]
+    pub log: Option<String>,
     /// The cost ledger (SQLite); default: sandbench/ledger.sqlite in the user's data folder.
     #[arg(long, global = true, env = "SANDBENCH_LEDGER")]
     pub ledger: Option<std::path::PathBuf>,
@@ -27,17 +53,39 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `--dead-man`, for the commands whose agents keep a dead-man switch (run, debug, ci).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct DeadMan {
+    /// How long an agent carries on without word from its controller (and the controller
+    /// without word from an agent) before giving up, e.g. 45s, 2m.
+    #[arg(long = "dead-man", env = "SANDBENCH_DEAD_MAN", default_value = "30s", value_name = "DURATION",
+          value_parser = parse_dead_man)]
+    pub window: std::time::Duration,
+}
+
+impl DeadMan {
+    /// Makes this the window of every agent conversation from now on.
+    pub fn apply(self) {
+        crate::server::set_dead_man(self.window);
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Compare two revisions: provision, prepare, install/measure/runtime interleaved, report.
+    #[command(after_help = EXIT_STATUS_HELP)]
     Run(RunArgs),
-    /// Re-render report.json, report.md and report.html of a run directory from its data.
+    /// Re-render report.json, report.md and report.html of a run directory from its data, and
+    /// print their paths.
     Report {
         /// The run directory (runs/<run-id>).
         dir: std::path::PathBuf,
-        /// Print this format to stdout as well.
+        /// Print the path of this format's file only.
         #[arg(long, value_enum)]
         format: Option<ReportFormat>,
+        /// Print the file's content instead of its path (needs --format).
+        #[arg(long, requires = "format")]
+        stdout: bool,
     },
     /// Validate a bench spec and print the plan (or every error, with file, line and field).
     Check {
@@ -63,8 +111,11 @@ pub enum Command {
         /// Where the debug directory goes.
         #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
         out: std::path::PathBuf,
+        /// The sandbox-agent executable to ship (default: beside this one).
         #[arg(long, env = crate::agent_binary::AGENT_ENV)]
         agent: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        dead_man: DeadMan,
     },
     // The by-hand commands: ls, shell, logs, phase, rm, gc.
     #[command(flatten)]
@@ -96,9 +147,12 @@ pub struct RunArgs {
     /// Measure and runtime trials (overrides the spec).
     #[arg(long)]
     pub trials: Option<u32>,
-    /// Sandbox pairs, each pinned to its own CPUs, sharing the trials.
-    #[arg(long, default_value_t = 1)]
+    /// Sandbox pairs, each pinned to its own CPUs, sharing the trials (at most one per CPU).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub pairs: u32,
+    /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
+    #[arg(long)]
+    pub oversubscribe: bool,
     /// Stop scheduling work when the estimated cost reaches this many USD.
     #[arg(long)]
     pub budget: Option<f64>,
@@ -123,6 +177,8 @@ pub struct RunArgs {
     /// USD per GiB-hour of disk (overrides the spec's rate card).
     #[arg(long)]
     pub disk_usd_per_gb_hour: Option<f64>,
+    #[command(flatten)]
+    pub dead_man: DeadMan,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -132,15 +188,52 @@ pub enum ReportFormat {
     Html,
 }
 
-/// Exit status of `sandbench run`: 0 only for a completed run.
+/// Exit status of `sandbench run` ([`exit`]): 0 only for a completed run, never 2 (clap's
+/// usage error).
 pub fn exit_code(status: crate::report::Status) -> ExitCode {
     use crate::report::Status;
-    match status {
-        Status::Completed => ExitCode::SUCCESS,
-        Status::Failed | Status::Running => ExitCode::from(1),
-        Status::Partial => ExitCode::from(2),
-        Status::Canceled => ExitCode::from(3),
+    ExitCode::from(match status {
+        Status::Completed => exit::COMPLETED,
+        Status::Failed | Status::Running => exit::FAILED,
+        Status::Partial => exit::PARTIAL,
+        Status::Canceled => exit::CANCELED,
+    })
+}
+
+/// `--dead-man`: a duration like `45s`, `2m`, `1m30s` or `90` (seconds), at least 2 s.
+pub fn parse_dead_man(text: &str) -> Result<std::time::Duration, String> {
+    let trimmed = text.trim();
+    let parsed = match trimmed.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => Ok(std::time::Duration::from_secs_f64(seconds)),
+        Ok(_) => Err("not a duration".to_string()),
+        Err(_) => trimmed
+            .parse::<jiff::SignedDuration>()
+            .map_err(|err| err.to_string())
+            .and_then(|d| std::time::Duration::try_from(d).map_err(|_| "negative".to_string())),
+    };
+    match parsed {
+        Ok(d) if d >= std::time::Duration::from_secs(2) => Ok(d),
+        Ok(d) => Err(format!("{text:?} ({:.1} s) is too short: an agent needs at least 2 s", d.as_secs_f64())),
+        Err(err) => Err(format!("expected a duration like 45s, 2m or 1m30s, got {text:?} ({err})")),
     }
+}
+
+/// `--pairs` beyond the CPUs is refused unless `oversubscribe`: each pair is pinned to CPUs of
+/// its own, and pairs sharing a CPU disturb each other's timings.
+pub fn check_pairs(pairs: u32, cpus: usize, oversubscribe: bool) -> anyhow::Result<()> {
+    if pairs as usize > cpus && !oversubscribe {
+        anyhow::bail!(
+            "--pairs {pairs} needs at least {pairs} CPUs (one per pair) and {cpus} {} available; \
+             ask for at most {cpus} pairs, or add --oversubscribe to let pairs share CPUs",
+            if cpus == 1 { "is" } else { "are" }
+        );
+    }
+    Ok(())
+}
+
+/// The CPUs sandboxes can be pinned to (those this process may run on).
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// A flag raised by Ctrl-C or SIGTERM.
@@ -158,19 +251,19 @@ fn cancel_on_signals() -> tokio::sync::watch::Receiver<bool> {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    crate::logging::init(&cli.log);
+    crate::logging::init(cli.log.as_deref());
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(exit::FAILED);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit::FAILED)
         }
     }
 }
@@ -179,9 +272,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let ledger_path = cli.ledger.clone().unwrap_or_else(crate::cost::ledger::default_path);
     match cli.command {
         Command::Run(args) => compare(args, ledger_path).await,
-        Command::Report { dir, format } => report(&dir, format),
+        Command::Report { dir, format, stdout } => report(&dir, format, stdout),
         Command::Check { spec } => check(&spec),
-        Command::Debug { spec, rev, phase, trial, keep, out, agent } => {
+        Command::Debug { spec, rev, phase, trial, keep, out, agent, dead_man } => {
+            dead_man.apply();
             let options = crate::debug::DebugOptions {
                 spec,
                 rev,
@@ -197,7 +291,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Sandbox(command) => crate::sandboxes::run(command).await,
         Command::Cost(args) => {
-            print!("{}", cost(&args, &ledger_path)?);
+            print!("{}", cost(&args, &ledger_path, cli.ledger.is_some())?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => crate::bench::run(args).await.map(|()| ExitCode::SUCCESS),
@@ -208,6 +302,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// `sandbench run`: prints where the reports are, and exits by the run's status.
 async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
+    check_pairs(args.pairs, available_cpus(), args.oversubscribe)?;
+    args.dead_man.apply();
     let cancel_rx = cancel_on_signals();
     let options = crate::run::RunOptions {
         spec: args.spec,
@@ -235,14 +331,33 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
     Ok(exit_code(result.status))
 }
 
-/// `sandbench report`: re-renders a run directory's reports, printing one format if asked.
-fn report(dir: &Path, format: Option<ReportFormat>) -> anyhow::Result<ExitCode> {
-    let report = crate::run::rerender(dir)?;
-    match format {
-        Some(ReportFormat::Md) => print!("{}", crate::report::markdown::render(&report)),
-        Some(ReportFormat::Html) => print!("{}", crate::report::html::render(&report)),
-        Some(ReportFormat::Json) => println!("{}", serde_json::to_string_pretty(&report)?),
-        None => println!("re-rendered report.json, report.md and report.html in {}", dir.display()),
+impl ReportFormat {
+    /// The file of this format in a run directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            ReportFormat::Md => "report.md",
+            ReportFormat::Json => "report.json",
+            ReportFormat::Html => "report.html",
+        }
+    }
+}
+
+/// `sandbench report`: re-renders a run directory's reports (every format, into the directory)
+/// and prints their paths, or the one asked for; `--stdout` prints that file instead.
+fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Result<ExitCode> {
+    crate::run::rerender(dir)?;
+    let formats = match format {
+        Some(format) => vec![format],
+        None => vec![ReportFormat::Md, ReportFormat::Html, ReportFormat::Json],
+    };
+    for format in formats {
+        let path = dir.join(format.file_name());
+        if stdout {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            print!("{text}");
+        } else {
+            println!("{}", path.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -256,13 +371,22 @@ fn check(spec: &Path) -> anyhow::Result<ExitCode> {
         }
         Err(errors) => {
             eprint!("{errors}");
-            Ok(ExitCode::from(2))
+            Ok(ExitCode::from(exit::USAGE))
         }
     }
 }
 
-/// `sandbench cost`: one run by sandbox and phase, runs grouped, or every run.
-fn cost(args: &CostArgs, ledger_path: &Path) -> anyhow::Result<String> {
+/// `sandbench cost`: one run by sandbox and phase, runs grouped, or every run. A ledger that
+/// does not exist is an error (a mistyped path must not read as "no runs") unless
+/// `--create-ledger` asks for an empty one.
+fn cost(args: &CostArgs, ledger_path: &Path, named: bool) -> anyhow::Result<String> {
+    if !args.create_ledger && !ledger_path.exists() {
+        let how = if named { "--ledger or SANDBENCH_LEDGER" } else { "the default ledger; no run recorded here yet" };
+        anyhow::bail!(
+            "no ledger at {} ({how}); check the path, or add --create-ledger to start an empty one there",
+            ledger_path.display()
+        );
+    }
     let ledger = Ledger::open(ledger_path)?;
     let format = args.format;
     Ok(match (&args.run, args.by) {
@@ -280,10 +404,99 @@ fn cost(args: &CostArgs, ledger_path: &Path) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     #[test]
     fn the_command_line_is_well_formed() {
         super::Cli::command().debug_assert();
+    }
+
+    /// Every argument of every command, with the path of commands leading to it, that has no
+    /// help text.
+    fn undocumented(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            if arg.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                missing.push(format!("{path} {id}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            undocumented(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+
+    #[test]
+    fn every_argument_of_every_command_has_help() {
+        let mut missing = Vec::new();
+        undocumented(&super::Cli::command(), "sandbench", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
+    }
+
+    #[test]
+    fn help_states_the_exit_statuses_and_they_never_collide_with_usage_errors() {
+        use super::exit;
+        let help = super::Cli::command().render_long_help().to_string();
+        for line in ["0  completed", "1  failed", "2  invalid command line", "3  partial", "4  canceled"] {
+            assert!(help.contains(line), "{line:?} not in --help:\n{help}");
+        }
+        let run_help = super::Cli::command().find_subcommand_mut("run").unwrap().render_long_help().to_string();
+        assert!(run_help.contains("3  partial"), "{run_help}");
+        use crate::report::Status;
+        let codes: Vec<std::process::ExitCode> =
+            [Status::Completed, Status::Failed, Status::Partial, Status::Canceled].map(super::exit_code).to_vec();
+        let expected = [exit::COMPLETED, exit::FAILED, exit::PARTIAL, exit::CANCELED];
+        assert_eq!(codes, expected.map(std::process::ExitCode::from).to_vec());
+        assert!(!expected.contains(&exit::USAGE));
+        // clap's own usage error.
+        let err = super::Cli::try_parse_from([
+            "sandbench",
+            "run",
+            "spec.toml",
+            "--base",
+            "a",
+            "--head",
+            "b",
+            "--trials",
+            "-1",
+        ])
+        .unwrap_err();
+        assert_eq!(err.exit_code(), i32::from(exit::USAGE));
+    }
+
+    #[test]
+    fn dead_man_durations_are_read_as_people_write_them() {
+        use std::time::Duration;
+        assert_eq!(super::parse_dead_man("45s"), Ok(Duration::from_secs(45)));
+        assert_eq!(super::parse_dead_man("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(super::parse_dead_man("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(super::parse_dead_man("90"), Ok(Duration::from_secs(90)));
+        assert!(super::parse_dead_man("1s").unwrap_err().contains("too short"));
+        assert!(super::parse_dead_man("soon").unwrap_err().contains("\"soon\""));
+        assert!(super::parse_dead_man("-5s").is_err());
+        let cli = super::Cli::try_parse_from(["sandbench", "run", "s.toml", "--base", "a", "--head", "b"]).unwrap();
+        let super::Command::Run(args) = cli.command else { panic!("{:?}", cli.command) };
+        assert!(args.dead_man.window >= Duration::from_secs(30), "the default tolerates a stalled controller");
+        let cli =
+            super::Cli::try_parse_from(["sandbench", "debug", "s.toml", "--rev", "a", "--dead-man", "45s"]).unwrap();
+        let super::Command::Debug { dead_man, .. } = cli.command else { panic!("{:?}", cli.command) };
+        assert_eq!(dead_man.window, Duration::from_secs(45));
+    }
+
+    #[test]
+    fn more_pairs_than_cpus_are_refused_unless_asked_for() {
+        assert!(super::check_pairs(2, 2, false).is_ok());
+        let err = super::check_pairs(3, 2, false).unwrap_err().to_string();
+        assert!(
+            err.contains("--pairs 3") && err.contains("2 are available") && err.contains("--oversubscribe"),
+            "{err}"
+        );
+        assert!(super::check_pairs(3, 2, true).is_ok());
+        assert!(
+            super::Cli::try_parse_from(["sandbench", "run", "s.toml", "--base", "a", "--head", "b", "--pairs", "0"])
+                .is_err()
+        );
     }
 }

@@ -3,13 +3,18 @@
 //! and up from its libraries) while a run is going. Measurements are never logged: they travel
 //! as observations.
 //!
+//! Each message reaches a person once: without `--log`, while a run log is open, sandbench's own
+//! warnings stay off stderr (the run's display shows what a person needs, and controller.log
+//! keeps them all); libraries' warnings still show. Colour codes go to stderr only when it is
+//! a terminal (and `NO_COLOR` is unset), never into a file.
+//!
 //! The binary installs the subscriber once ([`init`]); a run opens its log ([`RunLog::open`], or
 //! [`to_file`] and [`close_file`]) and every event from then on, from any thread, lands in it
 //! until it is closed. Several logs open at once (runs side by side in one process, as in tests)
 //! each receive every event.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -31,13 +36,27 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Installs the subscriber; `stderr_filter` is the user's `--log` filter (an invalid one means
-/// `warn`). Does nothing when a subscriber is installed already.
-pub fn init(stderr_filter: &str) {
-    let stderr = tracing_subscriber::EnvFilter::try_new(stderr_filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+/// What stderr shows when `--log` is not given.
+const DEFAULT_STDERR_FILTER: &str = "warn";
+
+/// Installs the subscriber; `stderr_filter` is the user's `--log` filter (None: `warn`, and
+/// sandbench's own events stay off stderr while a run log is open; an invalid one means `warn`).
+/// Does nothing when a subscriber is installed already.
+pub fn init(stderr_filter: Option<&str>) {
+    let stderr = tracing_subscriber::EnvFilter::try_new(stderr_filter.unwrap_or(DEFAULT_STDERR_FILTER))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_STDERR_FILTER));
+    let explicit = stderr_filter.is_some();
+    // Dynamic: whether a run log is open changes over time, so the answer is never cached.
+    let not_shown_elsewhere =
+        tracing_subscriber::filter::dynamic_filter_fn(move |meta, _| explicit || !shown_by_the_run(meta.target()));
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(ansi)
+                .with_writer(std::io::stderr)
+                .with_filter(tracing_subscriber::filter::FilterExt::and(stderr, not_shown_elsewhere)),
+        )
         .with(
             tracing_subscriber::fmt::layer()
                 .with_ansi(false)
@@ -45,6 +64,11 @@ pub fn init(stderr_filter: &str) {
                 .with_filter(tracing_subscriber::EnvFilter::new(RUN_LOG_FILTER)),
         )
         .try_init();
+}
+
+/// Whether an event of `target` is the run's to show: sandbench's own, while a run log is open.
+fn shown_by_the_run(target: &str) -> bool {
+    (target == "sandbench" || target.starts_with("sandbench::")) && !lock(&OPEN).is_empty()
 }
 
 /// A run's log file, receiving diagnostics until this value is dropped.
@@ -112,7 +136,7 @@ mod tests {
 
     #[test]
     fn diagnostics_go_to_the_run_log_only_while_it_is_open_and_in_plain_text() {
-        super::init("off");
+        super::init(Some("off"));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("controller.log");
         tracing::info!("before the run");
@@ -138,7 +162,7 @@ mod tests {
 
     #[test]
     fn runs_side_by_side_each_get_their_log() {
-        super::init("off");
+        super::init(Some("off"));
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
         let first = super::RunLog::open(&a).unwrap();
@@ -151,5 +175,16 @@ mod tests {
         let (a, b) = (std::fs::read_to_string(&a).unwrap(), std::fs::read_to_string(&b).unwrap());
         assert!(a.contains("only the first") && a.contains("both are open") && !a.contains("only the second"), "{a}");
         assert!(!b.contains("only the first") && b.contains("both are open") && b.contains("only the second"), "{b}");
+    }
+
+    #[test]
+    fn while_a_run_log_is_open_sandbenchs_own_events_are_the_runs_to_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = super::RunLog::open(&dir.path().join("controller.log")).unwrap();
+        assert!(super::shown_by_the_run("sandbench"));
+        assert!(super::shown_by_the_run("sandbench::run"));
+        assert!(!super::shown_by_the_run("h2::proto"), "libraries' warnings still reach stderr");
+        assert!(!super::shown_by_the_run("sandbenchx"));
+        drop(log);
     }
 }

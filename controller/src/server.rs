@@ -37,9 +37,39 @@ pub struct HubConfig {
     pub hello_timeout: Duration,
 }
 
+/// How long either side carries on without word from the other by default: long enough for a
+/// controller stalled on a loaded machine (paused 8.5 s in a fault drill) to come back.
+pub const DEFAULT_DEAD_MAN: Duration = Duration::from_secs(30);
+
+/// The dead-man window of [`HubConfig::default`] in milliseconds; `--dead-man` sets it.
+static DEAD_MAN_MS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(DEFAULT_DEAD_MAN.as_millis() as u64);
+
+/// Sets the dead-man window every later [`HubConfig::default`] uses (the `--dead-man` option).
+pub fn set_dead_man(window: Duration) {
+    DEAD_MAN_MS.store(window.as_millis().clamp(1, u128::from(u64::MAX)) as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl HubConfig {
+    /// Heartbeats every `heartbeat`, giving the other side up after `window` without word
+    /// (rounded up to whole intervals, at least 2).
+    pub fn with_dead_man(heartbeat: Duration, window: Duration) -> HubConfig {
+        let beat = heartbeat.as_millis().max(1);
+        let intervals = window.as_millis().div_ceil(beat).clamp(2, u128::from(u32::MAX)) as u32;
+        HubConfig { heartbeat, dead_after: intervals, hello_timeout: Duration::from_secs(10) }
+    }
+
+    /// How long either side waits without word before giving the other up.
+    pub fn dead_man(&self) -> Duration {
+        self.heartbeat * self.dead_after
+    }
+}
+
 impl Default for HubConfig {
+    /// Heartbeats every 500 ms; the dead-man window [`set_dead_man`] set, else 30 s.
     fn default() -> Self {
-        HubConfig { heartbeat: Duration::from_millis(500), dead_after: 10, hello_timeout: Duration::from_secs(10) }
+        let window = Duration::from_millis(DEAD_MAN_MS.load(std::sync::atomic::Ordering::Relaxed));
+        HubConfig::with_dead_man(Duration::from_millis(500), window)
     }
 }
 
@@ -692,5 +722,19 @@ mod token_tests {
         assert!(!super::constant_time_eq(token.as_bytes(), &other));
         assert!(!super::constant_time_eq(token.as_bytes(), &token.as_bytes()[..63]));
         assert!(!super::constant_time_eq(b"", token.as_bytes()));
+    }
+
+    #[test]
+    fn the_dead_man_window_tolerates_a_stalled_controller_and_can_be_set() {
+        use super::HubConfig;
+        use std::time::Duration;
+        let default = HubConfig::default();
+        assert!(default.dead_man() >= Duration::from_secs(30), "{default:?}");
+        assert_eq!(default.heartbeat, Duration::from_millis(500));
+        let config = HubConfig::with_dead_man(Duration::from_millis(500), Duration::from_secs(45));
+        assert_eq!((config.dead_after, config.dead_man()), (90, Duration::from_secs(45)));
+        // Rounded up to whole intervals, and never under two.
+        assert_eq!(HubConfig::with_dead_man(Duration::from_secs(1), Duration::from_millis(2500)).dead_after, 3);
+        assert_eq!(HubConfig::with_dead_man(Duration::from_secs(1), Duration::from_millis(10)).dead_after, 2);
     }
 }

@@ -19,8 +19,13 @@ pub struct CostArgs {
     /// Sum runs by day, spec or repository.
     #[arg(long, value_enum)]
     pub by: Option<GroupBy>,
+    /// How to print: a table, JSON or CSV.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Create the ledger (empty) when it does not exist, rather than refusing a path that may be
+    /// mistyped.
+    #[arg(long)]
+    pub create_ledger: bool,
 }
 
 /// The start of `--since`: a day (from its midnight, UTC) like 2026-11-29, or a time like

@@ -462,6 +462,62 @@ impl DockerProvisioner {
         })
     }
 
+    /// The container's log (the agent's), each line prefixed by the engine with the time it was
+    /// written (RFC 3339, nanoseconds): the last `tail` lines (all when None), then, with
+    /// `follow`, the new ones until the container stops. Chunks need not end at line ends.
+    pub fn log_lines(
+        &self,
+        name: &str,
+        tail: Option<usize>,
+        follow: bool,
+    ) -> impl futures_util::Stream<Item = Result<String, ProvisionError>> + use<> {
+        let options = LogsOptions {
+            follow,
+            stdout: true,
+            stderr: true,
+            timestamps: true,
+            tail: tail.map_or_else(|| "all".to_string(), |n| n.to_string()),
+            ..Default::default()
+        };
+        let name = name.to_string();
+        self.docker.logs(&name, Some(options)).map(move |item| {
+            item.map(|o| String::from_utf8_lossy(&o.into_bytes()).into_owned())
+                .map_err(|cause| ProvisionError::Logs { name: name.clone(), cause })
+        })
+    }
+
+    /// The container's state as far as it says why it stopped ([`super::lost`]); a container the
+    /// engine does not know reads as not existing.
+    pub async fn container_state(&self, name: &str) -> Result<super::lost::ContainerState, ProvisionError> {
+        let info = match self.docker.inspect_container(name, None).await {
+            Ok(info) => info,
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                return Ok(super::lost::ContainerState::default());
+            }
+            Err(cause) => return Err(ProvisionError::Inspect { name: name.to_string(), cause }),
+        };
+        let state = info.state.unwrap_or_default();
+        // The engine writes 0001-01-01T00:00:00Z for "never".
+        let time = |t: Option<String>| t.and_then(|t| t.parse::<jiff::Timestamp>().ok()).filter(|t| t.as_second() > 0);
+        Ok(super::lost::ContainerState {
+            exists: true,
+            running: state.running.unwrap_or(false),
+            paused: state.paused.unwrap_or(false),
+            oom_killed: state.oom_killed.unwrap_or(false),
+            exit_code: state.exit_code.unwrap_or(0),
+            error: state.error.unwrap_or_default(),
+            started_at: time(state.started_at),
+            finished_at: time(state.finished_at),
+        })
+    }
+
+    /// Why the sandbox `name` stopped, in words: killed by signal N, exited N, its agent lost its
+    /// controller, the engine restarted, OOM-killed, removed.
+    pub async fn lost_cause(&self, name: &str) -> Result<String, ProvisionError> {
+        let state = self.container_state(name).await?;
+        Ok(super::lost::describe(&state, engine_started_at()))
+    }
+
     /// Whether the container exists (running or not).
     pub async fn exists(&self, name: &str) -> bool {
         self.docker.inspect_container(name, None).await.is_ok()
@@ -591,6 +647,37 @@ impl DockerProvisioner {
 }
 
 /// Why a container should be reaped, or None to keep it.
+/// When the local Docker engine (dockerd, through its pid file) started; None for a remote
+/// engine (`DOCKER_HOST` not a Unix socket) or when it cannot be told.
+pub fn engine_started_at() -> Option<jiff::Timestamp> {
+    if std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty() && !h.starts_with("unix://")) {
+        return None;
+    }
+    let pid = ["/var/run/docker.pid", "/run/docker.pid"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .and_then(|p| p.trim().parse::<u32>().ok())?;
+    if std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim() != "dockerd" {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let boot = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf takes a plain constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    process_started_at(&stat, &boot, u64::try_from(ticks).ok()?)
+}
+
+/// A process's start from its `/proc/PID/stat` (field 22: clock ticks after boot) and
+/// `/proc/stat` (`btime`: the boot, Unix seconds).
+pub fn process_started_at(pid_stat: &str, proc_stat: &str, ticks_per_second: u64) -> Option<jiff::Timestamp> {
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let after_name = &pid_stat[pid_stat.rfind(')')? + 1..];
+    let start_ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    let btime: i64 = proc_stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    let ms = btime.checked_mul(1000)? + i64::try_from(start_ticks.checked_mul(1000)? / ticks_per_second.max(1)).ok()?;
+    jiff::Timestamp::from_millisecond(ms).ok()
+}
+
 pub fn reap_reason(container_labels: &HashMap<String, String>, now_unix: u64, my_owner: &str) -> Option<String> {
     if let Some(expires) = container_labels.get(labels::EXPIRES_AT).and_then(|v| v.parse::<u64>().ok())
         && expires <= now_unix
@@ -690,5 +777,16 @@ mod tests {
         assert_eq!(reap_reason(&labels_with("elsewhere/1/1", 300), 200, &me), None);
         // Our own process, as another controller instance would see it: alive.
         assert_eq!(reap_reason(&labels_with(&me, 300), 200, "other/1/1"), None);
+    }
+
+    #[test]
+    fn a_process_start_is_read_from_proc() {
+        // Field 22 (start ticks) is 20th after the name, whatever the name holds.
+        let stat = "812 (docker d) (x)) S 1 812 812 0 -1 4194560 9 0 0 0 5 3 0 0 20 0 12 0 4250 1 2 3";
+        let proc_stat = "cpu  1 2 3\nbtime 1772359200\nprocesses 9\n";
+        let started = process_started_at(stat, proc_stat, 100).unwrap();
+        assert_eq!(started, "2026-03-01T10:00:42.5Z".parse::<jiff::Timestamp>().unwrap());
+        assert_eq!(process_started_at("812 (dockerd) S 1", proc_stat, 100), None);
+        assert_eq!(process_started_at(stat, "cpu 1 2 3\n", 100), None);
     }
 }

@@ -2,6 +2,7 @@
 //! backend (the only code that talks to Docker) is in [`docker`].
 
 pub mod docker;
+pub mod lost;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};

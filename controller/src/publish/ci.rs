@@ -49,9 +49,12 @@ pub struct CiArgs {
     /// Measure and runtime trials (overrides the spec).
     #[arg(long)]
     pub trials: Option<u32>,
-    /// Sandbox pairs, each pinned to its own CPUs.
-    #[arg(long, default_value_t = 1)]
+    /// Sandbox pairs, each pinned to its own CPUs (at most one per CPU).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub pairs: u32,
+    /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
+    #[arg(long)]
+    pub oversubscribe: bool,
     /// Stop scheduling work when the estimated cost reaches this many USD.
     #[arg(long)]
     pub budget: Option<f64>,
@@ -66,6 +69,8 @@ pub struct CiArgs {
     pub noise: Option<PathBuf>,
     #[command(flatten)]
     pub forge: ForgeArgs,
+    #[command(flatten)]
+    pub dead_man: crate::cli::DeadMan,
 }
 
 /// What the event says, resolved.
@@ -201,6 +206,8 @@ fn write_outputs(request: &Request) -> anyhow::Result<()> {
 /// `sandbench ci`.
 pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
     let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::cli::check_pairs(args.pairs, crate::cli::available_cpus(), args.oversubscribe)?;
+    args.dead_man.apply();
     let request = request(&args).await?;
     write_outputs(&request)?;
     let target = &request.target;

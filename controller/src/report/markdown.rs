@@ -217,6 +217,11 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
         r.memory_bytes as f64 / 1e9,
         r.disk_gb
     );
+    let provisioned: Vec<String> =
+        report.base_side.cpus.iter().chain(&report.head_side.cpus).map(|c| escape(&c.describe())).collect();
+    if !provisioned.is_empty() {
+        let _ = writeln!(out, "CPUs as provisioned: {}.", provisioned.join("; "));
+    }
     let _ = writeln!(out, "Image: `{}`.", escape(&report.image));
     let facts: Vec<String> = ["os", "kernel", "cpu", "node", "npm", "git", "python", "agent"]
         .iter()

@@ -144,6 +144,61 @@ pub struct Side {
     pub metrics: BTreeMap<String, Vec<Sample>>,
     /// Kernel, CPU model, OS and tool versions of the sandbox.
     pub facts: BTreeMap<String, String>,
+    /// The CPUs each sandbox of this side was given, as the engine holds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<SandboxCpus>,
+}
+
+/// The CPUs one sandbox was given, as provisioned: its CPU quota (nano-cpus) and the CPUs it
+/// was pinned to (cpuset), which may hold fewer CPUs than the quota when pairs share a machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxCpus {
+    pub sandbox: String,
+    /// The quota in CPUs (nano-cpus / 10⁹); 0 when unlimited.
+    pub quota: f64,
+    /// The CPUs it may run on (Docker cpuset syntax, e.g. `0-1`); None when not pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset: Option<String>,
+}
+
+impl SandboxCpus {
+    /// From the engine's settings of the container (`NanoCpus`, `CpusetCpus`).
+    pub fn provisioned(sandbox: &str, nano_cpus: i64, cpuset: &str) -> SandboxCpus {
+        SandboxCpus {
+            sandbox: sandbox.to_string(),
+            quota: nano_cpus.max(0) as f64 / 1e9,
+            cpuset: Some(cpuset.trim()).filter(|c| !c.is_empty()).map(str::to_string),
+        }
+    }
+
+    /// How many CPUs the cpuset holds (`0-1,4` holds 3); None when not pinned or unreadable.
+    pub fn pinned_count(&self) -> Option<usize> {
+        let mut count = 0;
+        for part in self.cpuset.as_deref()?.split(',') {
+            count += match part.trim().split_once('-') {
+                Some((a, b)) => b.parse::<usize>().ok()?.checked_sub(a.parse::<usize>().ok()?)? + 1,
+                None => part.trim().parse::<usize>().map(|_| 1).ok()?,
+            };
+        }
+        Some(count)
+    }
+
+    /// `base: 2 vCPU on CPUs 0-1`, saying when the quota is more than the CPUs pinned.
+    pub fn describe(&self) -> String {
+        let quota = if self.quota > 0.0 { format!("{} vCPU", self.quota) } else { "no CPU quota".to_string() };
+        let cpus = |set: &str| format!("CPU{} {set}", if set.contains([',', '-']) { "s" } else { "" });
+        match (&self.cpuset, self.pinned_count()) {
+            (Some(set), Some(n)) if self.quota > n as f64 => {
+                format!("{}: {quota} quota, but pinned to {}: at most {n} CPU{}", self.sandbox, cpus(set), plural(n))
+            }
+            (Some(set), _) => format!("{}: {quota} on {}", self.sandbox, cpus(set)),
+            (None, _) => format!("{}: {quota}, not pinned", self.sandbox),
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

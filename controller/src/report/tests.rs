@@ -386,3 +386,27 @@ fn an_adaptive_report_uses_its_look_and_says_what_to_do_next() {
     report.metrics[0].absolute = 0.0;
     assert_eq!(report.next_look(1), Some(Next::MorePairs { pairs: 20, undecided: vec!["cold".into()] }));
 }
+
+#[test]
+fn the_cpus_each_sandbox_was_given_are_stated() {
+    let mut report = example(Status::Completed);
+    report.base_side.cpus = vec![SandboxCpus::provisioned("base0", 2_000_000_000, "0")];
+    report.head_side.cpus = vec![
+        SandboxCpus::provisioned("head0", 2_000_000_000, "0-1"),
+        SandboxCpus::provisioned("head1", 1_500_000_000, ""),
+    ];
+    let md = markdown::render(&report);
+    assert!(
+        md.contains("CPUs as provisioned: base0: 2 vCPU quota, but pinned to CPU 0: at most 1 CPU; head0: 2 vCPU on CPUs 0-1; head1: 1.5 vCPU, not pinned."),
+        "{md}"
+    );
+    assert_eq!(SandboxCpus::provisioned("s", 0, "0-3,6,8-9").pinned_count(), Some(7));
+    assert_eq!(SandboxCpus::provisioned("s", 0, "").pinned_count(), None);
+    assert_eq!(SandboxCpus::provisioned("s", 0, "2").describe(), "s: no CPU quota on CPU 2");
+    // Kept in the JSON, and absent from it when unknown (older reports read alike).
+    let json = serde_json::to_string(&report).unwrap();
+    assert!(json.contains(r#""cpuset":"0-1""#), "{json}");
+    let back: Report = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.head_side.cpus, report.head_side.cpus);
+    assert!(!serde_json::to_string(&example(Status::Completed)).unwrap().contains("\"cpus\":["));
+}

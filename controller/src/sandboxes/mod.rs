@@ -28,31 +28,44 @@ pub enum SandboxCommand {
     Ls,
     /// A terminal in a sandbox (root, or a benchmark user with --user); `-- CMD` runs a command.
     Shell {
+        /// The sandbox: its name as `sandbench ls` shows it, or a prefix of its name or id.
         id: String,
+        /// Enter as this user (e.g. benchmark1), with the environment the phases give it.
         #[arg(long)]
         user: Option<String>,
-        #[arg(last = true)]
+        /// A command to run instead of a terminal; its exit status is this command's.
+        #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
     },
-    /// A sandbox's agent log.
+    /// A sandbox's agent log, each line with its time (RFC 3339, UTC).
     Logs {
+        /// The sandbox: its name as `sandbench ls` shows it, or a prefix of its name or id.
         id: String,
-        /// Keep following it.
+        /// Only the last N lines (with --follow: then the new ones).
+        #[arg(short = 'n', long = "lines", value_name = "N")]
+        lines: Option<usize>,
+        /// Keep following it until the sandbox is gone.
         #[arg(short, long)]
         follow: bool,
     },
     /// Rerun one phase on a sandbox kept by `sandbench debug --keep`.
     Phase {
+        /// The sandbox: its name as `sandbench ls` shows it, or a prefix of its name or id.
         id: String,
+        /// The phase to rerun: prepare, install, measure or runtime.
         phase: String,
+        /// The trial of that phase.
         #[arg(long, default_value_t = 0)]
         trial: u32,
     },
     /// Remove sandboxes: one, a run's, or all.
     Rm {
+        /// The sandbox: its name as `sandbench ls` shows it, or a prefix of its name or id.
         id: Option<String>,
+        /// Every sandbox of this run id.
         #[arg(long)]
         run: Option<String>,
+        /// Every sandbench sandbox on this machine.
         #[arg(long)]
         all: bool,
     },
@@ -72,8 +85,8 @@ pub async fn run(command: SandboxCommand) -> anyhow::Result<ExitCode> {
             let code = shell(&provisioner, &id, user.as_deref(), &command).await?;
             return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
         }
-        SandboxCommand::Logs { id, follow } => {
-            logs(&provisioner, &id, follow).await?;
+        SandboxCommand::Logs { id, lines, follow } => {
+            logs(&provisioner, &id, lines, follow).await?;
             true
         }
         SandboxCommand::Phase { id, phase: name, trial } => phase(&provisioner, &id, &name, trial).await?,

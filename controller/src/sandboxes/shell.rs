@@ -1,18 +1,31 @@
 //! `sandbench shell ID [--user U] [-- CMD]`: a terminal in a sandbox, or one command run in it.
+//!
+//! The terminal works like `docker exec -it`: the remote command has a terminal of the local
+//! one's size (set at start and on every SIGWINCH), the local terminal is raw so every key
+//! (Ctrl-C, Ctrl-Z, arrows) reaches the remote terminal, and the command returns as soon as the
+//! remote side ends. Keys are read on a thread of its own that polls the terminal and a wake-up
+//! pipe, so it stops at once without reading (and swallowing) a key typed after the end.
 
-use anyhow::bail;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
 use futures_util::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
 
 use super::find;
 use crate::provision::DockerProvisioner;
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
 
+/// Root's terminal: a login bash when the image has one, else a login sh.
+const ROOT_SHELL: &str = "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi";
+
 /// The command line of `shell`: as root, or as `user` through the agent's `run-as` (which gives
 /// the user the environment the phases give it).
 pub fn shell_command(user: Option<&str>, command: &[String]) -> Vec<String> {
     match user {
-        None if command.is_empty() => vec!["/bin/sh".into(), "-c".into(), "exec bash -l 2>/dev/null || exec sh".into()],
+        None if command.is_empty() => vec!["/bin/sh".into(), "-c".into(), ROOT_SHELL.into()],
         None => command.to_vec(),
         Some(user) => {
             let mut cmd = vec![AGENT_PATH_IN_SANDBOX.to_string(), "run-as".into(), user.to_string()];
@@ -45,26 +58,31 @@ pub async fn shell(
     }
     let (rows, cols) = terminal_size().unwrap_or((24, 80));
     let session = provisioner.exec_terminal(&c.name, cmd, rows, cols).await?;
-    let raw = RawMode::enter();
     let exec_id = session.id.clone();
+    // Engines before API 1.42 ignore the size given at create: set it once the command runs.
+    set_size_at_start(provisioner, &exec_id, rows, cols).await;
+    let raw = RawMode::enter();
+    let keys = KeyReader::start().context("cannot read the terminal")?;
+    let forwarded = forward(provisioner, &exec_id, session, keys.receiver).await;
+    keys.stop.stop();
+    drop(raw);
+    forwarded?;
+    Ok(i32::try_from(exit_code(provisioner, &exec_id).await?).unwrap_or(1))
+}
+
+/// Copies keys to the remote terminal and its output here, and passes on size changes, until
+/// the remote side ends.
+async fn forward(
+    provisioner: &DockerProvisioner,
+    exec_id: &str,
+    session: crate::provision::docker::ExecSession,
+    mut keys: mpsc::Receiver<Vec<u8>>,
+) -> anyhow::Result<()> {
     let mut input = session.input;
     let mut output = session.output;
-    let stdin_task = tokio::spawn(async move {
-        let mut stdin = tokio::io::stdin();
-        let mut buf = [0u8; 4096];
-        loop {
-            match stdin.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if input.write_all(&buf[..n]).await.is_err() || input.flush().await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
     let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
     let mut stdout = tokio::io::stdout();
+    let mut keys_open = true;
     loop {
         tokio::select! {
             chunk = output.next() => match chunk {
@@ -72,25 +90,133 @@ pub async fn shell(
                     stdout.write_all(&out.into_bytes()).await?;
                     stdout.flush().await?;
                 }
-                _ => break,
+                _ => return Ok(()),
+            },
+            key = keys.recv(), if keys_open => match key {
+                Some(bytes) => {
+                    // The remote side may be ending: its output stream says when.
+                    let _ = input.write_all(&bytes).await;
+                    let _ = input.flush().await;
+                }
+                None => keys_open = false,
             },
             Some(()) = async { match winch.as_mut() { Some(w) => w.recv().await, None => std::future::pending().await } } => {
                 if let Some((rows, cols)) = terminal_size() {
-                    let _ = provisioner.resize_terminal(&exec_id, rows, cols).await;
+                    let _ = provisioner.resize_terminal(exec_id, rows, cols).await;
                 }
             }
         }
     }
-    stdin_task.abort();
-    drop(raw);
-    Ok(i32::try_from(provisioner.exec_exit_code(&exec_id).await?).unwrap_or(1))
+}
+
+/// Sets the remote terminal's size, retrying briefly while the engine is still starting it.
+async fn set_size_at_start(provisioner: &DockerProvisioner, exec_id: &str, rows: u16, cols: u16) {
+    for attempt in 0..10u32 {
+        if provisioner.resize_terminal(exec_id, rows, cols).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10 << attempt.min(4))).await;
+    }
+}
+
+/// The remote command's exit code, once the engine has recorded it.
+async fn exit_code(provisioner: &DockerProvisioner, exec_id: &str) -> anyhow::Result<i64> {
+    let mut code = provisioner.exec_exit_code(exec_id).await?;
+    for _ in 0..40 {
+        if code != -1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        code = provisioner.exec_exit_code(exec_id).await?;
+    }
+    Ok(code)
 }
 
 fn terminal_size() -> Option<(u16, u16)> {
-    // SAFETY: TIOCGWINSZ fills a winsize struct for a valid fd.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_row > 0;
-    ok.then_some((ws.ws_row, ws.ws_col))
+    for fd in [1, 0, 2] {
+        // SAFETY: TIOCGWINSZ fills a winsize struct for a valid fd (an error otherwise).
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_row > 0 && ws.ws_col > 0 {
+            return Some((ws.ws_row, ws.ws_col));
+        }
+    }
+    None
+}
+
+/// Keys typed here, read on a thread of their own until [`Stop::stop`].
+struct KeyReader {
+    receiver: mpsc::Receiver<Vec<u8>>,
+    stop: Stop,
+}
+
+/// Ends a [`KeyReader`]'s thread: wakes its poll and waits for it.
+struct Stop {
+    wake: Option<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Stop {
+    fn stop(mut self) {
+        // Closing the pipe's write end wakes the poll (POLLHUP) and the thread returns.
+        drop(self.wake.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl KeyReader {
+    fn start() -> std::io::Result<KeyReader> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fds on success; each is owned exactly once below.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let (wake_read, wake_write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (tx, receiver) = mpsc::channel(64);
+        let thread = std::thread::Builder::new().name("keys".into()).spawn(move || read_keys(&wake_read, &tx))?;
+        Ok(KeyReader { receiver, stop: Stop { wake: Some(wake_write), thread: Some(thread) } })
+    }
+}
+
+/// Reads stdin while it has bytes and `wake` is open. At end of input (stdin not a terminal),
+/// sends Ctrl-D, which the remote terminal reads as end of input.
+fn read_keys(wake: &OwnedFd, tx: &mpsc::Sender<Vec<u8>>) {
+    let mut buf = [0u8; 4096];
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: polls two valid fds described by a stack array of the length passed.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if fds[1].revents != 0 {
+            return;
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        // SAFETY: reads into a stack buffer of the length passed.
+        let got = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+        let bytes = match got {
+            n if n > 0 => buf[..n as usize].to_vec(),
+            0 => {
+                let _ = tx.blocking_send(vec![0x04]);
+                return;
+            }
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => continue,
+            _ => return,
+        };
+        if tx.blocking_send(bytes).is_err() {
+            return;
+        }
+    }
 }
 
 /// The local terminal in raw mode for the lifetime of this value (when stdin is a terminal).
@@ -133,6 +259,10 @@ mod tests {
     #[test]
     fn shells_run_as_root_or_through_the_agent() {
         assert_eq!(shell_command(None, &["id".into()]), ["id"]);
+        // Root's terminal keeps its stderr (bash's prompt and every error are written there).
+        let root = shell_command(None, &[]);
+        assert_eq!(root[..2], ["/bin/sh", "-c"]);
+        assert!(root[2].contains("then exec bash -l; else exec sh -l; fi"), "{root:?}");
         assert_eq!(
             shell_command(Some("benchmark1"), &["id".into()]),
             [AGENT_PATH_IN_SANDBOX, "run-as", "benchmark1", "--", "id"]

@@ -169,7 +169,7 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", crate::sanitize::terminal(&format!("{err:#}")));
             ExitCode::FAILURE
         }
     }
@@ -251,11 +251,11 @@ fn report(dir: &Path, format: Option<ReportFormat>) -> anyhow::Result<ExitCode> 
 fn check(spec: &Path) -> anyhow::Result<ExitCode> {
     match crate::spec::load(spec) {
         Ok(plan) => {
-            print!("{}", crate::spec::describe(&plan));
+            print!("{}", crate::sanitize::terminal(&crate::spec::describe(&plan)));
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
-            eprint!("{errors}");
+            eprint!("{}", crate::sanitize::terminal(&errors.to_string()));
             Ok(ExitCode::from(2))
         }
     }

@@ -15,6 +15,7 @@ pub mod report;
 pub mod run;
 pub mod sandbox;
 pub mod sandboxes;
+pub mod sanitize;
 pub mod server;
 pub mod source;
 pub mod spec;

@@ -729,5 +729,5 @@ fn run_id() -> String {
 }
 
 fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(8)]
+    crate::sanitize::prefix(commit, 8)
 }

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod cli;
 pub mod cost;
 pub mod debug;
+pub mod intake;
 pub mod logging;
 pub mod provision;
 pub mod publish;

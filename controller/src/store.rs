@@ -386,6 +386,62 @@ mod tests {
     }
 
     #[test]
+    fn the_log_is_read_line_by_line_and_a_bad_or_huge_line_is_named() {
+        let mut text = line("a", 1);
+        text.extend(line("a", 2));
+        let events: Vec<StoredEvent> =
+            Events::new(text.as_slice(), Path::new("log")).collect::<anyhow::Result<_>>().unwrap();
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        // Without a final newline, the last line still counts.
+        let trimmed = &text[..text.len() - 1];
+        assert_eq!(Events::new(trimmed, Path::new("log")).count(), 2);
+        let mut bad = line("a", 1);
+        bad.extend(b"{not json}\n");
+        bad.extend(line("a", 3));
+        let results: Vec<_> = Events::new(bad.as_slice(), Path::new("log")).collect();
+        assert_eq!(results.len(), 2, "an error ends the reading");
+        assert!(results[1].as_ref().unwrap_err().to_string().starts_with("log:2: not an event"));
+        // A line longer than the bound is refused without being read whole.
+        let mut reader = std::io::BufReader::new(std::io::repeat(b'x').take(10_000));
+        let mut buf = Vec::new();
+        let err = read_line(&mut reader, &mut buf, 1000).unwrap_err();
+        assert!(err.to_string().contains("longer than 1000 bytes") && buf.len() <= 1000);
+    }
+
+    #[tokio::test]
+    async fn reopening_recovers_output_kept_and_file_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(OBSERVATIONS_FILE);
+        let event = |seq, body| StoredEvent { sandbox: "s".into(), seq, unix_ms: 1, body };
+        let log = |data: Data| StoredBody::Log { command_id: "c".into(), stream: "stdout".into(), data, cut: None };
+        let file = |offset, bytes, refused: Option<&str>| StoredBody::File {
+            command_id: "c".into(),
+            path: "t/a".into(),
+            offset,
+            bytes,
+            last: false,
+            refused: refused.map(String::from),
+        };
+        let mut bytes = Vec::new();
+        for e in [
+            event(1, log(Data::from_bytes(b"hello".to_vec()))),
+            event(2, log(Data::from_bytes(vec![0xff, 0xfe]))),
+            event(3, file(0, 10, None)),
+            event(4, file(10, 5, None)),
+            event(5, file(1000, 5, Some("past the end"))),
+        ] {
+            serde_json::to_writer(&mut bytes, &e).unwrap();
+            bytes.push(b'\n');
+        }
+        std::fs::write(&path, bytes).unwrap();
+        let (log, recovered) = EventLog::open(&path).unwrap();
+        log.close().await;
+        assert_eq!(recovered.last_seqs["s"], 5);
+        assert_eq!(recovered.output_bytes[&("s".to_string(), "c".to_string())], 7);
+        assert_eq!(recovered.file_sizes[&("s".to_string(), "t/a".to_string())], 15);
+    }
+
+    #[test]
     fn bytes_round_trip_as_text_or_hex() {
         assert_eq!(Data::from_bytes(b"hi".to_vec()), Data::Text { text: "hi".into() });
         assert_eq!(Data::from_bytes(vec![0xff, 0x00]), Data::Hex { hex: "ff00".into() });

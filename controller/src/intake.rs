@@ -16,6 +16,8 @@ use crate::store::{Data, OutputCut, StoredBody, StoredEvent};
 pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 2 << 20;
 /// Commands of one sandbox whose output is followed at once; beyond, the oldest is closed.
 const MAX_OPEN_COMMANDS: usize = 64;
+/// Ended commands remembered per sandbox: output they still send is not kept.
+const MAX_ENDED_COMMANDS: usize = 4096;
 /// Longest error text kept (a phase's or an observation's).
 pub const MAX_ERROR_BYTES: usize = 16 << 10;
 /// Longest name kept (metric, unit, command id, phase).
@@ -120,6 +122,8 @@ struct Output {
 pub struct Outputs {
     cap: u64,
     commands: HashMap<String, Output>,
+    /// Commands whose output ended, latest last.
+    ended: VecDeque<String>,
     uses: u64,
 }
 
@@ -127,7 +131,7 @@ impl Outputs {
     /// `cap`: bytes kept per command; `kept`: what the log already holds per command (after a
     /// controller restart).
     pub fn new(cap: u64, kept: impl IntoIterator<Item = (String, u64)>) -> Outputs {
-        let mut outputs = Outputs { cap, commands: HashMap::new(), uses: 0 };
+        let mut outputs = Outputs { cap, commands: HashMap::new(), ended: VecDeque::new(), uses: 0 };
         for (command, bytes) in kept {
             let output = outputs.output(&command);
             output.head_left = output.head_left.saturating_sub(bytes);
@@ -164,6 +168,10 @@ impl Outputs {
         bytes: Vec<u8>,
     ) -> (Option<Vec<u8>>, Vec<StoredEvent>) {
         let mut closed = Vec::new();
+        if !self.commands.contains_key(command) && self.ended.iter().any(|c| c == command) {
+            // Output after the command's end (its marker and tail are written): not kept.
+            return (None, closed);
+        }
         if !self.commands.contains_key(command) && self.commands.len() >= MAX_OPEN_COMMANDS {
             let oldest = self.commands.iter().min_by_key(|(_, o)| o.last_used).map(|(c, _)| c.clone());
             if let Some(oldest) = oldest {
@@ -189,6 +197,10 @@ impl Outputs {
     /// log where the command ends.
     pub fn close(&mut self, sandbox: &str, command: &str) -> Vec<StoredEvent> {
         let Some(output) = self.commands.remove(command) else { return Vec::new() };
+        if self.ended.len() == MAX_ENDED_COMMANDS {
+            self.ended.pop_front();
+        }
+        self.ended.push_back(command.to_string());
         if output.tail.is_empty() {
             return Vec::new();
         }
@@ -397,7 +409,9 @@ mod tests {
         );
         let StoredBody::Log { cut, .. } = &events[0].body else { unreachable!() };
         assert_eq!(*cut, Some(OutputCut { dropped_bytes: 6, total_bytes: 16 }));
-        // Closed: nothing more to say about it.
+        // Closed: nothing more to say about it, and what it still sends is not kept.
+        assert!(outputs.close("s", "c").is_empty());
+        assert_eq!(outputs.admit("s", "c", (6, 0), "stdout", b"late".to_vec()).0, None);
         assert!(outputs.close("s", "c").is_empty());
     }
 

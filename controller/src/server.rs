@@ -864,6 +864,9 @@ fn random_token() -> anyhow::Result<String> {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod token_tests {
     #[test]
     fn tokens_match_only_when_every_byte_does() {

@@ -33,7 +33,7 @@ fn samples(values: &[f64]) -> Vec<Sample> {
 
 /// The reference example: one metric regressed, one improved, one incomplete, one unavailable,
 /// thirteen unchanged; a hostile error and a warning.
-fn example(status: Status) -> Report {
+pub(super) fn example(status: Status) -> Report {
     let metrics: Vec<MetricDef> = KEYS.iter().map(|k| built_in(k).unwrap()).collect();
     let expected: BTreeMap<String, u32> = KEYS
         .iter()

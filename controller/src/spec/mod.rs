@@ -296,4 +296,6 @@ fn field_of_toml_error(message: &str, line: &str) -> String {
 }
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;

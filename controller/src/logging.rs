@@ -37,7 +37,13 @@ pub fn init(stderr_filter: &str) {
     let stderr = tracing_subscriber::EnvFilter::try_new(stderr_filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                // Colours only for a terminal: a CI log or a file gets plain text.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_writer(std::io::stderr)
+                .with_filter(stderr),
+        )
         .with(
             tracing_subscriber::fmt::layer()
                 .with_ansi(false)

@@ -121,11 +121,20 @@ fn has_escape(bytes: &[u8]) -> bool {
     bytes.contains(&0x1b) || bytes.contains(&0x07) || String::from_utf8_lossy(bytes).contains('\u{9b}')
 }
 
-/// Runs `base` against `head` of the hostile product and returns what went wrong, and the report.
-fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Report>) {
-    let out = tempfile::tempdir().unwrap();
+/// A finished `sandbench run`: how it ended, what it printed, what the watcher saw on the host.
+struct Ran {
+    out: tempfile::TempDir,
+    code: Option<i32>,
+    took: Duration,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    host: Vec<String>,
+}
 
-    // Watch the host side while the run goes: planted files may be gone by the end.
+/// Runs `sandbench run` on `base` against `head`, watching the host side while it goes (planted
+/// files may be gone by the end); killed after [`RUN_LIMIT`].
+fn run_watched(repo: &Path, base: &str, head: &str) -> Ran {
+    let out = tempfile::tempdir().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
         let (stop, out) = (stop.clone(), out.path().to_path_buf());
@@ -142,7 +151,6 @@ fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Repo
             seen
         })
     };
-
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sandbench"))
         .args(["run", "bench.toml", "--base", base, "--head", head, "--timeout-minutes", "15", "--out"])
@@ -155,7 +163,6 @@ fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Repo
         .stderr(Stdio::piped())
         .spawn()
         .expect("start sandbench");
-    let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let read = |mut r: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -163,7 +170,8 @@ fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Repo
             bytes
         })
     };
-    let (stdout, stderr) = (read(Box::new(stdout)), read(Box::new(stderr)));
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break Some(status);
@@ -178,10 +186,58 @@ fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Repo
     stop.store(true, Ordering::Relaxed);
     let mut host = watcher.join().unwrap();
     host.extend(violations(out.path()));
-    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-    let dir = run_dir(out.path());
-    let terminal = format!("{}{}", String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
+    Ran {
+        code: status.and_then(|s| s.code()),
+        took: started.elapsed(),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+        host,
+        out,
+    }
+}
 
+/// The containers of a run still there (removed now, so none outlives the test).
+fn containers_left(run_dir: &Path) -> Vec<String> {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let provisioner = DockerProvisioner::connect(1).await.unwrap();
+        let run_id = run_dir.file_name().unwrap_or_default().to_string_lossy().to_string();
+        let left = provisioner.list(Some((labels::RUN, &run_id))).await.unwrap();
+        for c in &left {
+            let _ = provisioner.remove(&c.id).await;
+        }
+        left.into_iter().map(|c| c.name).collect()
+    })
+}
+
+/// The agents' tokens (from the controller's token file), the files of the run folder holding
+/// one, and the folder's size without the token file.
+fn leaked_tokens(run_dir: &Path) -> (Vec<String>, Vec<PathBuf>, u64) {
+    let tokens: Vec<String> = std::fs::read(run_dir.join(".agent-tokens.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.as_object().cloned())
+        .map(|o| o.values().filter_map(|r| r["token"].as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let mut files = Vec::new();
+    walk(run_dir, &mut files);
+    let (mut holding, mut total) = (Vec::new(), 0u64);
+    for file in files.into_iter().filter(|f| f.is_file() && !f.ends_with(".agent-tokens.json")) {
+        let Ok(bytes) = std::fs::read(&file) else { continue };
+        total += bytes.len() as u64;
+        let text = String::from_utf8_lossy(&bytes);
+        if tokens.iter().any(|t| text.contains(t.as_str())) {
+            holding.push(file);
+        }
+    }
+    (tokens, holding, total)
+}
+
+/// Runs `base` against `head` of the hostile product and returns what went wrong, and the report.
+fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Report>) {
+    let ran = run_watched(repo, base, head);
+    let dir = run_dir(ran.out.path());
+    let terminal = format!("{}{}", String::from_utf8_lossy(&ran.stdout), String::from_utf8_lossy(&ran.stderr));
     let mut failures: Vec<String> = Vec::new();
     let mut check = |ok: bool, what: String| {
         if !ok {
@@ -190,15 +246,13 @@ fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Repo
     };
 
     // The run ended, completed or failed with a clear error, and nothing is left.
-    let code = status.and_then(|s| s.code());
     check(
-        matches!(code, Some(0..=2)),
-        format!("sandbench ended with {code:?} after {:?}; stderr:\n{}", started.elapsed(), terminal),
+        matches!(ran.code, Some(0..=2)),
+        format!("sandbench ended with {:?} after {:?}:\n{terminal}", ran.code, ran.took),
     );
     let report: Option<Report> =
         std::fs::read(dir.join("report.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
-    check(!dir.as_os_str().is_empty(), "no run folder".into());
-    check(report.is_some(), "no readable report.json".into());
+    check(report.is_some(), format!("no readable report.json in {dir:?}"));
     if let Some(report) = &report {
         check(report.status != Status::Running, "the report still says running".into());
         check(
@@ -206,45 +260,17 @@ fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Repo
             format!("a {:?} run without an error saying why", report.status),
         );
     }
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let left = runtime.block_on(async {
-        let provisioner = DockerProvisioner::connect(1).await.unwrap();
-        let run_id = dir.file_name().unwrap().to_string_lossy().to_string();
-        let left = provisioner.list(Some((labels::RUN, &run_id))).await.unwrap();
-        for c in &left {
-            let _ = provisioner.remove(&c.id).await;
-        }
-        left.into_iter().map(|c| c.name).collect::<Vec<_>>()
-    });
+    let left = containers_left(&dir);
     check(left.is_empty(), format!("containers left behind: {left:?}"));
 
     // The host: no setuid file, nothing of a sandbox user's, nothing planted by a sandbox.
-    check(host.is_empty(), format!("the host was touched:\n  {}", host.join("\n  ")));
+    check(ran.host.is_empty(), format!("the host was touched:\n  {}", ran.host.join("\n  ")));
 
-    // No token anywhere but the controller's own token file.
-    let tokens: Vec<String> = std::fs::read(dir.join(".agent-tokens.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v.as_object().cloned())
-        .map(|o| o.values().filter_map(|r| r["token"].as_str().map(String::from)).collect())
-        .unwrap_or_default();
+    // No token anywhere but the controller's own token file; the run folder small after floods.
+    let (tokens, holding, total) = leaked_tokens(&dir);
     check(!tokens.is_empty(), "no agent tokens recorded".into());
-    let mut files = Vec::new();
-    walk(&dir, &mut files);
-    let mut total = 0u64;
-    for file in files.iter().filter(|f| f.is_file() && !f.ends_with(".agent-tokens.json")) {
-        let Ok(bytes) = std::fs::read(file) else { continue };
-        total += bytes.len() as u64;
-        let text = String::from_utf8_lossy(&bytes);
-        for token in &tokens {
-            check(!text.contains(token.as_str()), format!("an agent's token is in {}", file.display()));
-        }
-    }
-    for token in &tokens {
-        check(!terminal.contains(token.as_str()), "an agent's token was printed".into());
-    }
-
-    // Floods: the run folder stays small (64 MiB of output went in).
+    check(holding.is_empty(), format!("an agent's token is in {holding:?}"));
+    check(!tokens.iter().any(|t| terminal.contains(t.as_str())), "an agent's token was printed".into());
     let log = std::fs::metadata(dir.join("observations.jsonl")).map(|m| m.len()).unwrap_or(0);
     check(log < 16 << 20, format!("observations.jsonl holds {log} bytes"));
     check(total < 48 << 20, format!("the run folder holds {total} bytes"));
@@ -255,21 +281,14 @@ fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Repo
     check(!md.contains("<script") && !has_escape(md.as_bytes()), format!("report.md is live:\n{md}"));
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap_or_default();
     check(!html.contains("<script") && !has_escape(html.as_bytes()), "report.html is live".into());
-    check(
-        !has_escape(&stdout) && !has_escape(&stderr),
-        format!("escape sequences reached the terminal:\n{terminal:?}"),
-    );
+    check(!has_escape(&ran.stdout) && !has_escape(&ran.stderr), format!("escapes reached the terminal:\n{terminal:?}"));
 
-    if let Some(report) = &report {
-        // Every probe of both sides that got to run it: 0 (the attack did not work).
+    // Every probe of both sides that got to run it: 0 (the attack did not work).
+    for (side, is_head) in [(base, false), (head, true)] {
         for key in PROBES {
-            for (side, is_head) in [(base, false), (head, true)] {
-                let samples = metric(report, is_head, key);
-                check(
-                    samples.iter().all(|(v, _)| v.is_none() || *v == Some(0.0)),
-                    format!("{side} {key}: {samples:?}"),
-                );
-            }
+            let samples = report.as_ref().map(|r| metric(r, is_head, key)).unwrap_or_default();
+            let zero = samples.iter().all(|(v, _)| v.is_none() || *v == Some(0.0));
+            check(zero, format!("{side} {key}: {samples:?}"));
         }
     }
     (failures, report)

@@ -260,12 +260,15 @@ async fn the_reaper_removes_expired_sandboxes_but_not_live_ones() {
         // Our own live sandbox survives a reap.
         let reaped = h.provisioner.reap().await.unwrap();
         assert!(reaped.iter().all(|r| r.name != live.sandbox.id), "reaped a live sandbox: {reaped:?}");
-        // An expired one does not.
+        // One past its expiry and the grace does not (its controller, this one, is alive).
         let mut request = h.request("expired", SCRATCH_IMAGE, AgentShipping::Bind);
-        request.ttl = Duration::ZERO;
+        let long_ago =
+            std::time::SystemTime::now() - sandbench::provision::docker::REAP_GRACE - Duration::from_secs(60);
+        let long_ago = long_ago.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        request.labels.insert(sandbench::provision::labels::EXPIRES_AT.into(), long_ago.to_string());
         let expired = h.provisioner.create(&request).await.unwrap();
         let reaped = h.provisioner.reap().await.unwrap();
-        assert!(reaped.iter().any(|r| r.name == expired.id && r.reason.starts_with("expired")), "{reaped:?}");
+        assert!(reaped.iter().any(|r| r.name == expired.id && r.reason.contains("expired")), "{reaped:?}");
         let left: Vec<String> = h
             .provisioner
             .list(Some(("io.sandbench.run", &h.run_id)))

@@ -1,15 +1,17 @@
 //! The controller's side of protocol v1, driven by a hand-written agent over a real Unix socket:
-//! duplicates dropped, gaps refused, acks cumulative, commands resent until done, tokens checked.
+//! duplicates dropped, gaps refused, acks cumulative, commands resent until done, tokens checked,
+//! and what a hostile agent sends bounded (output, file chunks, refused Hellos).
 
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use sandbench::server::{Hub, HubConfig, ServerHandle};
 use sandbench::store::read_events;
+use sandbench::store::{Data, StoredBody};
 use sandbench_proto::v1::agent_client::AgentClient;
 use sandbench_proto::v1::{
-    AgentMessage, Command, ControllerMessage, Event, EventBatch, Hello, Observation, PhaseDone, PhaseStatus, RunPhase,
-    Welcome, agent_message, command, controller_message, event, observation,
+    AgentMessage, Command, ControllerMessage, Event, EventBatch, FileChunk, Hello, Log, LogStream, Observation,
+    PhaseDone, PhaseStatus, RunPhase, Welcome, agent_message, command, controller_message, event, observation,
 };
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
@@ -24,8 +26,12 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(HubConfig::default()).await
+}
+
+async fn fixture_with(config: HubConfig) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let hub = Hub::open(dir.path(), HubConfig::default()).unwrap();
+    let hub = Hub::open(dir.path(), config).unwrap();
     let server = hub.serve(&dir.path().join("agent.sock")).await.unwrap();
     Fixture { _dir: dir, hub, server }
 }
@@ -184,4 +190,166 @@ async fn unknown_wrong_and_borrowed_tokens_are_refused_and_recorded() {
     assert!(open(&f, "a", &a).await.is_ok());
     f.hub.retire("a").unwrap();
     assert_eq!(refused(open(&f, "a", &a).await), "token reused: the sandbox was retired");
+}
+
+fn log_event(seq: u64, command: &str, chunk: &[u8]) -> Event {
+    Event {
+        seq,
+        unix_ms: 1,
+        body: Some(event::Body::Log(Log {
+            command_id: command.into(),
+            stream: LogStream::Stdout as i32,
+            chunk: chunk.to_vec(),
+        })),
+    }
+}
+
+fn done_event(seq: u64, command: &str) -> Event {
+    let done = PhaseDone { command_id: command.into(), status: PhaseStatus::Ok as i32, error: String::new() };
+    Event { seq, unix_ms: 1, body: Some(event::Body::PhaseDone(done)) }
+}
+
+/// The output of `command` as the log holds it, and the cut markers' counts.
+fn output_of(f: &Fixture, command: &str) -> (Vec<u8>, Vec<(u64, u64)>) {
+    let mut text = Vec::new();
+    let mut cuts = Vec::new();
+    for event in sandbench::store::events(&f.hub.log_path()).unwrap() {
+        if let StoredBody::Log { command_id, data, cut, .. } = event.unwrap().body
+            && command_id == command
+        {
+            match data {
+                Data::Text { text: t } => text.extend(t.into_bytes()),
+                Data::Hex { hex } => panic!("unexpected hex {hex}"),
+            }
+            cuts.extend(cut.map(|c| (c.dropped_bytes, c.total_bytes)));
+        }
+    }
+    (text, cuts)
+}
+
+#[tokio::test]
+async fn a_flood_of_output_keeps_its_head_and_tail_and_the_log_stays_small() {
+    let cap = 256 << 10;
+    let f = fixture_with(HubConfig { output_cap_bytes: cap, ..HubConfig::default() }).await;
+    let token = f.hub.register("sb").unwrap();
+    let mut s = open(&f, "sb", &token).await.unwrap();
+    assert_eq!(s.welcome.output_cap_bytes, cap, "the agent is told the cap");
+    // 32 MiB in 32 KiB chunks, each chunk its line number then `y`s: what is kept can be told.
+    let chunk = |n: u64| format!("{n:08}{}\n", "y".repeat((32 << 10) - 9)).into_bytes();
+    let chunks = 1024u64;
+    for batch in 0..chunks / 64 {
+        let events = (1..=64).map(|k| batch * 64 + k).map(|seq| log_event(seq, "flood", &chunk(seq))).collect();
+        s.send(events).await;
+        assert_eq!(s.ack().await, (batch + 1) * 64, "every chunk is acknowledged, kept or not");
+    }
+    s.send(vec![done_event(chunks + 1, "flood")]).await;
+    assert_eq!(s.ack().await, chunks + 1);
+    f.hub.wait_done("sb", "flood", Duration::from_secs(5)).await.unwrap();
+    f.hub.close().await;
+
+    let size = std::fs::metadata(f.hub.log_path()).unwrap().len();
+    assert!(size < 2 * cap + (64 << 10), "the log holds {size} bytes for a {cap}-byte cap");
+    let (kept, cuts) = output_of(&f, "flood");
+    let total = chunks * (32 << 10);
+    assert!((cap..cap + 200).contains(&(kept.len() as u64)), "head, marker and tail: {} bytes", kept.len());
+    assert_eq!(cuts, [(total - cap, total)], "one marker with the bytes cut and the whole count");
+    let text = String::from_utf8(kept).unwrap();
+    assert!(text.starts_with("00000001yyy"), "the head is the start");
+    assert!(text.contains("bytes of output not kept"), "the marker says so");
+    assert!(text.ends_with(&format!("{:08}{}\n", chunks, "y".repeat((32 << 10) - 9))), "the tail is the end");
+}
+
+#[tokio::test]
+async fn output_cut_before_a_controller_restart_stays_bounded_after_it() {
+    let cap = 64 << 10;
+    let config = HubConfig { output_cap_bytes: cap, ..HubConfig::default() };
+    let f = fixture_with(config).await;
+    let token = f.hub.register("sb").unwrap();
+    let all: Vec<Event> = (1..=200).map(|seq| log_event(seq, "c", &[b'x'; 4096])).collect();
+    let mut s = open(&f, "sb", &token).await.unwrap();
+    s.send(all[..100].to_vec()).await;
+    assert_eq!(s.ack().await, 100);
+    drop(s);
+    // The controller goes away and comes back: the agent resends what the log does not hold.
+    let Fixture { _dir: dir, hub, server } = f;
+    server.stop().await;
+    hub.close().await;
+    let hub = Hub::open(dir.path(), config).unwrap();
+    let server = hub.serve(&dir.path().join("agent.sock")).await.unwrap();
+    let f2 = Fixture { _dir: dir, hub, server };
+    let mut s = open(&f2, "sb", &token).await.unwrap();
+    let from = s.welcome.acked_seq;
+    assert!(from <= 100, "{from}");
+    let mut rest: Vec<Event> = all[from as usize..].to_vec();
+    rest.push(done_event(201, "c"));
+    s.send(rest).await;
+    assert_eq!(s.ack().await, 201);
+    f2.hub.close().await;
+    let (kept, cuts) = output_of(&f2, "c");
+    assert!(!cuts.is_empty(), "cut, and said so");
+    assert!(kept.len() as u64 <= 2 * cap + 1024, "{} bytes kept across a restart, cap {cap}", kept.len());
+}
+
+#[tokio::test]
+async fn file_chunks_out_of_bounds_are_refused_and_recorded_and_the_session_goes_on() {
+    let f = fixture().await;
+    let token = f.hub.register("sb").unwrap();
+    let mut s = open(&f, "sb", &token).await.unwrap();
+    let chunk = |seq: u64, path: &str, offset: u64, data: &[u8]| Event {
+        seq,
+        unix_ms: 1,
+        body: Some(event::Body::File(FileChunk {
+            command_id: "c".into(),
+            path: path.into(),
+            offset,
+            data: data.to_vec(),
+            last: false,
+        })),
+    };
+    s.send(vec![
+        chunk(1, "transcripts/a.cast", 0, b"abc"),
+        chunk(2, "transcripts/a.cast", 1 << 40, b"far beyond the end"),
+        chunk(3, "../../escape", 0, b"x"),
+        chunk(4, "a\0b", 0, b"x"),
+        chunk(5, &"deep/".repeat(40), 0, b"x"),
+        chunk(6, "transcripts/a.cast", 3, b"def"),
+    ])
+    .await;
+    assert_eq!(s.ack().await, 6, "refused chunks are acknowledged: the agent must not resend them forever");
+    let dir = f.hub.log_path().parent().unwrap().to_path_buf();
+    let written = std::fs::read(dir.join("sandboxes/sb/transcripts/a.cast")).unwrap();
+    assert_eq!(written, b"abcdef");
+    assert!(!dir.join("escape").exists() && !dir.join("sandboxes/escape").exists());
+    f.hub.close().await;
+    let refused: Vec<(u64, String)> = sandbench::store::read_events(&f.hub.log_path())
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.body {
+            StoredBody::File { refused: Some(why), .. } => Some((e.seq, why)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 3, 4, 5], "{refused:?}");
+    assert!(refused[0].1.contains("past the end of the file (3 bytes)"), "{refused:?}");
+    assert!(refused[1].1.contains("unsafe path"), "{refused:?}");
+}
+
+#[tokio::test]
+async fn refused_hellos_are_counted_and_not_kept() {
+    let f = fixture().await;
+    let _token = f.hub.register("sb").unwrap();
+    let huge = "x".repeat(1 << 20);
+    for n in 0..40 {
+        let id = format!("{n}{huge}");
+        match open(&f, &id, "nope").await {
+            Ok(_) => panic!("accepted"),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unauthenticated);
+                assert!(status.message().len() < 200, "the answer echoes {} bytes", status.message().len());
+            }
+        }
+    }
+    assert_eq!(f.hub.refusal_count(), 40);
+    let kept = f.hub.refusals();
+    assert!(kept.len() <= 32 && kept.iter().all(|r| r.sandbox_id.len() <= 64), "{}", kept.len());
 }

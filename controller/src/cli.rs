@@ -262,7 +262,7 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", crate::sanitize::terminal(&format!("{err:#}")));
             ExitCode::from(exit::FAILED)
         }
     }
@@ -366,11 +366,11 @@ fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Res
 fn check(spec: &Path) -> anyhow::Result<ExitCode> {
     match crate::spec::load(spec) {
         Ok(plan) => {
-            print!("{}", crate::spec::describe(&plan));
+            print!("{}", crate::sanitize::terminal(&crate::spec::describe(&plan)));
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
-            eprint!("{errors}");
+            eprint!("{}", crate::sanitize::terminal(&errors.to_string()));
             Ok(ExitCode::from(exit::USAGE))
         }
     }

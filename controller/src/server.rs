@@ -4,7 +4,8 @@
 //! exchanges heartbeats.
 //!
 //! [`Hub`] holds the state; it can be reopened from the run directory after a restart, so a
-//! controller that comes back continues where the log ends.
+//! controller that comes back continues where the log ends. What agents send is bounded on the
+//! way in (see [`crate::intake`]): output per command, file chunks, texts, refused Hellos.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::intake::{self, FileLimits, Files, MAX_ERROR_BYTES, MAX_NAME_BYTES, Outputs, Refusals};
 use crate::store::{Data, EventLog, OBSERVATIONS_FILE, StoredBody, StoredEvent};
+
+pub use crate::intake::Refusal;
 
 const TOKENS_FILE: &str = ".agent-tokens.json";
 
@@ -35,6 +39,11 @@ pub struct HubConfig {
     pub dead_after: u32,
     /// How long an agent has to send Hello once its stream is open.
     pub hello_timeout: Duration,
+    /// Output kept per (sandbox, command): its first and its last half of this many bytes, and
+    /// a marker between them saying how many were cut. Sent to agents in `Welcome`.
+    pub output_cap_bytes: u64,
+    /// Bounds on the files each sandbox sends.
+    pub files: FileLimits,
 }
 
 /// How long either side carries on without word from the other by default: long enough for a
@@ -56,7 +65,13 @@ impl HubConfig {
     pub fn with_dead_man(heartbeat: Duration, window: Duration) -> HubConfig {
         let beat = heartbeat.as_millis().max(1);
         let intervals = window.as_millis().div_ceil(beat).clamp(2, u128::from(u32::MAX)) as u32;
-        HubConfig { heartbeat, dead_after: intervals, hello_timeout: Duration::from_secs(10) }
+        HubConfig {
+            heartbeat,
+            dead_after: intervals,
+            hello_timeout: Duration::from_secs(10),
+            output_cap_bytes: intake::DEFAULT_OUTPUT_CAP_BYTES,
+            files: FileLimits::default(),
+        }
     }
 
     /// How long either side waits without word before giving the other up.
@@ -107,13 +122,6 @@ pub struct AgentStatus {
     pub observation_errors: HashMap<String, Vec<String>>,
 }
 
-/// A Hello that was refused.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    pub sandbox_id: String,
-    pub reason: String,
-}
-
 #[derive(Serialize, Deserialize, Default)]
 struct TokenRecord {
     token: String,
@@ -139,7 +147,11 @@ struct Inner {
     config: HubConfig,
     log: tokio::sync::RwLock<Option<EventLog>>,
     sandboxes: Mutex<HashMap<String, SandboxState>>,
-    refusals: Mutex<Vec<Refusal>>,
+    refusals: Mutex<Refusals>,
+    /// Output of every sandbox's commands, cut to head and tail.
+    outputs: Mutex<HashMap<String, Outputs>>,
+    /// Files every sandbox sent.
+    files: Mutex<HashMap<String, Files>>,
     closed: watch::Sender<bool>,
     /// Every event once persisted, for live displays.
     events: tokio::sync::broadcast::Sender<StoredEvent>,
@@ -161,8 +173,17 @@ impl Hub {
     pub fn open(run_dir: &Path, config: HubConfig) -> anyhow::Result<Hub> {
         std::fs::create_dir_all(run_dir).with_context(|| format!("cannot create {}", run_dir.display()))?;
         let log_path = run_dir.join(OBSERVATIONS_FILE);
-        let (log, last_seqs) =
+        let (log, recovered) =
             EventLog::open(&log_path).with_context(|| format!("cannot open {}", log_path.display()))?;
+        let outputs = per_sandbox(recovered.output_bytes)
+            .into_iter()
+            .map(|(sandbox, kept)| (sandbox, Outputs::new(config.output_cap_bytes, kept)))
+            .collect();
+        let files = per_sandbox(recovered.file_sizes)
+            .into_iter()
+            .map(|(sandbox, sizes)| (sandbox, Files::recovered(sizes)))
+            .collect();
+        let last_seqs = recovered.last_seqs;
         let tokens: HashMap<String, TokenRecord> = match std::fs::read(run_dir.join(TOKENS_FILE)) {
             Ok(bytes) => serde_json::from_slice(&bytes).context("corrupt agent token file")?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
@@ -181,7 +202,9 @@ impl Hub {
                 config,
                 log: tokio::sync::RwLock::new(Some(log)),
                 sandboxes: Mutex::new(sandboxes),
-                refusals: Mutex::new(Vec::new()),
+                refusals: Mutex::default(),
+                outputs: Mutex::new(outputs),
+                files: Mutex::new(files),
                 closed: watch::Sender::new(false),
                 events: tokio::sync::broadcast::Sender::new(4096),
             }),
@@ -245,8 +268,14 @@ impl Hub {
         self.inner.events.subscribe()
     }
 
+    /// The last refused Hellos (a few; their sandbox ids cut short).
     pub fn refusals(&self) -> Vec<Refusal> {
-        lock(&self.inner.refusals).clone()
+        lock(&self.inner.refusals).recent()
+    }
+
+    /// Hellos refused since the hub was opened.
+    pub fn refusal_count(&self) -> u64 {
+        lock(&self.inner.refusals).total()
     }
 
     /// Waits until the sandbox's agent has said Hello (now or before).
@@ -349,7 +378,21 @@ impl Hub {
     pub async fn close(&self) {
         self.inner.closed.send_replace(true);
         self.disconnect_all();
+        // The tails of output still open go where the log ends.
+        let tails: Vec<StoredEvent> = {
+            let mut outputs = lock(&self.inner.outputs);
+            let mut sandboxes: Vec<&String> = outputs.keys().collect();
+            sandboxes.sort();
+            let sandboxes: Vec<String> = sandboxes.into_iter().cloned().collect();
+            sandboxes.iter().flat_map(|id| outputs.get_mut(id).map(|o| o.close_all(id)).unwrap_or_default()).collect()
+        };
         if let Some(log) = self.inner.log.write().await.take() {
+            if !tails.is_empty() {
+                let bytes = lines(&tails);
+                if let Err(err) = log.append(bytes).await {
+                    tracing::warn!("cannot write the tails of output to {}: {err}", log.path().display());
+                }
+            }
             log.close().await;
         }
     }
@@ -359,10 +402,14 @@ impl Hub {
         &self,
         hello: &sandbench_proto::v1::Hello,
         outbound: mpsc::Sender<Result<ControllerMessage, Status>>,
-    ) -> Result<(u64, u64, Vec<Command>), Status> {
+    ) -> Result<(u64, u64, Vec<Command>), Refused> {
         let mut sandboxes = lock(&self.inner.sandboxes);
         let refusal = match sandboxes.get(&hello.sandbox_id) {
-            None => Some(format!("unknown sandbox {:?}", hello.sandbox_id)),
+            // Ids are the controller's container names; a long one is not worth a lookup.
+            _ if hello.sandbox_id.len() > MAX_NAME_BYTES => {
+                Some(format!("unknown sandbox {}", intake::shown_id(&hello.sandbox_id)))
+            }
+            None => Some(format!("unknown sandbox {}", intake::shown_id(&hello.sandbox_id))),
             Some(state) if !constant_time_eq(state.token.as_bytes(), hello.token.as_bytes()) => {
                 let owner = sandboxes
                     .iter()
@@ -378,12 +425,15 @@ impl Hub {
         };
         if let Some(reason) = refusal {
             drop(sandboxes);
-            tracing::warn!(sandbox = %hello.sandbox_id, boot = %hello.boot_id, "refused an agent: {reason}");
-            lock(&self.inner.refusals).push(Refusal { sandbox_id: hello.sandbox_id.clone(), reason: reason.clone() });
-            return Err(Status::unauthenticated(reason));
+            let timely = lock(&self.inner.refusals).record(&hello.sandbox_id, &reason);
+            if timely {
+                let boot = intake::shown_id(&hello.boot_id);
+                tracing::warn!(sandbox = %intake::shown_id(&hello.sandbox_id), boot = %boot, "refused an agent: {reason}");
+            }
+            return Err(Refused { status: Status::unauthenticated(reason), late: !timely });
         }
         let Some(state) = sandboxes.get_mut(&hello.sandbox_id) else {
-            return Err(Status::internal("sandbox vanished"));
+            return Err(Refused { status: Status::internal("sandbox vanished"), late: false });
         };
         if hello.journal_seq < state.persisted_seq {
             tracing::warn!(
@@ -397,9 +447,9 @@ impl Hub {
         let generation = *state.generation.borrow();
         state.outbound = Some(outbound);
         let info = HelloInfo {
-            boot_id: hello.boot_id.clone(),
-            agent_version: hello.agent_version.clone(),
-            facts: hello.facts.clone().unwrap_or_default(),
+            boot_id: intake::text(hello.boot_id.clone(), MAX_NAME_BYTES),
+            agent_version: intake::text(hello.agent_version.clone(), MAX_NAME_BYTES),
+            facts: bounded_facts(hello.facts.clone().unwrap_or_default()),
             at: Instant::now(),
         };
         state.status.send_modify(|s| {
@@ -424,8 +474,9 @@ impl Hub {
         }
     }
 
-    /// Persists a batch: drops what is already held, refuses gaps, writes and fsyncs, then
-    /// returns the highest seq now held (the cumulative ack).
+    /// Persists a batch: drops what is already held, refuses gaps, keeps output within its cap
+    /// and file chunks within their bounds, writes and fsyncs, then returns the highest seq now
+    /// held (the cumulative ack; output past the cap is acknowledged without being written).
     async fn persist(&self, sandbox_id: &str, events: Vec<Event>) -> anyhow::Result<u64> {
         let persist_lock = {
             let sandboxes = lock(&self.inner.sandboxes);
@@ -433,28 +484,22 @@ impl Hub {
         };
         let _guard = persist_lock.lock().await;
         let held = lock(&self.inner.sandboxes).get(sandbox_id).context("unknown sandbox")?.persisted_seq;
-        let mut expected = held + 1;
-        let mut bytes = Vec::new();
+        let events: Vec<Event> = events.into_iter().filter(|e| e.seq > held).collect();
+        for (n, event) in events.iter().enumerate() {
+            let expected = held + 1 + n as u64;
+            if event.seq != expected {
+                bail!("events out of order: got seq {} where {expected} was expected", event.seq);
+            }
+        }
+        let new_seq = held + events.len() as u64;
+        if new_seq == held {
+            return Ok(held);
+        }
+        let persisted = self.intake(sandbox_id, events)?;
         let mut observations = 0u64;
         let mut finished = Vec::new();
         let mut failed_observations: Vec<(String, String)> = Vec::new();
-        let mut persisted: Vec<StoredEvent> = Vec::new();
-        for event in events {
-            if event.seq < expected {
-                continue; // a duplicate: already persisted
-            }
-            if event.seq > expected {
-                bail!("events out of order: got seq {} where {expected} was expected", event.seq);
-            }
-            expected += 1;
-            if let Some(event::Body::File(chunk)) = &event.body {
-                // The bytes go to their own file before the event that names them is persisted.
-                let target = crate::store::sandbox_file(&self.inner.run_dir, sandbox_id, &chunk.path)
-                    .with_context(|| format!("the agent sent a file with an unsafe path {:?}", chunk.path))?;
-                crate::store::write_file_chunk(&target, chunk.offset, &chunk.data)
-                    .with_context(|| format!("cannot write {}", target.display()))?;
-            }
-            let Some(stored) = to_stored(sandbox_id, event) else { continue };
+        for stored in &persisted {
             match &stored.body {
                 StoredBody::Observation { command_id, metric, error, .. } => {
                     observations += 1;
@@ -468,18 +513,11 @@ impl Hub {
                 )),
                 _ => {}
             }
-            serde_json::to_writer(&mut bytes, &stored)?;
-            bytes.push(b'\n');
-            persisted.push(stored);
         }
-        let new_seq = expected - 1;
-        if new_seq == held {
-            return Ok(held);
-        }
-        {
+        if !persisted.is_empty() {
             let log = self.inner.log.read().await;
             let log = log.as_ref().context("the hub is closed")?;
-            log.append(bytes).await.with_context(|| format!("cannot write {}", log.path().display()))?;
+            log.append(lines(&persisted)).await.with_context(|| format!("cannot write {}", log.path().display()))?;
         }
         if self.inner.events.receiver_count() > 0 {
             for event in persisted {
@@ -495,10 +533,136 @@ impl Hub {
             s.observations += observations;
             s.done.extend(finished);
             for (command_id, error) in failed_observations {
-                s.observation_errors.entry(command_id).or_default().push(error);
+                let errors = s.observation_errors.entry(command_id).or_default();
+                if errors.len() < MAX_ERRORS_KEPT {
+                    errors.push(error);
+                }
             }
         });
         Ok(new_seq)
+    }
+
+    /// What of a batch (in order, contiguous) goes to the log: output within its cap (and the
+    /// tail of a command's output where it ends), file chunks written or refused, texts bounded.
+    fn intake(&self, sandbox_id: &str, events: Vec<Event>) -> anyhow::Result<Vec<StoredEvent>> {
+        let config = self.inner.config;
+        let mut outputs = lock(&self.inner.outputs);
+        let outputs =
+            outputs.entry(sandbox_id.to_string()).or_insert_with(|| Outputs::new(config.output_cap_bytes, []));
+        let mut files = lock(&self.inner.files);
+        let files = files.entry(sandbox_id.to_string()).or_default();
+        let mut out = Vec::new();
+        for event in events {
+            let (seq, unix_ms) = (event.seq, event.unix_ms);
+            let Some(body) = event.body else { continue };
+            let stored = |body| StoredEvent { sandbox: sandbox_id.to_string(), seq, unix_ms, body };
+            match body {
+                event::Body::Log(l) => {
+                    let stream = stream_name(l.stream());
+                    let command_id = intake::text(l.command_id, MAX_NAME_BYTES);
+                    let (head, closed) = outputs.admit(sandbox_id, &command_id, (seq, unix_ms), &stream, l.chunk);
+                    out.extend(closed);
+                    if let Some(head) = head {
+                        out.push(stored(StoredBody::Log {
+                            command_id,
+                            stream,
+                            data: Data::from_bytes(head),
+                            cut: None,
+                        }));
+                    }
+                }
+                event::Body::File(chunk) => {
+                    let refused = self.write_chunk(sandbox_id, &chunk, files, &config.files)?;
+                    out.push(stored(StoredBody::File {
+                        command_id: intake::text(chunk.command_id, MAX_NAME_BYTES),
+                        path: intake::text(chunk.path, MAX_FILE_PATH_BYTES),
+                        offset: chunk.offset,
+                        bytes: chunk.data.len() as u64,
+                        last: chunk.last,
+                        refused,
+                    }));
+                }
+                event::Body::PhaseDone(d) => {
+                    // The command's output ends here: its tail goes before its end.
+                    out.extend(outputs.close(sandbox_id, &d.command_id));
+                    out.push(stored(to_stored(event::Body::PhaseDone(d))));
+                }
+                body => out.push(stored(to_stored(body))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes a file chunk where the sandbox's files go, or says why it is refused (nothing is
+    /// written then). Only a failure of the controller's own disk is an error.
+    fn write_chunk(
+        &self,
+        sandbox_id: &str,
+        chunk: &sandbench_proto::v1::FileChunk,
+        files: &mut Files,
+        limits: &FileLimits,
+    ) -> anyhow::Result<Option<String>> {
+        let why = match crate::store::sandbox_file(&self.inner.run_dir, sandbox_id, &chunk.path) {
+            None => Some(format!("an unsafe path {}", intake::shown_id(&chunk.path))),
+            Some(target) => match files.admit(limits, &chunk.path, chunk.offset, chunk.data.len()) {
+                Ok(()) => {
+                    crate::store::write_file_chunk(&target, chunk.offset, &chunk.data)
+                        .with_context(|| format!("cannot write {}", target.display()))?;
+                    None
+                }
+                Err(why) => Some(why),
+            },
+        };
+        if let Some(why) = &why
+            && files.note_refusal() <= REFUSED_CHUNKS_LOGGED
+        {
+            tracing::warn!(sandbox = %sandbox_id, path = %intake::shown_id(&chunk.path), "refused a file chunk: {why}");
+        }
+        Ok(why)
+    }
+}
+
+/// Errors of failed observations kept per command in [`AgentStatus`].
+const MAX_ERRORS_KEPT: usize = 1000;
+/// Refused file chunks logged one by one per sandbox (all are in the log, marked).
+const REFUSED_CHUNKS_LOGGED: u64 = 10;
+/// Longest file path kept in the log.
+const MAX_FILE_PATH_BYTES: usize = 1024;
+
+/// Why a Hello was refused, and whether the answer waits (refusals coming too fast).
+struct Refused {
+    status: Status,
+    late: bool,
+}
+
+/// Events as log lines.
+fn lines(events: &[StoredEvent]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for event in events {
+        // A stored event is plain data: serialising it cannot fail.
+        if serde_json::to_writer(&mut bytes, event).is_ok() {
+            bytes.push(b'\n');
+        }
+    }
+    bytes
+}
+
+/// `(sandbox, key) → value` as `sandbox → [(key, value)]`.
+fn per_sandbox<V>(map: HashMap<(String, String), V>) -> HashMap<String, Vec<(String, V)>> {
+    let mut out: HashMap<String, Vec<(String, V)>> = HashMap::new();
+    for ((sandbox, key), value) in map {
+        out.entry(sandbox).or_default().push((key, value));
+    }
+    out
+}
+
+/// Facts with every text bounded.
+fn bounded_facts(f: Facts) -> Facts {
+    Facts {
+        kernel: intake::text(f.kernel, MAX_NAME_BYTES),
+        cpu_model: intake::text(f.cpu_model, MAX_NAME_BYTES),
+        os_release: intake::text(f.os_release, MAX_NAME_BYTES),
+        ..f
     }
 }
 
@@ -568,11 +732,21 @@ impl Agent for Service {
             return Err(Status::invalid_argument("the first message must be Hello"));
         };
         let (tx, rx) = mpsc::channel(256);
-        let (generation, acked_seq, pending) = self.hub.accept(&hello, tx.clone())?;
+        let (generation, acked_seq, pending) = match self.hub.accept(&hello, tx.clone()) {
+            Ok(accepted) => accepted,
+            Err(Refused { status, late }) => {
+                if late {
+                    // Refusals coming too fast: each costs the caller a wait.
+                    tokio::time::sleep(intake::REFUSAL_DELAY).await;
+                }
+                return Err(status);
+            }
+        };
         let welcome = Welcome {
             acked_seq,
             heartbeat_interval_ms: config.heartbeat.as_millis() as u32,
             dead_after_intervals: config.dead_after,
+            output_cap_bytes: config.output_cap_bytes,
         };
         let _ = tx.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Welcome(welcome)) }));
         for command in pending {
@@ -632,46 +806,55 @@ async fn run_session(
     }
 }
 
-fn to_stored(sandbox_id: &str, event: Event) -> Option<StoredEvent> {
-    let body = match event.body? {
+fn stream_name(stream: sandbench_proto::v1::LogStream) -> String {
+    stream.as_str_name().trim_start_matches("LOG_STREAM_").to_ascii_lowercase()
+}
+
+/// An event's body as stored, its texts bounded. (Logs and file chunks go through the bounds
+/// of [`Hub::intake`] first.)
+fn to_stored(body: event::Body) -> StoredBody {
+    let name = |text: String| intake::text(text, MAX_NAME_BYTES);
+    let error = |text: String| intake::text(text, MAX_ERROR_BYTES);
+    match body {
         event::Body::Observation(o) => {
-            let (value, error) = match o.outcome {
+            let (value, failure) = match o.outcome {
                 Some(observation::Outcome::Value(v)) if v.is_finite() => (Some(v), None),
                 Some(observation::Outcome::Value(v)) => (None, Some(format!("non-finite value {v}"))),
-                Some(observation::Outcome::Error(e)) => (None, Some(e)),
+                Some(observation::Outcome::Error(e)) => (None, Some(error(e))),
                 None => (None, Some("no value and no error".to_string())),
             };
             StoredBody::Observation {
-                command_id: o.command_id,
-                metric: o.metric,
+                command_id: name(o.command_id),
+                metric: name(o.metric),
                 trial: o.trial,
                 value,
-                error,
-                unit: o.unit,
+                error: failure,
+                unit: name(o.unit),
             }
         }
         event::Body::Log(l) => StoredBody::Log {
-            stream: l.stream().as_str_name().trim_start_matches("LOG_STREAM_").to_ascii_lowercase(),
-            command_id: l.command_id,
+            stream: stream_name(l.stream()),
+            command_id: name(l.command_id),
             data: Data::from_bytes(l.chunk),
+            cut: None,
         },
         event::Body::PhaseStarted(p) => {
-            StoredBody::PhaseStarted { command_id: p.command_id, phase: p.phase, trial: p.trial }
+            StoredBody::PhaseStarted { command_id: name(p.command_id), phase: name(p.phase), trial: p.trial }
         }
         event::Body::PhaseDone(d) => StoredBody::PhaseDone {
             status: status_name(d.status()).to_string(),
-            command_id: d.command_id,
-            error: d.error,
+            command_id: name(d.command_id),
+            error: error(d.error),
         },
         event::Body::File(f) => StoredBody::File {
-            command_id: f.command_id,
-            path: f.path,
+            command_id: name(f.command_id),
+            path: intake::text(f.path, MAX_FILE_PATH_BYTES),
             offset: f.offset,
             bytes: f.data.len() as u64,
             last: f.last,
+            refused: None,
         },
-    };
-    Some(StoredEvent { sandbox: sandbox_id.to_string(), seq: event.seq, unix_ms: event.unix_ms, body })
+    }
 }
 
 fn status_name(status: PhaseStatus) -> &'static str {
@@ -709,6 +892,9 @@ fn random_token() -> anyhow::Result<String> {
     rand::fill(&mut bytes);
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
+
+#[cfg(test)]
+mod fuzz;
 
 #[cfg(test)]
 mod token_tests {

@@ -15,20 +15,20 @@ async fn git(repo: &Path, args: &[&str]) -> anyhow::Result<Vec<u8>> {
         .await
         .context("cannot run git (is it installed?)")?;
     if !output.status.success() {
-        bail!(
-            "git {} failed in {}: {}",
-            args.join(" "),
-            repo.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let why = match stderr.trim() {
+            "" => output.status.to_string(),
+            text => text.to_string(),
+        };
+        bail!("git {} failed in {}: {why}", args.join(" "), repo.display());
     }
     Ok(output.stdout)
 }
 
 /// The full commit id a revision names in `repo`.
 pub async fn resolve(repo: &Path, rev: &str) -> anyhow::Result<String> {
-    if rev.starts_with('-') {
-        bail!("invalid revision {rev:?}");
+    if rev.is_empty() || rev.starts_with('-') || rev.chars().any(char::is_control) {
+        bail!("invalid revision {rev:?}: expected a branch, tag or commit of {}", repo.display());
     }
     let out = git(repo, &["rev-parse", "--verify", "--quiet", &format!("{rev}^{{commit}}")])
         .await
@@ -84,5 +84,11 @@ mod tests {
         assert!(!files.iter().any(|(p, _)| p.ends_with("/t")), "only the subfolder: {files:?}");
         let err = resolve(&app, "no-such-branch").await.unwrap_err().to_string();
         assert!(err.contains("no-such-branch"), "{err}");
+        // A revision of any script gets a clear error, never a panic.
+        for rev in ["aéééé", "漢字", "a\u{1b}[31m", "", "--output=x"] {
+            let err = format!("{:#}", resolve(&app, rev).await.unwrap_err());
+            assert!(err.contains(&format!("{rev:?}")) && !err.contains('\u{1b}'), "{err}");
+            assert!(!err.ends_with(": "), "{err}");
+        }
     }
 }

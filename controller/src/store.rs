@@ -1,10 +1,14 @@
 //! The run directory's event log: `observations.jsonl`, one JSON object per agent event,
 //! append-only. Every batch is written and fdatasynced before the caller acknowledges it to the
 //! agent; concurrent batches from several sandboxes share one fdatasync (group commit).
+//!
+//! The log is read back as a stream ([`events`]), one bounded line at a time, never whole. When
+//! it is reopened ([`EventLog::open`]) what bounds the server keeps is recovered with the
+//! sequence numbers: output kept per command, and the size of every file a sandbox sent.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
 use std::thread::JoinHandle;
@@ -43,6 +47,9 @@ pub enum StoredBody {
         stream: String,
         #[serde(flatten)]
         data: Data,
+        /// Set on the marker that stands where a command's output was cut (its text says so).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cut: Option<OutputCut>,
     },
     PhaseStarted {
         command_id: String,
@@ -63,7 +70,18 @@ pub enum StoredBody {
         offset: u64,
         bytes: u64,
         last: bool,
+        /// Why the chunk was not written (a path, offset, size or count out of bounds).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<String>,
     },
+}
+
+/// Output of one command that was not kept: the head and the tail of it are in the log, this
+/// many bytes between them are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputCut {
+    pub dropped_bytes: u64,
+    pub total_bytes: u64,
 }
 
 /// Bytes from the sandbox: kept as text when they are UTF-8, as hex otherwise, never altered.
@@ -84,12 +102,19 @@ impl Data {
 }
 
 /// Where a file sent by a sandbox's agent is kept in the run directory; None for a path that
-/// would leave the sandbox's folder.
+/// would leave the sandbox's folder, or that no file system takes (too long, too deep, NUL).
 pub fn sandbox_file(run_dir: &Path, sandbox: &str, path: &str) -> Option<PathBuf> {
     let relative = Path::new(path);
+    let parts: Vec<std::path::Component> = relative.components().collect();
     let safe = !path.is_empty()
-        && relative.components().all(|c| matches!(c, std::path::Component::Normal(_)))
-        && !sandbox.contains('/');
+        && path.len() <= 512
+        && !path.contains('\0')
+        && parts.len() <= 16
+        && parts.iter().all(|c| matches!(c, std::path::Component::Normal(n) if n.len() <= 255))
+        && !sandbox.contains('/')
+        && !sandbox.is_empty()
+        && sandbox != ".."
+        && sandbox != ".";
     safe.then(|| run_dir.join("sandboxes").join(sandbox).join(relative))
 }
 
@@ -104,17 +129,131 @@ pub fn write_file_chunk(target: &Path, offset: u64, data: &[u8]) -> io::Result<(
     file.sync_data()
 }
 
-/// Reads every event of a run directory's log, in file order.
+/// Longest line the log is read with. The server bounds every event far below it (output is cut
+/// per command, texts are bounded); a longer line is not one it wrote.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// Reads every event of a run directory's log, in file order. Holds them all: for tests and
+/// small logs; the controller folds over [`events`] instead.
 pub fn read_events(path: &Path) -> anyhow::Result<Vec<StoredEvent>> {
+    events(path)?.collect()
+}
+
+/// The events of a log, one line at a time, in file order.
+pub fn events(path: &Path) -> anyhow::Result<Events<BufReader<File>>> {
     let file = File::open(path).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
-    let mut events = Vec::new();
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        let event = serde_json::from_str(&line)
-            .map_err(|e| anyhow::anyhow!("{}:{}: not an event: {e}", path.display(), n + 1))?;
-        events.push(event);
+    Ok(Events::new(BufReader::new(file), path))
+}
+
+/// An iterator over the events of a log; an error (a line that is not an event, or too long)
+/// names the file and line, and ends the iteration.
+pub struct Events<R> {
+    reader: R,
+    path: PathBuf,
+    line: usize,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+impl<R: BufRead> Events<R> {
+    pub fn new(reader: R, path: &Path) -> Events<R> {
+        Events { reader, path: path.to_path_buf(), line: 0, buf: Vec::new(), done: false }
     }
-    Ok(events)
+}
+
+impl<R: BufRead> Iterator for Events<R> {
+    type Item = anyhow::Result<StoredEvent>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        self.line += 1;
+        let at = format!("{}:{}", self.path.display(), self.line);
+        let result = match read_line(&mut self.reader, &mut self.buf, MAX_LINE_BYTES) {
+            Ok(false) => {
+                self.done = true;
+                return None;
+            }
+            Ok(true) => serde_json::from_slice(&self.buf).map_err(|e| anyhow::anyhow!("{at}: not an event: {e}")),
+            Err(e) => Err(anyhow::anyhow!("{at}: {e}")),
+        };
+        self.done = result.is_err();
+        Some(result)
+    }
+}
+
+/// Reads one line (without its newline) into `buf`; false at the end. A line longer than `max`
+/// is an error, read no further than `max` into memory.
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<bool> {
+    buf.clear();
+    loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(!buf.is_empty());
+        }
+        let (used, found) = match available.iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        let take = if found { used - 1 } else { used };
+        if buf.len() + take > max {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a line longer than {max} bytes")));
+        }
+        buf.extend_from_slice(&available[..take]);
+        reader.consume(used);
+        if found {
+            return Ok(true);
+        }
+    }
+}
+
+/// What the log holds, recovered when it is reopened.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// The highest seq held per sandbox.
+    pub last_seqs: HashMap<String, u64>,
+    /// Output bytes kept per (sandbox, command).
+    pub output_bytes: HashMap<(String, String), u64>,
+    /// The size of every file a sandbox sent, per (sandbox, path), as written.
+    pub file_sizes: HashMap<(String, String), u64>,
+}
+
+impl Recovered {
+    fn track(&mut self, line: &[u8]) -> bool {
+        #[derive(Deserialize)]
+        struct Key {
+            sandbox: String,
+            seq: u64,
+            #[serde(default)]
+            kind: String,
+            #[serde(default)]
+            command_id: String,
+            text: Option<String>,
+            hex: Option<String>,
+            path: Option<String>,
+            #[serde(default)]
+            offset: u64,
+            #[serde(default)]
+            bytes: u64,
+            refused: Option<String>,
+        }
+        let Ok(key) = serde_json::from_slice::<Key>(line) else { return false };
+        let seq = self.last_seqs.entry(key.sandbox.clone()).or_default();
+        *seq = (*seq).max(key.seq);
+        match key.kind.as_str() {
+            "log" => {
+                let n = key.text.map_or(0, |t| t.len()) + key.hex.map_or(0, |h| h.len() / 2);
+                *self.output_bytes.entry((key.sandbox, key.command_id)).or_default() += n as u64;
+            }
+            "file" if key.refused.is_none() => {
+                let size = self.file_sizes.entry((key.sandbox, key.path.unwrap_or_default())).or_default();
+                *size = (*size).max(key.offset.saturating_add(key.bytes));
+            }
+            _ => {}
+        }
+        true
+    }
 }
 
 struct WriteRequest {
@@ -130,28 +269,20 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// Opens the log, cutting a torn last line, and returns the highest seq held per sandbox.
-    pub fn open(path: &Path) -> io::Result<(EventLog, HashMap<String, u64>)> {
+    /// Opens the log, cutting a torn last line, and returns what it holds.
+    pub fn open(path: &Path) -> io::Result<(EventLog, Recovered)> {
         let mut file = OpenOptions::new().create(true).truncate(false).read(true).append(true).open(path)?;
-        let mut last_seq: HashMap<String, u64> = HashMap::new();
+        let mut recovered = Recovered::default();
         let mut good_len = 0u64;
         {
-            #[derive(Deserialize)]
-            struct Key {
-                sandbox: String,
-                seq: u64,
-            }
             let mut reader = BufReader::new(&mut file);
             let mut line = Vec::new();
             loop {
                 line.clear();
-                let n = reader.read_until(b'\n', &mut line)?;
-                if n == 0 || line.last() != Some(&b'\n') {
+                let n = (&mut reader).take(MAX_LINE_BYTES as u64 + 1).read_until(b'\n', &mut line)?;
+                if n == 0 || line.last() != Some(&b'\n') || !recovered.track(&line) {
                     break;
                 }
-                let Ok(key) = serde_json::from_slice::<Key>(&line) else { break };
-                let seq = last_seq.entry(key.sandbox).or_default();
-                *seq = (*seq).max(key.seq);
                 good_len += n as u64;
             }
         }
@@ -159,7 +290,7 @@ impl EventLog {
         file.seek(SeekFrom::End(0))?;
         let (tx, rx) = std_mpsc::channel::<WriteRequest>();
         let thread = std::thread::Builder::new().name("event-log".into()).spawn(move || write_loop(file, rx))?;
-        Ok((EventLog { path: path.to_path_buf(), tx: Some(tx), thread: Some(thread) }, last_seq))
+        Ok((EventLog { path: path.to_path_buf(), tx: Some(tx), thread: Some(thread) }, recovered))
     }
 
     pub fn path(&self) -> &Path {
@@ -234,8 +365,8 @@ mod tests {
     async fn recovers_last_seqs_and_cuts_a_torn_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(OBSERVATIONS_FILE);
-        let (log, seqs) = EventLog::open(&path).unwrap();
-        assert!(seqs.is_empty());
+        let (log, recovered) = EventLog::open(&path).unwrap();
+        assert_eq!(recovered, Recovered::default());
         let mut bytes = line("a", 1);
         bytes.extend(line("b", 1));
         bytes.extend(line("a", 2));
@@ -243,8 +374,8 @@ mod tests {
         log.close().await;
         std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"sandbox\":\"a\",\"se").unwrap();
 
-        let (log, seqs) = EventLog::open(&path).unwrap();
-        assert_eq!(seqs, HashMap::from([("a".to_string(), 2), ("b".to_string(), 1)]));
+        let (log, recovered) = EventLog::open(&path).unwrap();
+        assert_eq!(recovered.last_seqs, HashMap::from([("a".to_string(), 2), ("b".to_string(), 1)]));
         log.append(line("b", 2)).await.unwrap();
         log.close().await;
         let events = read_events(&path).unwrap();
@@ -255,6 +386,62 @@ mod tests {
     }
 
     #[test]
+    fn the_log_is_read_line_by_line_and_a_bad_or_huge_line_is_named() {
+        let mut text = line("a", 1);
+        text.extend(line("a", 2));
+        let events: Vec<StoredEvent> =
+            Events::new(text.as_slice(), Path::new("log")).collect::<anyhow::Result<_>>().unwrap();
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        // Without a final newline, the last line still counts.
+        let trimmed = &text[..text.len() - 1];
+        assert_eq!(Events::new(trimmed, Path::new("log")).count(), 2);
+        let mut bad = line("a", 1);
+        bad.extend(b"{not json}\n");
+        bad.extend(line("a", 3));
+        let results: Vec<_> = Events::new(bad.as_slice(), Path::new("log")).collect();
+        assert_eq!(results.len(), 2, "an error ends the reading");
+        assert!(results[1].as_ref().unwrap_err().to_string().starts_with("log:2: not an event"));
+        // A line longer than the bound is refused without being read whole.
+        let mut reader = std::io::BufReader::new(std::io::repeat(b'x').take(10_000));
+        let mut buf = Vec::new();
+        let err = read_line(&mut reader, &mut buf, 1000).unwrap_err();
+        assert!(err.to_string().contains("longer than 1000 bytes") && buf.len() <= 1000);
+    }
+
+    #[tokio::test]
+    async fn reopening_recovers_output_kept_and_file_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(OBSERVATIONS_FILE);
+        let event = |seq, body| StoredEvent { sandbox: "s".into(), seq, unix_ms: 1, body };
+        let log = |data: Data| StoredBody::Log { command_id: "c".into(), stream: "stdout".into(), data, cut: None };
+        let file = |offset, bytes, refused: Option<&str>| StoredBody::File {
+            command_id: "c".into(),
+            path: "t/a".into(),
+            offset,
+            bytes,
+            last: false,
+            refused: refused.map(String::from),
+        };
+        let mut bytes = Vec::new();
+        for e in [
+            event(1, log(Data::from_bytes(b"hello".to_vec()))),
+            event(2, log(Data::from_bytes(vec![0xff, 0xfe]))),
+            event(3, file(0, 10, None)),
+            event(4, file(10, 5, None)),
+            event(5, file(1000, 5, Some("past the end"))),
+        ] {
+            serde_json::to_writer(&mut bytes, &e).unwrap();
+            bytes.push(b'\n');
+        }
+        std::fs::write(&path, bytes).unwrap();
+        let (log, recovered) = EventLog::open(&path).unwrap();
+        log.close().await;
+        assert_eq!(recovered.last_seqs["s"], 5);
+        assert_eq!(recovered.output_bytes[&("s".to_string(), "c".to_string())], 7);
+        assert_eq!(recovered.file_sizes[&("s".to_string(), "t/a".to_string())], 15);
+    }
+
+    #[test]
     fn bytes_round_trip_as_text_or_hex() {
         assert_eq!(Data::from_bytes(b"hi".to_vec()), Data::Text { text: "hi".into() });
         assert_eq!(Data::from_bytes(vec![0xff, 0x00]), Data::Hex { hex: "ff00".into() });
@@ -262,6 +449,7 @@ mod tests {
             command_id: "c".into(),
             stream: "stdout".into(),
             data: Data::from_bytes(vec![0xff]),
+            cut: None,
         })
         .unwrap();
         assert_eq!(json, r#"{"kind":"log","command_id":"c","stream":"stdout","hex":"ff"}"#);

@@ -266,5 +266,10 @@ pub fn fixtures_tar(names: &[&str]) -> Vec<u8> {
 
 /// A fast config so dead-man tests finish quickly; the delivery tests use the default.
 pub fn quick_heartbeats() -> HubConfig {
-    HubConfig { heartbeat: Duration::from_millis(200), dead_after: 5, hello_timeout: Duration::from_secs(5) }
+    HubConfig {
+        heartbeat: Duration::from_millis(200),
+        dead_after: 5,
+        hello_timeout: Duration::from_secs(5),
+        ..HubConfig::default()
+    }
 }

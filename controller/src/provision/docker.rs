@@ -646,7 +646,6 @@ impl DockerProvisioner {
     }
 }
 
-/// Why a container should be reaped, or None to keep it.
 /// When the local Docker engine (dockerd, through its pid file) started; None for a remote
 /// engine (`DOCKER_HOST` not a Unix socket) or when it cannot be told.
 pub fn engine_started_at() -> Option<jiff::Timestamp> {
@@ -678,20 +677,34 @@ pub fn process_started_at(pid_stat: &str, proc_stat: &str, ticks_per_second: u64
     jiff::Timestamp::from_millisecond(ms).ok()
 }
 
+/// How long past its expiry a sandbox whose controller is alive (or cannot be told, on another
+/// host) is still left alone: its controller may be tearing it down, or finishing the phase it
+/// was in when it expired. A sandbox whose controller is gone is reaped at once.
+pub const REAP_GRACE: Duration = Duration::from_secs(15 * 60);
+
+/// Why a container should be reaped, or None to keep it. A sandbox of a live controller (this
+/// one included) is kept until its expiry plus [`REAP_GRACE`]; of a controller on this host that
+/// is gone, reaped; of a controller elsewhere, reaped past its expiry plus the grace.
 pub fn reap_reason(container_labels: &HashMap<String, String>, now_unix: u64, my_owner: &str) -> Option<String> {
-    if let Some(expires) = container_labels.get(labels::EXPIRES_AT).and_then(|v| v.parse::<u64>().ok())
-        && expires <= now_unix
-    {
-        return Some(format!("expired {} s ago", now_unix - expires));
+    let expires = container_labels.get(labels::EXPIRES_AT).and_then(|v| v.parse::<u64>().ok());
+    let owner = container_labels.get(labels::OWNER);
+    let alive = match owner {
+        Some(owner) if owner == my_owner => Some(true),
+        Some(owner) => owner_alive(owner),
+        None => None,
+    };
+    if let (Some(owner), Some(false)) = (owner, alive) {
+        return Some(format!("its controller ({owner}) is gone"));
     }
-    let owner = container_labels.get(labels::OWNER)?;
-    if owner == my_owner {
+    let expires = expires?;
+    if now_unix <= expires.saturating_add(REAP_GRACE.as_secs()) {
         return None;
     }
-    match owner_alive(owner) {
-        Some(false) => Some(format!("its controller ({owner}) is gone")),
-        _ => None,
-    }
+    let (age, grace) = (now_unix - expires, REAP_GRACE.as_secs() / 60);
+    Some(match alive {
+        Some(true) => format!("its controller is alive but expired {age} s ago, more than the {grace} min grace"),
+        _ => format!("expired {age} s ago, more than the {grace} min grace"),
+    })
 }
 
 /// `host/pid/start-ticks` of this process: unique across pid reuse.
@@ -768,15 +781,26 @@ mod tests {
     #[test]
     fn reaps_expired_and_orphaned_but_not_live_sandboxes() {
         let me = owner_id();
-        assert!(reap_reason(&labels_with(&me, 100), 200, &me).unwrap().starts_with("expired"));
+        let grace = REAP_GRACE.as_secs();
+        // A live controller's sandbox survives its expiry by the grace, then is reaped.
+        assert_eq!(reap_reason(&labels_with(&me, 100), 200, &me), None);
+        assert_eq!(reap_reason(&labels_with(&me, 100), 100 + grace, &me), None);
+        let late = reap_reason(&labels_with(&me, 100), 101 + grace, &me).unwrap();
+        assert!(late.contains("alive but expired"), "{late}");
         assert_eq!(reap_reason(&labels_with(&me, 300), 200, &me), None);
+        // Our own process, as another controller instance sees it: alive, kept past expiry.
+        assert_eq!(reap_reason(&labels_with(&me, 100), 200, "other/1/1"), None);
+        assert_eq!(reap_reason(&labels_with(&me, 300), 200, "other/1/1"), None);
         // A pid that exists but with another start time: the pid was reused, the owner is gone.
         let reused = format!("{}/{}/{}", hostname(), std::process::id(), 1);
         assert!(reap_reason(&labels_with(&reused, 300), 200, &me).unwrap().contains("is gone"));
-        // Another host: only expiry can tell.
+        // Another host: only expiry (and the grace) can tell.
         assert_eq!(reap_reason(&labels_with("elsewhere/1/1", 300), 200, &me), None);
-        // Our own process, as another controller instance would see it: alive.
-        assert_eq!(reap_reason(&labels_with(&me, 300), 200, "other/1/1"), None);
+        assert_eq!(reap_reason(&labels_with("elsewhere/1/1", 100), 200, &me), None);
+        let stale = reap_reason(&labels_with("elsewhere/1/1", 100), 200 + grace, &me).unwrap();
+        assert!(stale.starts_with("expired"), "{stale}");
+        // No labels at all: nothing to go by, kept.
+        assert_eq!(reap_reason(&HashMap::new(), 200, &me), None);
     }
 
     #[test]

@@ -185,15 +185,16 @@ pub fn marker_field(text: &str) -> String {
     out
 }
 
-/// Untrusted text (errors, warnings, image names) made inert in Markdown, as the reference does.
+/// Untrusted text (errors, warnings, image names) made inert in Markdown, as the reference does,
+/// on one line, without escape sequences or control characters.
 pub fn escape(text: &str) -> String {
-    let mut out = text
+    let one_line = text.replace(['\r', '\n'], " ");
+    let mut out = crate::sanitize::terminal(&one_line)
         .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('|', "&#124;")
-        .replace('`', "&#96;")
-        .replace(['\r', '\n'], " ");
+        .replace('`', "&#96;");
     for c in ['\\', '[', ']', '(', ')', '*', '_', '!'] {
         out = out.replace(c, &format!("\\{c}"));
     }

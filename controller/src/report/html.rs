@@ -22,8 +22,15 @@ const RIGHT: f64 = 20.0;
 const MIN_HALF_SPAN: f64 = 0.05;
 const MAX_FAILURES_LISTED: usize = 30;
 
+/// Untrusted text made inert in HTML text and quoted attributes, without escape sequences or
+/// control characters.
 fn esc(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
+    crate::sanitize::terminal(text)
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
 }
 
 pub fn render(report: &Report) -> String {

@@ -122,7 +122,7 @@ pub fn render(report: &Report) -> String {
 }
 
 fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(8)]
+    crate::sanitize::prefix(commit, 8)
 }
 
 fn overall(comparisons: &[MetricComparison]) -> String {

@@ -9,6 +9,8 @@
 
 pub mod decide;
 pub mod format;
+#[cfg(test)]
+mod fuzz;
 pub mod html;
 pub mod markdown;
 pub mod noise;

@@ -33,7 +33,7 @@ fn samples(values: &[f64]) -> Vec<Sample> {
 
 /// The reference example: one metric regressed, one improved, one incomplete, one unavailable,
 /// thirteen unchanged; a hostile error and a warning.
-fn example(status: Status) -> Report {
+pub(super) fn example(status: Status) -> Report {
     let metrics: Vec<MetricDef> = KEYS.iter().map(|k| built_in(k).unwrap()).collect();
     let expected: BTreeMap<String, u32> = KEYS
         .iter()
@@ -409,4 +409,69 @@ fn the_cpus_each_sandbox_was_given_are_stated() {
     let back: Report = serde_json::from_str(&json).unwrap();
     assert_eq!(back.head_side.cpus, report.head_side.cpus);
     assert!(!serde_json::to_string(&example(Status::Completed)).unwrap().contains("\"cpus\":["));
+}
+
+/// Every text a report carries that came from a spec, a revision or a sandbox, set to an attack:
+/// marker breakouts, tags, table pipes, newlines, terminal escapes, a `%` unit, a revision that
+/// is not ASCII.
+fn hostile_report(rule: Rule) -> Report {
+    const ATTACK: &str = "x --> <!-- <script>alert(1)</script> | a\nb \u{1b}[31mred\u{1b}]0;title\u{7} ";
+    let mut report = Report { rule, ..example(Status::Failed) };
+    report.run_id = format!("run{ATTACK}");
+    report.spec_name = format!("spec{ATTACK}");
+    report.image = format!("image{ATTACK}");
+    report.head = Revision { rev: format!("aéééé{ATTACK}"), commit: "aéééé".into() };
+    report.base = Revision { rev: "é".into(), commit: format!("é{ATTACK}") };
+    for m in &mut report.metrics {
+        m.title = format!("{}{ATTACK}", m.title);
+        m.group = format!("{}{ATTACK}", m.group);
+    }
+    report.metrics[0].unit = "%".into();
+    report.metrics[1].unit = "<script>".into();
+    report.errors = vec![format!("error{ATTACK}")];
+    report.warnings = vec![format!("warning{ATTACK}")];
+    report.base_side.facts.insert("os".into(), format!("os{ATTACK}"));
+    report.sandboxes[0].role = format!("role{ATTACK}");
+    report
+}
+
+#[test]
+fn a_hostile_report_renders_inert() {
+    for rule in [Rule::Reference, Rule::Paired] {
+        let report = hostile_report(rule);
+        let md = markdown::render(&report);
+        let lines: Vec<&str> = md.lines().collect();
+        assert!(lines[0] == "<!-- sandbench:v1 -->" && lines[1].starts_with("<!-- run:"), "{md}");
+        assert_eq!(md.matches("-->").count(), 3, "only the three markers close a comment:\n{md}");
+        assert_eq!(md.matches("<!--").count(), 3, "{md}");
+        assert!(!md.contains("<script") && !md.contains('\u{1b}') && !md.contains('\u{7}'), "{md}");
+        assert!(!md.contains("<!-- <"), "{md}");
+        assert!(md.contains("Head `aéééé` compared with base `é"), "{md}");
+        for line in lines.iter().filter(|l| l.starts_with("| ") && l.ends_with(" |")) {
+            let cells = line.matches(" | ").count() + 1;
+            assert!((4..=8).contains(&cells), "a text broke a table row: {line}");
+        }
+        // A `%` unit is plain text, not a MathJax cell it would break.
+        let cold = lines.iter().find(|l| l.starts_with("| Cold startup")).unwrap();
+        assert!(!cold.contains("textcolor") && cold.contains("%"), "{cold}");
+        let html = html::render(&report);
+        assert!(!html.contains("<script") && !html.contains("<!--") && !html.contains('\u{1b}'), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
+    }
+}
+
+#[test]
+fn a_crafted_report_json_is_rendered_again_without_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut report = hostile_report(Rule::Paired);
+    std::fs::write(dir.path().join("report.json"), serde_json::to_vec(&report).unwrap()).unwrap();
+    let again = crate::run::rerender(dir.path()).unwrap();
+    report.comparisons = report.analyze();
+    assert_eq!(again.head.commit, "aéééé");
+    let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(!md.contains("<script") && !md.contains('\u{1b}'));
+    // Not a report, or far too big for one: a clear error.
+    std::fs::write(dir.path().join("report.json"), b"{\"x\": 1}").unwrap();
+    let err = crate::run::rerender(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("is not a sandbench report"), "{err}");
 }

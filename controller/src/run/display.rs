@@ -1,7 +1,8 @@
 //! What a person sees while a run goes. On a terminal: one live line per sandbox (its phase and
 //! trial, and the time it has been at it), with events and failures printed above as they
 //! happen. Elsewhere (CI logs): plain lines with the time since the start. Always on stderr, so
-//! stdout stays for results.
+//! stdout stays for results. Every text is shown through [`crate::sanitize::terminal`]: errors
+//! and names may come from a sandbox, and must not drive the operator's terminal.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -51,7 +52,7 @@ impl Display {
 
     /// An event or a failure, kept in the scrollback.
     pub fn line(&self, text: &str) {
-        let text = format!("{} {text}", self.stamp());
+        let text = format!("{} {}", self.stamp(), crate::sanitize::terminal(text));
         match &self.live {
             Some(live) => {
                 let _ = live.multi.println(text);
@@ -72,12 +73,12 @@ impl Display {
                         ProgressStyle::with_template("{spinner} {prefix:<8} {msg} ({elapsed})")
                             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
                     );
-                    bar.set_prefix(sandbox.to_string());
+                    bar.set_prefix(crate::sanitize::terminal(sandbox).into_owned());
                     bar.enable_steady_tick(Duration::from_millis(120));
                     bar
                 });
                 bar.reset_elapsed();
-                bar.set_message(doing.to_string());
+                bar.set_message(crate::sanitize::terminal(doing).replace('\n', " "));
             }
             None => self.line(&format!("[{sandbox}] {doing}")),
         }
@@ -88,7 +89,7 @@ impl Display {
         match &self.live {
             Some(live) => {
                 if let Some(bar) = live.bars.lock().unwrap_or_else(|e| e.into_inner()).remove(sandbox) {
-                    bar.finish_with_message(last.to_string());
+                    bar.finish_with_message(crate::sanitize::terminal(last).replace('\n', " "));
                 }
             }
             None => self.line(&format!("[{sandbox}] {last}")),

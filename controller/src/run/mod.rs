@@ -123,6 +123,11 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
         plan.trials.measure = n;
         plan.trials.runtime = n;
     }
+    // The sandboxes expire after the longest this run can take: the plan's worst case with the
+    // trials asked for here, or the run timeout (the run is halted then), and the margin for
+    // teardown. The spec's ttl is at least the worst case (`check` refuses less).
+    plan.sandbox.ttl = crate::spec::default_ttl(plan.worst_case().min(opts.run_timeout));
+    plan.check_host()?;
     if opts.pairs == 0 || opts.pairs > 8 {
         bail!("--pairs must be from 1 to 8, got {}", opts.pairs);
     }
@@ -729,5 +734,5 @@ fn run_id() -> String {
 }
 
 fn short(commit: &str) -> &str {
-    &commit[..commit.len().min(8)]
+    crate::sanitize::prefix(commit, 8)
 }

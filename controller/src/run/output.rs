@@ -10,11 +10,16 @@ use anyhow::Context;
 use super::SideRun;
 use crate::report::{self, Report, Revision, Sample, Side, Status};
 use crate::spec::Plan;
-use crate::store::{StoredBody, read_events};
+use crate::store::StoredBody;
 
 pub use crate::report::NoiseProfile;
 
-/// Samples per side and metric from the run's event log, and each side's facts.
+/// Metrics and trials a side's samples may have (far beyond any plan's).
+const MAX_METRICS: usize = 4096;
+const MAX_TRIAL: u32 = 100_000;
+
+/// Samples per side and metric from the run's event log (read as a stream: only the samples
+/// are kept), and each side's facts.
 pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<String, Side>> {
     let role_of: BTreeMap<String, &str> =
         sides.iter().filter_map(|s| s.live.as_ref().map(|l| (l.sandbox.id.clone(), s.role))).collect();
@@ -22,13 +27,18 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<
         BTreeMap::from([("base".to_string(), Side::default()), ("head".to_string(), Side::default())]);
     let log = dir.join(crate::store::OBSERVATIONS_FILE);
     if log.exists() {
-        for event in read_events(&log)? {
+        for event in crate::store::events(&log)? {
+            let event = event?;
             let (Some(role), StoredBody::Observation { metric, trial, value, error, .. }) =
                 (role_of.get(&event.sandbox), event.body)
             else {
                 continue;
             };
             let side = out.entry(role.to_string()).or_default();
+            // Bounded whatever the log holds: no plan has more metrics or trials.
+            if trial > MAX_TRIAL || (!side.metrics.contains_key(&metric) && side.metrics.len() >= MAX_METRICS) {
+                continue;
+            }
             let samples = side.metrics.entry(metric).or_default();
             samples.retain(|s| s.trial != trial);
             samples.push(Sample { trial, value, error });
@@ -124,9 +134,16 @@ pub fn write_reports(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The largest `report.json` re-rendered (one holds the samples, not the log).
+const MAX_REPORT_BYTES: u64 = 64 << 20;
+
 /// Re-renders every format from a run directory's `report.json`.
 pub fn rerender(dir: &Path) -> anyhow::Result<Report> {
     let path = dir.join("report.json");
+    let size = std::fs::metadata(&path).with_context(|| format!("cannot read {}", path.display()))?.len();
+    if size > MAX_REPORT_BYTES {
+        anyhow::bail!("{} is {size} bytes, more than a sandbench report ({MAX_REPORT_BYTES})", path.display());
+    }
     let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut report: Report =
         serde_json::from_slice(&bytes).with_context(|| format!("{} is not a sandbench report", path.display()))?;

@@ -45,7 +45,7 @@ pub async fn logs(provisioner: &DockerProvisioner, id: &str, lines: Option<usize
     let skip = lines.map_or(0, |n| all.len().saturating_sub(n));
     let mut stdout = std::io::stdout();
     for (_, text) in &all[skip..] {
-        let _ = writeln!(stdout, "{text}");
+        let _ = writeln!(stdout, "{}", crate::sanitize::terminal(&text));
     }
     let _ = stdout.flush();
     if follow {
@@ -80,7 +80,7 @@ async fn follow_both(
                     let mut last: Vec<Line> = split.finish().into_iter().skip(skip).map(|l| parse_line(&l)).collect();
                     last.extend(events.read_new());
                     for (_, text) in last {
-                        let _ = writeln!(stdout, "{text}");
+                        let _ = writeln!(stdout, "{}", crate::sanitize::terminal(&text));
                     }
                     return Ok(());
                 }
@@ -88,7 +88,7 @@ async fn follow_both(
             _ = poll.tick() => events.read_new(),
         };
         for (_, text) in lines {
-            let _ = writeln!(stdout, "{text}");
+            let _ = writeln!(stdout, "{}", crate::sanitize::terminal(&text));
         }
         let _ = stdout.flush();
     }
@@ -233,6 +233,7 @@ mod tests {
                 command_id: "install-1".into(),
                 stream: stream.into(),
                 data: Data::Text { text: text.into() },
+                cut: None,
             })
         };
         let text = |e: &StoredEvent| event_lines(e).into_iter().map(|(_, l)| l).collect::<Vec<_>>();
@@ -254,8 +255,14 @@ mod tests {
         });
         assert_eq!(text(&observed), ["2026-03-01T10:00:00.250Z = install trial 1: 1.5 s"]);
         assert_eq!(event_lines(&observed)[0].0, 1_772_359_200_250);
-        let file =
-            event(StoredBody::File { command_id: "c".into(), path: "t".into(), offset: 0, bytes: 1, last: true });
+        let file = event(StoredBody::File {
+            command_id: "c".into(),
+            path: "t".into(),
+            offset: 0,
+            bytes: 1,
+            last: true,
+            refused: None,
+        });
         assert!(text(&file).is_empty());
     }
 

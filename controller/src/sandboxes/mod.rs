@@ -69,7 +69,8 @@ pub enum SandboxCommand {
         #[arg(long)]
         all: bool,
     },
-    /// Remove sandbench sandboxes that expired or whose controller is gone.
+    /// Remove sandbench sandboxes whose controller is gone, or past their expiry by more than
+    /// the grace (15 min; a live controller's sandbox is kept until then).
     Gc,
 }
 

@@ -10,8 +10,14 @@ use super::find;
 use crate::provision::{DockerProvisioner, labels};
 use crate::store::{Data, StoredBody, StoredEvent};
 
-/// One line of a phase's output as a person reads it.
+/// One line of a phase's output as a person reads it, safe for a terminal (escape sequences and
+/// control characters from the sandbox removed).
 pub fn describe_event(event: &StoredEvent) -> Option<String> {
+    let text = describe_raw(event)?;
+    Some(crate::sanitize::terminal(&text).into_owned())
+}
+
+fn describe_raw(event: &StoredEvent) -> Option<String> {
     match &event.body {
         StoredBody::Observation { metric, trial, value: Some(v), unit, .. } => {
             Some(format!("  = {metric} trial {trial}: {v} {unit}\n"))

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use sandbench_proto::metric;
-use sandbench_proto::plan::{Check, ScenarioStep, phase};
+use sandbench_proto::plan::{Check, ScenarioStep};
 
 use super::{Plan, SourceSettings};
 
@@ -153,7 +153,7 @@ fn metrics(out: &mut String, plan: &Plan) {
 fn cost(out: &mut String, plan: &Plan) {
     let c = &plan.cost;
     let hourly = plan.hourly_usd();
-    let worst = worst_case_seconds(plan);
+    let worst = plan.worst_case().as_secs_f64();
     let _ = writeln!(
         out,
         "\ncost: ${:.4} per sandbox-hour (${}/vCPU-h, ${}/GiB-h memory, ${}/GiB-h disk); a base-and-head pair ${:.4}/h",
@@ -170,16 +170,4 @@ fn cost(out: &mut String, plan: &Plan) {
         worst / 60.0,
         c.budget_usd.map(|b| format!("; budget ${b}")).unwrap_or_default()
     );
-}
-
-/// Seconds a run lasts if every step takes its whole timeout (an upper bound for the estimate).
-fn worst_case_seconds(plan: &Plan) -> f64 {
-    let t = &plan.trials;
-    let provision = 120.0;
-    provision
-        + plan.phase_limit_s(phase::PREPARE)
-        + 2.0
-            * (f64::from(t.install) * plan.phase_limit_s(phase::INSTALL)
-                + f64::from(t.measure) * plan.phase_limit_s(phase::MEASURE)
-                + f64::from(t.runtime) * plan.phase_limit_s(phase::RUNTIME))
 }

@@ -2,6 +2,7 @@
 //! error names the file, the line and the field, and says what was expected; all errors are
 //! reported at once.
 
+mod bounds;
 mod describe;
 pub mod metrics;
 mod phases;
@@ -138,6 +139,43 @@ impl Plan {
         crate::cost::hourly(&self.cost, self.allocation())
     }
 
+    /// How long the controller waits for one trial of `phase`: every step at its timeout, plus
+    /// room for the agent's own work (users, hygiene, artifacts).
+    pub fn phase_timeout(&self, phase: &str) -> Duration {
+        let margin = match phase {
+            phase::PREPARE => 600.0,
+            phase::MEASURE => 180.0,
+            _ => 120.0,
+        };
+        Duration::from_secs_f64(self.phase_limit_s(phase) + margin)
+    }
+
+    /// The longest a run of this plan can keep a sandbox: provisioning, prepare, every trial of
+    /// both sides one after the other (measure and runtime up to `max_pairs`) at its phase
+    /// timeout, and teardown.
+    pub fn worst_case(&self) -> Duration {
+        let t = &self.trials;
+        let grown = t.max_pairs.max(t.measure).max(t.runtime);
+        let trials = |phase: &str, n: u32| f64::from(n) * self.phase_timeout(phase).as_secs_f64();
+        let timed = trials(phase::INSTALL, t.install)
+            + trials(phase::MEASURE, grown.max(t.measure))
+            + trials(phase::RUNTIME, grown.max(t.runtime));
+        let provision_and_teardown = 180.0;
+        Duration::from_secs_f64(provision_and_teardown + self.phase_timeout(phase::PREPARE).as_secs_f64() + 2.0 * timed)
+    }
+
+    /// Checks what can only be checked on the machine that runs the plan: the cpuset names CPUs
+    /// this machine has.
+    pub fn check_host(&self) -> anyhow::Result<()> {
+        let Some(cpuset) = &self.sandbox.cpuset else { return Ok(()) };
+        let cpus = bounds::cpuset(cpuset).map_err(|why| anyhow::anyhow!("sandbox.cpuset: {why}"))?;
+        if let Some(host) = bounds::host_cpus() {
+            bounds::cpus_available(&cpus, &host)
+                .map_err(|why| anyhow::anyhow!("{}: sandbox.cpuset {cpuset:?}: {why}", self.spec_path.display()))?;
+        }
+        Ok(())
+    }
+
     /// The longest one trial of `phase` takes when every step runs to its timeout.
     pub fn phase_limit_s(&self, phase: &str) -> f64 {
         let a = &self.agent;
@@ -203,6 +241,14 @@ impl Plan {
     }
 }
 
+/// What a sandbox's default lifetime adds to the plan's worst case.
+pub const EXPIRY_MARGIN: Duration = Duration::from_secs(10 * 60);
+
+/// The default lifetime for a plan's worst case: the worst case and the margin, in whole minutes.
+pub fn default_ttl(worst: Duration) -> Duration {
+    Duration::from_secs((worst + EXPIRY_MARGIN).as_secs().div_ceil(60) * 60)
+}
+
 /// Reads and validates a spec file.
 pub fn load(path: &Path) -> Result<Plan, SpecErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -249,5 +295,7 @@ fn field_of_toml_error(message: &str, line: &str) -> String {
     }
 }
 
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

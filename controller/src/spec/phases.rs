@@ -7,6 +7,7 @@ use sandbench_proto::plan::{Check, Fixture, Install, Measure, Prepare, Startup, 
 use toml::Spanned;
 
 use super::SourceSettings;
+use super::bounds;
 use super::raw::*;
 use super::validate::{Validator, step};
 
@@ -25,10 +26,20 @@ impl Validator<'_> {
             *port.get_ref() as u16
         });
         for (i, a) in p.artifacts.iter().enumerate() {
-            if a.get_ref().split('/').any(|s| s == "..") || a.get_ref().starts_with('/') {
-                self.error(a, &format!("prepare.artifacts[{i}]"), "expected a path inside the source folder");
+            if let Err(why) = bounds::relative_path(a.get_ref()) {
+                self.error(
+                    a,
+                    &format!("prepare.artifacts[{i}]"),
+                    format!("expected a path inside the source folder: {why}"),
+                );
             }
         }
+        let release_dir = p.release_dir.as_ref().map(|d| {
+            if let Err(why) = bounds::relative_path(d.get_ref()) {
+                self.error(d, "prepare.release_dir", format!("expected a folder inside the source folder: {why}"));
+            }
+            d.get_ref().clone()
+        });
         if !p.artifacts.is_empty() && matches!(source, SourceSettings::None) {
             self.error(
                 &p.artifacts[0],
@@ -39,7 +50,7 @@ impl Validator<'_> {
         Prepare {
             commands: p.commands.iter().map(|c| step(c.get_ref(), prepare_timeout)).collect(),
             artifacts: p.artifacts.iter().map(|a| a.get_ref().clone()).collect(),
-            release_dir: p.release_dir.as_ref().map(|d| d.get_ref().clone()),
+            release_dir,
             origin_port,
         }
     }
@@ -51,6 +62,7 @@ impl Validator<'_> {
             self.error(&i.command, "install.command", "expected the command that installs the product");
         }
         let checks = self.checks(&i.checks);
+        self.environment(&i.env, "install.env", self.line(raw.span().start));
         let footprint_excludes = i.footprint_excludes.clone().unwrap_or_else(|| {
             [".cache", ".npm", "*.log", "sessions", "session-artifacts", "workspace"]
                 .iter()
@@ -108,9 +120,14 @@ impl Validator<'_> {
 
     /// `install_line`: where `[install]` starts (the fixture's paths have no position of their own).
     fn fixture(&mut self, f: &RawFixture, install_line: usize) -> Fixture {
-        for path in f.files.keys().chain(f.home_files.keys()).chain([&f.dir]) {
-            if path.split('/').any(|s| s == "..") || path.starts_with('/') {
-                self.error_at(install_line, "install.fixture", format!("expected paths inside the home, got {path:?}"));
+        let named = [("install.fixture.dir", &f.dir)].into_iter();
+        let files = f.files.keys().map(|k| ("install.fixture.files", k));
+        let home_files = f.home_files.keys().map(|k| ("install.fixture.home_files", k));
+        for (field, path) in named.chain(files).chain(home_files) {
+            if let Err(why) = bounds::relative_path(path) {
+                let key = if field.ends_with(".dir") { "dir" } else { path.as_str() };
+                let line = self.line_of_key(key).unwrap_or(install_line);
+                self.error_at(line, field, format!("expected a path inside the home: {why}"));
             }
         }
         Fixture { dir: f.dir.clone(), files: f.files.clone(), git: f.git, home_files: f.home_files.clone() }
@@ -127,7 +144,8 @@ impl Validator<'_> {
                         self.error(cmd, "measure.startup", "expected the command line of the program, e.g. [\"demo\"]");
                         None
                     } else {
-                        Some(Startup { command: cmd.get_ref().clone(), cwd: m.cwd.clone(), timeout_s })
+                        let cwd = self.bounded_opt(&m.cwd, "measure.cwd", bounds::cwd);
+                        Some(Startup { command: cmd.get_ref().clone(), cwd, timeout_s })
                     }
                 });
                 if let Some(between) = &m.between

@@ -46,7 +46,7 @@ pub struct RawReport {
 pub struct RawSandbox {
     pub image: Option<Spanned<String>>,
     pub cpus: Option<Spanned<f64>>,
-    pub cpuset: Option<String>,
+    pub cpuset: Option<Spanned<String>>,
     pub memory_gb: Option<Spanned<f64>>,
     pub disk_gb: Option<Spanned<f64>>,
     pub pids: Option<Spanned<i64>>,
@@ -133,7 +133,7 @@ fn workspace() -> String {
 #[serde(deny_unknown_fields)]
 pub struct RawMeasure {
     pub startup: Option<Spanned<Vec<String>>>,
-    pub cwd: Option<String>,
+    pub cwd: Option<Spanned<String>>,
     pub timeout_s: Option<Spanned<f64>>,
     pub settle_s: Option<Spanned<f64>>,
     pub between: Option<Spanned<String>>,
@@ -159,7 +159,7 @@ pub struct RawScenario {
     /// `jsonl` (default) or `terminal`.
     pub channel: Option<Spanned<String>>,
     pub command: Spanned<Vec<String>>,
-    pub cwd: Option<String>,
+    pub cwd: Option<Spanned<String>>,
     pub ready_event: Option<String>,
     pub start_metric: Option<Spanned<String>>,
     pub timeout_s: Option<Spanned<f64>>,
@@ -191,7 +191,7 @@ pub struct RawStep {
 pub struct RawRepeated {
     pub metric: Spanned<String>,
     pub run: String,
-    pub cwd: Option<String>,
+    pub cwd: Option<Spanned<String>>,
     pub repeat: Option<Spanned<i64>>,
     pub aggregate: Option<Spanned<String>>,
     pub timeout_s: Option<Spanned<f64>>,
@@ -202,7 +202,7 @@ pub struct RawRepeated {
 pub struct RawScript {
     pub name: Spanned<String>,
     pub run: String,
-    pub cwd: Option<String>,
+    pub cwd: Option<Spanned<String>>,
     pub timeout_s: Option<Spanned<f64>>,
     pub metrics: Spanned<Vec<String>>,
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use sandbench_proto::plan::{Aggregate, Channel, RepeatedCommand, Runtime, Scenario, ScenarioStep, Script, Step};
 use toml::Spanned;
 
+use super::bounds;
 use super::raw::*;
 use super::validate::{Validator, json, json_map};
 
@@ -19,6 +20,9 @@ impl Validator<'_> {
 
     fn scenario(&mut self, n: usize, r: &RawScenario) -> Scenario {
         let field = format!("runtime.scenario[{n}]");
+        // The agent names files after the scenario, as root.
+        self.bounded(&r.name, &format!("{field}.name"), bounds::file_name);
+        let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
         if r.command.get_ref().is_empty() {
             self.error(&r.command, &format!("{field}.command"), "expected the command line of the child");
         }
@@ -51,7 +55,7 @@ impl Validator<'_> {
             name: r.name.get_ref().clone(),
             channel,
             command: r.command.get_ref().clone(),
-            cwd: r.cwd.clone(),
+            cwd,
             ready_event: r.ready_event.clone().unwrap_or_else(|| "ready".into()),
             start_metric,
             timeout_s,
@@ -84,9 +88,10 @@ impl Validator<'_> {
         let repeat = self.count(&r.repeat, &format!("{field}.repeat"), 1, 10_000, 1) as u32;
         let aggregate = self.aggregate(&r.aggregate, &format!("{field}.aggregate"));
         let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 3600.0, 60.0);
+        let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
         RepeatedCommand {
             metric,
-            step: Step { run: r.run.clone(), cwd: r.cwd.clone(), timeout_s, env: BTreeMap::new() },
+            step: Step { run: r.run.clone(), cwd, timeout_s, env: BTreeMap::new() },
             repeat,
             aggregate,
         }
@@ -94,6 +99,8 @@ impl Validator<'_> {
 
     fn script(&mut self, n: usize, r: &RawScript) -> Script {
         let field = format!("runtime.script[{n}]");
+        self.bounded(&r.name, &format!("{field}.name"), bounds::file_name);
+        let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
         if r.metrics.get_ref().is_empty() {
             self.error(&r.metrics, &format!("{field}.metrics"), "expected the metric keys the script reports");
         }
@@ -104,7 +111,7 @@ impl Validator<'_> {
         let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 86_400.0, 600.0);
         Script {
             name: r.name.get_ref().clone(),
-            step: Step { run: r.run.clone(), cwd: r.cwd.clone(), timeout_s, env: BTreeMap::new() },
+            step: Step { run: r.run.clone(), cwd, timeout_s, env: BTreeMap::new() },
             metrics: r.metrics.get_ref().clone(),
         }
     }

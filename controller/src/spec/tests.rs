@@ -134,7 +134,7 @@ unit = "s"
             "bench.toml:6: source.url: a git URL is cloned inside the sandbox, which needs sandbox.network = true",
             "bench.toml:8: trials.measure: expected a whole number from 1 to 100, got 0",
             "bench.toml:10: prepare.origin_port: expected a TCP port from 1 to 65535, got 70000",
-            "bench.toml:11: prepare.artifacts[0]: expected a path inside the source folder",
+            "bench.toml:11: prepare.artifacts[0]: expected a path inside the source folder: \"../outside/*.tgz\" leaves its folder through `..`",
             "bench.toml:14: install.checks[0]: an output check needs `contains`",
             "bench.toml:14: install.checks[1]: expected exactly one of output (with contains), file_exists, file_starts_with (with prefix)",
             "bench.toml:14: install.checks[2].prefix: expected two hex digits after \\x, got \"ZZ\"",
@@ -266,4 +266,102 @@ rule = "reference"
         errors.iter().any(|e| e.contains(":12: report.rule: expected \"paired\" or \"reference\", got \"vibes\"")),
         "{errors:?}"
     );
+}
+
+#[test]
+fn paths_names_envs_cpusets_and_repositories_that_escape_are_refused() {
+    let spec = r#"name = "hostile"
+[sandbox]
+cpuset = "0-9999,abc"
+ttl_minutes = 1
+[source]
+repository = "no/such/folder"
+[env]
+"A=B" = "x"
+"" = "empty"
+[prepare]
+release_dir = "../../../etc"
+artifacts = ["/etc/*", "dist//x"]
+[install]
+command = "true"
+env = { "1BAD" = "x" }
+[install.fixture]
+dir = "../outside"
+files = { "../../x" = "a" }
+home_files = { "/etc/passwd" = "root::0:0::/:/bin/sh" }
+[measure]
+startup = ["demo"]
+cwd = "/etc"
+[[runtime.scenario]]
+name = "../../../../escape"
+command = ["k"]
+cwd = "~/../root"
+[[runtime.script]]
+name = "ok"
+run = "true"
+cwd = "a/./b"
+metrics = ["s"]
+[metrics.s]
+title = "S"
+unit = "s"
+"#;
+    let found = errors(spec);
+    let expect = [
+        "bench.toml:3: sandbox.cpuset: CPU 9999 is beyond 8191",
+        "bench.toml:4: sandbox.ttl_minutes: 1 min is shorter than this plan's worst case",
+        "bench.toml:6: source.repository: no folder no/such/folder",
+        "bench.toml:8: env.A=B: expected a variable name",
+        "bench.toml:9: env.: expected a variable name",
+        "bench.toml:11: prepare.release_dir: expected a folder inside the source folder: \"../../../etc\" leaves its folder",
+        "bench.toml:12: prepare.artifacts[0]: expected a path inside the source folder: expected a relative path",
+        "bench.toml:12: prepare.artifacts[1]: expected a path inside the source folder: expected a path without empty",
+        "bench.toml:15: install.env.1BAD: expected a variable name",
+        "bench.toml:17: install.fixture.dir: expected a path inside the home: \"../outside\" leaves its folder",
+        "bench.toml:18: install.fixture.files: expected a path inside the home: \"../../x\" leaves its folder",
+        "bench.toml:19: install.fixture.home_files: expected a path inside the home: expected a relative path",
+        "bench.toml:22: measure.cwd: expected a relative path, got the absolute path \"/etc\"",
+        "bench.toml:24: runtime.scenario[0].name: expected a name of 1 to 64 letters",
+        "bench.toml:26: runtime.scenario[0].cwd: \"../root\" leaves its folder through `..`",
+        "bench.toml:30: runtime.script[0].cwd: expected a path without empty or `.` parts",
+    ];
+    for e in expect {
+        assert!(found.iter().any(|got| got.starts_with(e)), "missing {e:?} in\n{}", found.join("\n"));
+    }
+    assert_eq!(found.len(), expect.len(), "{}", found.join("\n"));
+    // A NUL in a key, and a cpuset's syntax.
+    let nul = MINIMAL.replace("[install]", "[env]\n\"A\\u0000B\" = \"x\"\n[install]");
+    assert!(errors(&nul).iter().any(|e| e.contains("env.A\0B: expected a variable name")), "{:?}", errors(&nul));
+    let cpuset = MINIMAL.replace("[install]", "[sandbox]\ncpuset = \"1-0\"\n[install]");
+    assert_eq!(errors(&cpuset), ["bench.toml:4: sandbox.cpuset: the range \"1-0\" goes backwards"]);
+}
+
+#[test]
+fn the_expiry_covers_the_worst_case() {
+    let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
+    // Provisioning and teardown, prepare's margin, then per side three installs at 240 s and
+    // ten measure and runtime trials, each with the controller's margin.
+    assert_eq!(plan.worst_case().as_secs(), 180 + 600 + 2 * (3 * 360 + 10 * 180 + 10 * 120));
+    assert_eq!(plan.sandbox.ttl, default_ttl(plan.worst_case()));
+    assert!(plan.sandbox.ttl >= plan.worst_case() + EXPIRY_MARGIN);
+    assert_eq!(plan.sandbox.ttl.as_secs() % 60, 0);
+    // An explicit ttl at least as long is kept.
+    let long = MINIMAL.replace("[install]", "[sandbox]\nttl_minutes = 180\n[install]");
+    assert_eq!(parse(Path::new("bench.toml"), &long).unwrap().sandbox.ttl.as_secs(), 180 * 60);
+    // More pairs, a longer worst case.
+    let grown = MINIMAL.replace("[install]", "[trials]\nmax_pairs = 40\n[measure]\nstartup = [\"x\"]\n[install]");
+    let grown = parse(Path::new("bench.toml"), &grown).unwrap();
+    let measure = grown.phase_timeout("measure").as_secs_f64();
+    assert!(grown.worst_case().as_secs_f64() >= 2.0 * 40.0 * measure, "{:?}", grown.worst_case());
+}
+
+#[test]
+fn a_cpuset_is_checked_against_this_machine() {
+    let spec = MINIMAL.replace("[install]", "[sandbox]\ncpuset = \"0,8191\"\n[install]");
+    let plan = parse(Path::new("bench.toml"), &spec).unwrap();
+    if bounds::host_cpus().is_some_and(|cpus| !cpus.contains(&8191)) {
+        let err = plan.check_host().unwrap_err().to_string();
+        assert!(err.contains("sandbox.cpuset \"0,8191\": CPU 8191 not on this machine"), "{err}");
+    }
+    let ok = parse(Path::new("bench.toml"), &MINIMAL.replace("[install]", "[sandbox]\ncpuset = \"0\"\n[install]"));
+    assert!(ok.unwrap().check_host().is_ok());
 }

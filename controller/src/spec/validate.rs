@@ -98,7 +98,8 @@ impl Validator<'_> {
         if name.is_empty() {
             self.error(&raw.name, "name", "expected a non-empty name");
         }
-        let sandbox = self.sandbox(&raw.sandbox);
+        let mut sandbox = self.sandbox(&raw.sandbox);
+        self.environment(&raw.env, "env", self.line_of("[env]"));
         let source = self.source(&raw.source, raw.sandbox.network);
         let trials = self.trials(&raw.trials);
         let prepare = self.prepare(&raw.prepare, &source);
@@ -108,6 +109,8 @@ impl Validator<'_> {
         let agent = AgentPlan { source: Source::None, prepare, install, measure, runtime, env: raw.env.clone() };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);
+        let ttl = sandbox.ttl;
+        sandbox.ttl = Duration::ZERO;
         let mut plan = Plan {
             name,
             spec_path: self.file.clone(),
@@ -121,7 +124,33 @@ impl Validator<'_> {
         };
         plan.metrics = self.metric_definitions(&plan, &raw.metrics);
         (plan.trials.max_pairs, plan.trials.gate) = self.adaptive(&plan, &raw.trials);
+        plan.sandbox.ttl = self.expiry(&plan, &raw.sandbox.ttl_minutes, ttl);
         plan
+    }
+
+    /// The sandboxes' lifetime: the spec's `ttl_minutes`, which may not be shorter than the
+    /// plan's worst case (another controller's reaper would remove a sandbox still in use), or
+    /// by default the worst case and a margin.
+    fn expiry(&mut self, plan: &Plan, raw: &Option<Spanned<f64>>, ttl: Duration) -> Duration {
+        let worst = plan.worst_case();
+        match raw {
+            Some(minutes) if ttl < worst => {
+                self.error(
+                    minutes,
+                    "sandbox.ttl_minutes",
+                    format!(
+                        "{} min is shorter than this plan's worst case, {} min (every step at its timeout): {}",
+                        minutes.get_ref(),
+                        worst.as_secs().div_ceil(60),
+                        "a sandbox could expire while the run still needs it; raise it, or leave it out (the \
+                         default is the worst case and 10 min)"
+                    ),
+                );
+                ttl
+            }
+            Some(_) => ttl,
+            None => super::default_ttl(worst),
+        }
     }
 
     fn rule(&mut self, raw: &RawReport) -> crate::report::Rule {
@@ -181,11 +210,16 @@ impl Validator<'_> {
         let memory_gb = self.number(&s.memory_gb, "sandbox.memory_gb", 0.0, 512.0, 4.0);
         let disk_gb = self.number(&s.disk_gb, "sandbox.disk_gb", 0.0, 10_000.0, 20.0);
         let pids_limit = self.count(&s.pids, "sandbox.pids", 16, 1_000_000, 4096);
-        let ttl_minutes = self.number(&s.ttl_minutes, "sandbox.ttl_minutes", 0.0, 24.0 * 60.0, 30.0);
+        let ttl_minutes = self.number(&s.ttl_minutes, "sandbox.ttl_minutes", 0.0, 7.0 * 24.0 * 60.0, 30.0);
+        if let Some(cpuset) = &s.cpuset
+            && let Err(why) = super::bounds::cpuset(cpuset.get_ref())
+        {
+            self.error(cpuset, "sandbox.cpuset", why);
+        }
         SandboxSettings {
             image,
             cpus,
-            cpuset: s.cpuset.clone(),
+            cpuset: s.cpuset.as_ref().map(|c| c.get_ref().clone()),
             memory_bytes: (memory_gb * 1024.0 * 1024.0 * 1024.0) as u64,
             disk_gb,
             pids_limit,
@@ -204,8 +238,29 @@ impl Validator<'_> {
             (Some(repo), None) => {
                 let base = self.file.parent().unwrap_or(Path::new("."));
                 let joined = base.join(repo.get_ref());
-                let repository: PathBuf =
+                let mut repository: PathBuf =
                     joined.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
+                if repository.as_os_str().is_empty() {
+                    repository = PathBuf::from(".");
+                }
+                if !repository.is_dir() {
+                    self.error(
+                        repo,
+                        "source.repository",
+                        format!(
+                            "no folder {} (source.repository is relative to the spec's folder)",
+                            repository.display()
+                        ),
+                    );
+                } else if let Ok(real) = repository.canonicalize()
+                    && !real.ancestors().any(|a| a.join(".git").exists())
+                {
+                    self.error(
+                        repo,
+                        "source.repository",
+                        format!("{} is not in a git repository", repository.display()),
+                    );
+                }
                 SourceSettings::Local { repository }
             }
             (None, Some(url)) => {

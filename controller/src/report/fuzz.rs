@@ -1,0 +1,119 @@
+//! Fuzzing the escapers (proptest): whatever text a spec, a revision or a sandbox gives, the
+//! Markdown escape leaves no tag start, no comment end, no table pipe, no newline and no control
+//! character; the HTML escape no `<`, `>`, quote or control; a marker field nothing but
+//! `[A-Za-z0-9._%-]` without `--`; the terminal sanitizer no escape sequence or control; and a
+//! whole report with such text in every field keeps exactly its three markers and no live tag.
+//! Cases: `PROPTEST_CASES` (256 by default) per target.
+
+use proptest::prelude::*;
+
+use super::format::{escape, marker_field};
+use super::tests::example;
+use super::{Report, Rule, Status, html, markdown};
+use crate::sanitize::terminal;
+
+/// Text built from the pieces attacks are made of, and any other characters.
+fn hostile() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        prop::sample::select(vec![
+            "-->",
+            "--!>",
+            "<!--",
+            "<script>",
+            "</script>",
+            "<img src=x onerror=alert(1)>",
+            "<",
+            ">",
+            "|",
+            "`",
+            "\n",
+            "\r",
+            "\t",
+            "%",
+            "\\",
+            "$",
+            "&",
+            "&lt;",
+            "\"",
+            "'",
+            "[x](http://e)",
+            "\u{1b}[31m",
+            "\u{1b}]0;t\u{7}",
+            "\u{1b}",
+            "\u{9b}",
+            "\u{202e}",
+            "\u{0}",
+            "\u{7f}",
+            "é",
+            "漢",
+            "\u{fffd}",
+            "--",
+            "-",
+            ":",
+        ])
+        .prop_map(String::from),
+        any::<char>().prop_map(String::from),
+        "[a-z ]{1,5}",
+    ];
+    prop::collection::vec(piece, 0..24).prop_map(|pieces| pieces.concat())
+}
+
+fn no_control(text: &str) -> bool {
+    !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t')
+}
+
+proptest! {
+    #[test]
+    fn markdown_escape_leaves_nothing_live(text in hostile()) {
+        let out = escape(&text);
+        prop_assert!(!out.contains('<') && !out.contains('>'), "{out:?}");
+        prop_assert!(!out.contains('|') && !out.contains('`') && !out.contains('\n'), "{out:?}");
+        prop_assert!(no_control(&out), "{out:?}");
+        prop_assert!(!out.contains('\u{1b}') && !out.contains('\u{9b}') && !out.contains('\u{202e}'), "{out:?}");
+    }
+
+    #[test]
+    fn marker_fields_cannot_close_or_split_a_marker(text in hostile()) {
+        let field = marker_field(&text);
+        prop_assert!(field.chars().all(|c| c.is_ascii_alphanumeric() || "._%-".contains(c)), "{field:?}");
+        prop_assert!(!field.contains("--"), "{field:?}");
+    }
+
+    #[test]
+    fn the_terminal_sees_no_escape_sequence(text in hostile()) {
+        let out = terminal(&text);
+        prop_assert!(no_control(&out), "{out:?}");
+        prop_assert!(!out.contains('\u{202e}'), "{out:?}");
+        // Idempotent: what it lets through is already clean.
+        let again = terminal(&out).into_owned();
+        prop_assert_eq!(again, out.into_owned());
+    }
+
+    #[test]
+    fn a_report_full_of_hostile_text_renders_inert(
+        texts in prop::collection::vec(hostile(), 12),
+        paired in any::<bool>(),
+    ) {
+        let mut report = Report { rule: if paired { Rule::Paired } else { Rule::Reference }, ..example(Status::Failed) };
+        report.run_id = texts[0].clone();
+        report.spec_name = texts[1].clone();
+        report.image = texts[2].clone();
+        report.head.commit = texts[3].clone();
+        report.head.rev = texts[4].clone();
+        report.base.commit = texts[5].clone();
+        report.metrics[0].title = texts[6].clone();
+        report.metrics[0].unit = texts[7].clone();
+        report.metrics[1].group = texts[8].clone();
+        report.errors = vec![texts[9].clone()];
+        report.warnings = vec![texts[10].clone()];
+        report.base_side.facts.insert("os".into(), texts[11].clone());
+        let md = markdown::render(&report);
+        prop_assert_eq!(md.matches("-->").count(), 3, "{}", md);
+        prop_assert_eq!(md.matches("<!--").count(), 3, "{}", md);
+        prop_assert!(md.lines().take(3).all(|l| l.starts_with("<!-- ") && l.ends_with(" -->")), "{}", md);
+        prop_assert!(!md.contains("<script") && !md.contains("<img") && !md.contains('\u{1b}'), "{}", md);
+        let html = html::render(&report);
+        prop_assert!(!html.contains("<script") && !html.contains("<img") && !html.contains("<!--"), "{}", html);
+        prop_assert!(!html.contains('\u{1b}') && no_control(&html), "{}", html);
+    }
+}

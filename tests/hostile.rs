@@ -1,0 +1,343 @@
+//! A hostile pull request, end to end against the real engine: `sandbench run` on the product in
+//! `tests/hostile/`, twice. First a revision that plants a link for root to write SHA256SUMS
+//! through (into the host's socket folder) against one that plants links for root to lay the
+//! fixture through (into /run, chowning the socket folder, into it, and into /etc); both steal
+//! the agent's token through the origin if they can, then plant a setuid file and delete and
+//! replace the socket if the folder became theirs. Then a clean revision against one that floods
+//! output and disk, injects through RESULT keys and error text, and forks without end.
+//!
+//! Each run must end completed or failed with a clear error, and: no setuid file and nothing of
+//! a sandbox user's on the host (a watcher scans the run folder while it goes), no token
+//! anywhere in the run folder or the output, the run folder small, report.md with its three
+//! markers only and no live tag, report.html and the terminal output without escape sequences,
+//! every probe metric 0, no container left. The clean side measures everything; `disk_gb` is
+//! held or said not to be.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sandbench::provision::{DockerProvisioner, labels};
+use sandbench::report::{Report, Status};
+
+/// How long the whole run may take before the test gives up on it.
+const RUN_LIMIT: Duration = Duration::from_secs(20 * 60);
+const PROBES: [&str; 4] = ["token_stolen", "root_write", "socket_tampered", "setuid_planted"];
+
+/// A git repository with the hostile product, one tag per mode of attack (`none` is clean).
+fn hostile_repo() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    let product = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hostile");
+    copy(&product, repo.path());
+    let git = |args: &str| {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(format!("git -c user.name=t -c user.email=t@t {args}"))
+            .current_dir(repo.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args}");
+    };
+    git("init -q -b main .");
+    for mode in ["none", "sums", "fixture", "runtime"] {
+        std::fs::write(repo.path().join("attacks/mode"), format!("{mode}\n")).unwrap();
+        git("add -A");
+        git(&format!("commit -q --allow-empty -m {mode}"));
+        git(&format!("tag {mode}"));
+    }
+    repo
+}
+
+fn copy(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            walk(&path, out);
+        }
+        out.push(path);
+    }
+}
+
+/// What on the host a sandbox must never have made: a setuid or setgid file, a file owned by
+/// anyone but the controller (a sandbox user, through a chown), anything in a socket folder but
+/// the controller's sockets.
+fn violations(out: &Path) -> Vec<String> {
+    let me = std::fs::metadata(out).map(|m| m.uid()).unwrap_or(0);
+    let mut paths = Vec::new();
+    walk(out, &mut paths);
+    let mut found = Vec::new();
+    for path in paths {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        let shown = path.strip_prefix(out).unwrap_or(&path).display().to_string();
+        if meta.mode() & 0o6000 != 0 {
+            found.push(format!("setuid/setgid file {shown} (mode {:o}, uid {})", meta.mode(), meta.uid()));
+        }
+        if meta.uid() != me {
+            found.push(format!("{shown} owned by uid {} (a sandbox's user)", meta.uid()));
+        }
+        let in_sockets = shown.split('/').any(|part| part == "sock");
+        let controllers = meta.file_type().is_socket() && path.file_name().is_some_and(|n| n == "agent.sock");
+        if in_sockets && !meta.is_dir() && !controllers {
+            found.push(format!("{shown} planted in a socket folder"));
+        }
+    }
+    found
+}
+
+/// The run folder in `out` (the only folder there).
+fn run_dir(out: &Path) -> PathBuf {
+    std::fs::read_dir(out)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .unwrap_or_default()
+}
+
+fn metric(report: &Report, head: bool, key: &str) -> Vec<(Option<f64>, Option<String>)> {
+    let side = if head { &report.head_side } else { &report.base_side };
+    side.metrics.get(key).map(|s| s.iter().map(|s| (s.value, s.error.clone())).collect()).unwrap_or_default()
+}
+
+fn has_escape(bytes: &[u8]) -> bool {
+    bytes.contains(&0x1b) || bytes.contains(&0x07) || String::from_utf8_lossy(bytes).contains('\u{9b}')
+}
+
+/// A finished `sandbench run`: how it ended, what it printed, what the watcher saw on the host.
+struct Ran {
+    out: tempfile::TempDir,
+    code: Option<i32>,
+    took: Duration,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    host: Vec<String>,
+}
+
+/// Runs `sandbench run` on `base` against `head`, watching the host side while it goes (planted
+/// files may be gone by the end); killed after [`RUN_LIMIT`].
+fn run_watched(repo: &Path, base: &str, head: &str) -> Ran {
+    let out = tempfile::tempdir().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stop, out) = (stop.clone(), out.path().to_path_buf());
+        std::thread::spawn(move || {
+            let mut seen: Vec<String> = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                for v in violations(&out) {
+                    if !seen.contains(&v) {
+                        seen.push(v);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            seen
+        })
+    };
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandbench"))
+        .args(["run", "bench.toml", "--base", base, "--head", head, "--timeout-minutes", "15", "--out"])
+        .arg(out.path())
+        .current_dir(repo)
+        .env("SANDBENCH_LEDGER", out.path().join("ledger.sqlite"))
+        .env("SANDBENCH_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sandbench");
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = r.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    stop.store(true, Ordering::Relaxed);
+    let mut host = watcher.join().unwrap();
+    host.extend(violations(out.path()));
+    Ran {
+        code: status.and_then(|s| s.code()),
+        took: started.elapsed(),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+        host,
+        out,
+    }
+}
+
+/// The containers of a run still there (removed now, so none outlives the test).
+fn containers_left(run_dir: &Path) -> Vec<String> {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let provisioner = DockerProvisioner::connect(1).await.unwrap();
+        let run_id = run_dir.file_name().unwrap_or_default().to_string_lossy().to_string();
+        let left = provisioner.list(Some((labels::RUN, &run_id))).await.unwrap();
+        for c in &left {
+            let _ = provisioner.remove(&c.id).await;
+        }
+        left.into_iter().map(|c| c.name).collect()
+    })
+}
+
+/// The agents' tokens (from the controller's token file), the files of the run folder holding
+/// one, and the folder's size without the token file.
+fn leaked_tokens(run_dir: &Path) -> (Vec<String>, Vec<PathBuf>, u64) {
+    let tokens: Vec<String> = std::fs::read(run_dir.join(".agent-tokens.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.as_object().cloned())
+        .map(|o| o.values().filter_map(|r| r["token"].as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let mut files = Vec::new();
+    walk(run_dir, &mut files);
+    let (mut holding, mut total) = (Vec::new(), 0u64);
+    for file in files.into_iter().filter(|f| f.is_file() && !f.ends_with(".agent-tokens.json")) {
+        let Ok(bytes) = std::fs::read(&file) else { continue };
+        total += bytes.len() as u64;
+        let text = String::from_utf8_lossy(&bytes);
+        if tokens.iter().any(|t| text.contains(t.as_str())) {
+            holding.push(file);
+        }
+    }
+    (tokens, holding, total)
+}
+
+/// Runs `base` against `head` of the hostile product and returns what went wrong, and the report.
+fn hostile_run(repo: &Path, base: &str, head: &str) -> (Vec<String>, Option<Report>) {
+    let ran = run_watched(repo, base, head);
+    let dir = run_dir(ran.out.path());
+    let terminal = format!("{}{}", String::from_utf8_lossy(&ran.stdout), String::from_utf8_lossy(&ran.stderr));
+    let mut failures: Vec<String> = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            failures.push(format!("{base} vs {head}: {what}"));
+        }
+    };
+
+    // The run ended, completed or failed with a clear error, and nothing is left.
+    check(
+        matches!(ran.code, Some(0..=2)),
+        format!("sandbench ended with {:?} after {:?}:\n{terminal}", ran.code, ran.took),
+    );
+    let report: Option<Report> =
+        std::fs::read(dir.join("report.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    check(report.is_some(), format!("no readable report.json in {dir:?}"));
+    if let Some(report) = &report {
+        check(report.status != Status::Running, "the report still says running".into());
+        check(
+            report.status == Status::Completed || !report.all_errors().is_empty(),
+            format!("a {:?} run without an error saying why", report.status),
+        );
+    }
+    let left = containers_left(&dir);
+    check(left.is_empty(), format!("containers left behind: {left:?}"));
+
+    // The host: no setuid file, nothing of a sandbox user's, nothing planted by a sandbox.
+    check(ran.host.is_empty(), format!("the host was touched:\n  {}", ran.host.join("\n  ")));
+
+    // No token anywhere but the controller's own token file; the run folder small after floods.
+    let (tokens, holding, total) = leaked_tokens(&dir);
+    check(!tokens.is_empty(), "no agent tokens recorded".into());
+    check(holding.is_empty(), format!("an agent's token is in {holding:?}"));
+    check(!tokens.iter().any(|t| terminal.contains(t.as_str())), "an agent's token was printed".into());
+    let log = std::fs::metadata(dir.join("observations.jsonl")).map(|m| m.len()).unwrap_or(0);
+    check(log < 16 << 20, format!("observations.jsonl holds {log} bytes"));
+    check(total < 48 << 20, format!("the run folder holds {total} bytes"));
+
+    // The report and the terminal: inert.
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap_or_default();
+    check(md.matches("-->").count() == 3 && md.matches("<!--").count() == 3, format!("report.md markers:\n{md}"));
+    check(!md.contains("<script") && !has_escape(md.as_bytes()), format!("report.md is live:\n{md}"));
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap_or_default();
+    check(!html.contains("<script") && !has_escape(html.as_bytes()), "report.html is live".into());
+    check(!has_escape(&ran.stdout) && !has_escape(&ran.stderr), format!("escapes reached the terminal:\n{terminal:?}"));
+
+    // Every probe of both sides that got to run it: 0 (the attack did not work).
+    for (side, is_head) in [(base, false), (head, true)] {
+        for key in PROBES {
+            let samples = report.as_ref().map(|r| metric(r, is_head, key)).unwrap_or_default();
+            let zero = samples.iter().all(|(v, _)| v.is_none() || *v == Some(0.0));
+            check(zero, format!("{side} {key}: {samples:?}"));
+        }
+    }
+    (failures, report)
+}
+
+#[test]
+fn a_hostile_pull_request_changes_nothing_outside_its_sandboxes() {
+    let repo = hostile_repo();
+    let mut failures = Vec::new();
+
+    // Root writing through planted links: SHA256SUMS (base), the fixture (head).
+    let (found, _) = hostile_run(repo.path(), "sums", "fixture");
+    failures.extend(found);
+
+    // A clean base beside a head that floods, injects and forks.
+    let (found, report) = hostile_run(repo.path(), "none", "runtime");
+    failures.extend(found);
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            failures.push(format!("none vs runtime: {what}"));
+        }
+    };
+    if let Some(report) = &report {
+        // The other sandbox is untouched: the clean base measured everything, and its probes and
+        // the hostile head's (whose attacks do not break its own phases first) say 0.
+        for key in report.metrics.iter().map(|m| m.key.as_str()) {
+            let base = metric(report, false, key);
+            check(
+                !base.is_empty() && base.iter().all(|(v, e)| v.is_some() && e.is_none()),
+                format!("base {key}: {base:?}"),
+            );
+        }
+        for key in PROBES {
+            let head = metric(report, true, key);
+            check(!head.is_empty(), format!("the hostile head never ran its probe ({key}): {head:?}"));
+        }
+        // The disk flood: held by disk_gb, or the report says disk_gb is not enforced.
+        let limit = report.resources.disk_gb * 1e9;
+        let written = metric(report, true, "disk_written");
+        let held = written.iter().all(|(v, _)| v.is_none_or(|v| v <= limit));
+        let said =
+            report.warnings.iter().chain(&report.errors).any(|w| w.contains("disk_gb") && w.contains("not enforced"));
+        check(held || said, format!("the disk flood wrote {written:?} bytes past disk_gb ({limit}) unsaid"));
+        // The injected RESULT key and error text are reported (escaped, as checked above).
+        check(
+            report.all_errors().iter().any(|e| e.contains("does not declare")),
+            format!("the injection is not among the errors: {:?}", report.all_errors()),
+        );
+    }
+
+    assert!(failures.is_empty(), "{} failure(s):\n- {}", failures.len(), failures.join("\n- "));
+}

@@ -3,6 +3,7 @@
 //! reported at once.
 
 mod describe;
+mod interaction;
 pub mod metrics;
 mod raw;
 
@@ -85,6 +86,10 @@ pub struct Trials {
     pub install: u32,
     pub measure: u32,
     pub runtime: u32,
+    /// 0 when the spec has no transport section.
+    pub transport: u32,
+    /// 0 when the spec has no ui section.
+    pub ui: u32,
     pub failure_limit: u32,
 }
 
@@ -147,26 +152,7 @@ impl Plan {
                 a.measure.startup.as_ref().map_or(0.0, |s| 2.0 * (s.timeout_s + a.measure.settle_s))
                     + a.measure.between.as_ref().map_or(0.0, |b| b.timeout_s)
             }
-            "runtime" => {
-                let scenario = |s: &Scenario| {
-                    let waits: f64 = s
-                        .steps
-                        .iter()
-                        .map(|step| match step {
-                            ScenarioStep::Request { repeat, .. } => f64::from(*repeat) * s.timeout_s,
-                            ScenarioStep::Settle { seconds } => *seconds,
-                            ScenarioStep::Memory { .. } | ScenarioStep::Cpu { .. } | ScenarioStep::Type { .. } => 0.0,
-                            _ => s.timeout_s,
-                        })
-                        .sum();
-                    // Starting the child, and stopping it (5 s before it is killed).
-                    s.timeout_s + waits + 5.0
-                };
-                a.runtime.scenarios.iter().map(scenario).sum::<f64>()
-                    + a.runtime.commands.iter().map(|c| c.step.timeout_s * f64::from(c.repeat)).sum::<f64>()
-                    + a.runtime.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
-            }
-            _ => 0.0,
+            _ => self.section(phase).map_or(0.0, interaction::section_limit_s),
         }
     }
 
@@ -186,18 +172,19 @@ impl Plan {
                 }
                 m
             }
-            "runtime" => {
+            _ => {
                 let mut m: Vec<String> = Vec::new();
-                for s in &a.runtime.scenarios {
-                    m.extend(s.metrics());
-                }
-                m.extend(a.runtime.commands.iter().map(|c| c.metric.clone()));
-                for s in &a.runtime.scripts {
-                    m.extend(s.metrics.iter().cloned());
+                if let Some(section) = self.section(phase) {
+                    for s in &section.scenarios {
+                        m.extend(s.metrics());
+                    }
+                    m.extend(section.commands.iter().map(|c| c.metric.clone()));
+                    for s in &section.scripts {
+                        m.extend(s.metrics.iter().cloned());
+                    }
                 }
                 m
             }
-            _ => Vec::new(),
         }
     }
 }
@@ -387,6 +374,8 @@ impl Validator<'_> {
             install: self.count(&t.install, "trials.install", 1, 10, 3) as u32,
             measure: self.count(&t.measure, "trials.measure", 1, 100, 10) as u32,
             runtime: self.count(&t.runtime, "trials.runtime", 1, 100, 10) as u32,
+            transport: self.count(&t.transport, "trials.transport", 1, 100, 10) as u32,
+            ui: self.count(&t.ui, "trials.ui", 1, 50, 3) as u32,
             failure_limit: self.count(&t.failure_limit, "trials.failure_limit", 1, 10, 2) as u32,
         };
 
@@ -525,8 +514,28 @@ impl Validator<'_> {
             }
         };
 
-        let runtime = self.runtime(&raw.runtime);
-        let agent = AgentPlan { source: Source::None, prepare, install, measure, runtime, env: raw.env.clone() };
+        let runtime = self.runtime(&raw.runtime, "runtime");
+        let transport = self.runtime(&raw.transport, "transport");
+        let ui = self.runtime(&raw.ui, "ui");
+        let mut trials = trials;
+        if interaction::is_empty(&transport) {
+            trials.transport = 0;
+        }
+        if interaction::is_empty(&ui) {
+            trials.ui = 0;
+        }
+        let harness = self.harness(&raw.harness);
+        let agent = AgentPlan {
+            source: Source::None,
+            prepare,
+            install,
+            measure,
+            runtime,
+            transport,
+            ui,
+            env: raw.env.clone(),
+            harness,
+        };
 
         let c = &raw.cost;
         let cost = RateCard {
@@ -547,11 +556,11 @@ impl Validator<'_> {
         plan
     }
 
-    fn runtime(&mut self, raw: &RawRuntime) -> Runtime {
+    fn runtime(&mut self, raw: &RawRuntime, section: &str) -> Runtime {
         let mut runtime = Runtime::default();
         for (n, sc) in raw.scenario.iter().enumerate() {
             let r = sc.get_ref();
-            let field = format!("runtime.scenario[{n}]");
+            let field = format!("{section}.scenario[{n}]");
             if r.command.get_ref().is_empty() {
                 self.error(&r.command, &format!("{field}.command"), "expected the command line of the child");
             }
@@ -559,12 +568,13 @@ impl Validator<'_> {
             let channel = match r.channel.as_ref().map(|c| c.get_ref().as_str()) {
                 None | Some("jsonl") => Channel::JsonLines,
                 Some("terminal") => Channel::Terminal,
+                Some("socket") => Channel::Socket,
                 Some(other) => {
                     if let Some(c) = &r.channel {
                         self.error(
                             c,
                             &format!("{field}.channel"),
-                            format!("expected \"jsonl\" or \"terminal\", got {other:?}"),
+                            format!("expected \"jsonl\", \"terminal\" or \"socket\", got {other:?}"),
                         );
                     }
                     Channel::JsonLines
@@ -582,27 +592,14 @@ impl Validator<'_> {
             for (k, st) in r.step.iter().enumerate() {
                 let step_field = format!("{field}.step[{k}]");
                 if let Some(step) = self.scenario_step(st.get_ref(), &step_field) {
-                    let terminal_only = matches!(
-                        step,
-                        ScenarioStep::Ready { .. } | ScenarioStep::Type { .. } | ScenarioStep::WaitFor { .. }
-                    );
-                    let jsonl_only = matches!(step, ScenarioStep::Request { .. } | ScenarioStep::Interrupt { .. });
-                    if terminal_only && channel != Channel::Terminal {
-                        self.error(
-                            &st.get_ref().kind,
-                            &format!("{step_field}.kind"),
-                            "this step needs channel = \"terminal\"",
-                        );
-                    } else if jsonl_only && channel != Channel::JsonLines {
-                        self.error(
-                            &st.get_ref().kind,
-                            &format!("{step_field}.kind"),
-                            "this step needs a JSON-lines scenario (channel = \"jsonl\")",
-                        );
-                    }
-                    steps.push(step);
+                    self.check_channel(&step, channel, &st.get_ref().kind, &step_field);
+                    steps.push((step, st.get_ref().kind.clone()));
                 }
             }
+            self.check_timers(&steps, &field);
+            let steps = steps.into_iter().map(|(step, _)| step).collect();
+            let fixture = self.fixture(r, &field);
+            let socket = self.socket(r, channel, &field);
             runtime.scenarios.push(Scenario {
                 name: r.name.get_ref().clone(),
                 channel,
@@ -612,12 +609,14 @@ impl Validator<'_> {
                 start_metric,
                 timeout_s,
                 shutdown: r.shutdown.as_ref().map(json),
+                fixture,
+                socket,
                 steps,
             });
         }
         for (n, c) in raw.command.iter().enumerate() {
             let r = c.get_ref();
-            let field = format!("runtime.command[{n}]");
+            let field = format!("{section}.command[{n}]");
             let metric = self.metric_key(&r.metric, &format!("{field}.metric"));
             let repeat = self.count(&r.repeat, &format!("{field}.repeat"), 1, 10_000, 1) as u32;
             let aggregate = self.aggregate(&r.aggregate, &format!("{field}.aggregate"));
@@ -631,7 +630,7 @@ impl Validator<'_> {
         }
         for (n, s) in raw.script.iter().enumerate() {
             let r = s.get_ref();
-            let field = format!("runtime.script[{n}]");
+            let field = format!("{section}.script[{n}]");
             if r.metrics.get_ref().is_empty() {
                 self.error(&r.metrics, &format!("{field}.metrics"), "expected the metric keys the script reports");
             }
@@ -640,10 +639,18 @@ impl Validator<'_> {
                 self.metric_key(&key, &format!("{field}.metrics"));
             }
             let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 86_400.0, 600.0);
+            if r.value_field.is_some() && r.metrics.get_ref().len() != 1 {
+                self.error(
+                    &r.metrics,
+                    &format!("{field}.metrics"),
+                    "a script read by `value_field` reports exactly one metric",
+                );
+            }
             runtime.scripts.push(Script {
                 name: r.name.get_ref().clone(),
                 step: Step { run: r.run.clone(), cwd: r.cwd.clone(), timeout_s, env: BTreeMap::new() },
                 metrics: r.metrics.get_ref().clone(),
+                value_field: r.value_field.clone(),
             });
         }
         runtime
@@ -722,37 +729,40 @@ impl Validator<'_> {
             "memory" => Some(ScenarioStep::Memory { metric: need_metric(self, "memory")? }),
             "cpu" => Some(ScenarioStep::Cpu { metric: need_metric(self, "cpu")? }),
             "ready" => Some(ScenarioStep::Ready { metric }),
-            "type" | "wait_for" => {
+            "type" => {
                 let Some(text) = r.text.clone().filter(|t| !t.is_empty()) else {
-                    self.error(&r.kind, &format!("{field}.text"), format!("a {} step needs `text`", r.kind.get_ref()));
+                    self.error(&r.kind, &format!("{field}.text"), "a type step needs `text`");
                     return None;
                 };
-                Some(if r.kind.get_ref() == "type" {
-                    ScenarioStep::Type { text }
-                } else {
-                    ScenarioStep::WaitFor { text, metric }
-                })
+                Some(ScenarioStep::Type { text })
             }
             "restart" => Some(ScenarioStep::Restart { metric }),
             "settle" => {
                 let seconds = self.number(&r.seconds, &format!("{field}.seconds"), 0.0, 3600.0, 1.0);
                 Some(ScenarioStep::Settle { seconds })
             }
-            other => {
-                self.error(
-                    &r.kind,
-                    &format!("{field}.kind"),
-                    format!("expected request, interrupt, memory, cpu, restart, settle, ready, type or wait_for, got {other:?}"),
-                );
-                None
-            }
+            other => match self.interaction_step(r, field, metric) {
+                Some(step) => step,
+                None => {
+                    self.error(
+                        &r.kind,
+                        &format!("{field}.kind"),
+                        format!(
+                            "expected request, interrupt, memory, cpu, restart, settle, ready, type, keys, wait_for, \
+                             retry, start_timer, stop_timer, send or collect, got {other:?}"
+                        ),
+                    );
+                    None
+                }
+            },
         }
     }
 
     /// Definitions for every metric the plan records: the spec's own, else the built-in ones.
     fn metric_definitions(&mut self, plan: &Plan, raw: &BTreeMap<String, Spanned<RawMetric>>) -> Vec<MetricDef> {
         let mut produced: Vec<String> = Vec::new();
-        for phase in ["prepare", "install", "measure", "runtime"] {
+        let phases = std::iter::once("prepare").chain(plan.timed_phases().into_iter().map(|(p, _)| p));
+        for phase in phases {
             for m in plan.metrics_of_phase(phase) {
                 if produced.contains(&m) {
                     let line = self.line_of(&format!("\"{m}\""));
@@ -782,7 +792,7 @@ impl Validator<'_> {
                 self.error(r, &format!("metrics.{key}"), "defined, but no phase records it");
             }
         }
-        defs
+        metrics::report_order(defs)
     }
 
     fn metric(&mut self, key: &str, r: &Spanned<RawMetric>, base: Option<MetricDef>) -> Option<MetricDef> {

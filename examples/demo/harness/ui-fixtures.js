@@ -31,7 +31,7 @@ function writeSession(dir, kind, index, messages, parent) {
   for (let m = 1; m <= messages; m++) {
     let text = m % 2 ? `step ${m}: run the checks` : `step ${m}: ${STEP_TEXT}`;
     if (m === 1) text = `ui-bench-head-${kind}-${two(index)} ${text}`;
-    if (m === messages) text = `${text} ui-bench-tail-${kind}-${two(index)}`;
+    if (m === messages) text = `ui-bench-tail-${kind}-${two(index)} ${text}`;
     lines.push(JSON.stringify({ type: 'message', role: m % 2 ? 'user' : 'assistant', text }));
   }
   fs.writeFileSync(path.join(dir, `${sessionId}.jsonl`), `${lines.join('\n')}\n`);

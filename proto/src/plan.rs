@@ -331,9 +331,11 @@ pub enum ScenarioStep {
     Retry { attempts: u32, steps: Vec<ScenarioStep> },
     /// Opens a timed window: at `stop_timer`, `metric` gets the wall time and `cpu_metric` the CPU
     /// seconds the user's live processes gained (never negative: exited children take theirs
-    /// with them). `from_spawn` starts the window when the child was spawned.
+    /// with them); either may be left out. `from_spawn` starts the window when the child was
+    /// spawned.
     StartTimer {
-        metric: String,
+        #[serde(default)]
+        metric: Option<String>,
         #[serde(default)]
         cpu_metric: Option<String>,
         #[serde(default)]
@@ -378,7 +380,7 @@ impl ScenarioStep {
             ScenarioStep::Interrupt { metric, .. } | ScenarioStep::Memory { metric } | ScenarioStep::Cpu { metric } => {
                 Some(metric)
             }
-            ScenarioStep::StartTimer { metric, .. } => Some(metric),
+            ScenarioStep::StartTimer { metric, .. } => metric.as_deref(),
             ScenarioStep::Settle { .. }
             | ScenarioStep::Type { .. }
             | ScenarioStep::Keys { .. }
@@ -393,7 +395,7 @@ impl ScenarioStep {
     pub fn metrics(&self) -> Vec<&str> {
         match self {
             ScenarioStep::StartTimer { metric, cpu_metric, .. } => {
-                std::iter::once(metric.as_str()).chain(cpu_metric.as_deref()).collect()
+                metric.as_deref().into_iter().chain(cpu_metric.as_deref()).collect()
             }
             ScenarioStep::Retry { steps, .. } => steps.iter().flat_map(ScenarioStep::metrics).collect(),
             other => other.metric().into_iter().collect(),

@@ -171,8 +171,8 @@ fn step_label(step: &ScenarioStep) -> String {
             format!("retry ×{attempts} [{}]", inner.join(", "))
         }
         ScenarioStep::StartTimer { metric, cpu_metric, from_spawn } => format!(
-            "start_timer {metric}{}{}",
-            cpu_metric.as_ref().map(|c| format!(" + {c}")).unwrap_or_default(),
+            "start_timer {}{}",
+            [metric.as_deref(), cpu_metric.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(" + "),
             if *from_spawn { " from spawn" } else { "" }
         ),
         ScenarioStep::StopTimer { at_echo } => format!("stop_timer{}", if *at_echo { " at echo" } else { "" }),

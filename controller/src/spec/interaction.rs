@@ -144,6 +144,9 @@ impl Validator<'_> {
         if !s.path.get_ref().starts_with('/') && !s.path.get_ref().starts_with("~/") {
             self.error(&s.path, &format!("{field}.path"), "expected an absolute path (or one under ~/)");
         }
+        if s.unwrap_when.is_some() != s.unwrap_field.is_some() {
+            self.error(raw, &format!("{field}.unwrap_field"), "`unwrap_when` and `unwrap_field` go together");
+        }
         let envelope = s.envelope.as_ref().map(json);
         if let Some(env) = &envelope
             && !env.to_string().contains("\"$request\"")
@@ -163,6 +166,8 @@ impl Validator<'_> {
             envelope,
             reply: json_map(s.reply.as_ref()),
             id_field: s.id_field.clone().unwrap_or_else(|| "id".into()),
+            unwrap_when: json_map(s.unwrap_when.as_ref()),
+            unwrap_field: s.unwrap_field.clone(),
             max_line_bytes: self.count(&s.max_line_bytes, &format!("{field}.max_line_bytes"), 1024, 64 << 20, 2_000_000)
                 as u64,
         })
@@ -197,15 +202,15 @@ impl Validator<'_> {
             }
             "retry" => self.retry(r, field),
             "start_timer" => {
-                let Some(metric) = metric else {
+                let cpu_metric = r.cpu_metric.as_ref().map(|m| self.metric_key(m, &format!("{field}.cpu_metric")));
+                if metric.is_none() && cpu_metric.is_none() {
                     self.error(
                         &r.kind,
                         &format!("{field}.metric"),
-                        "a start_timer step records a metric: expected `metric`",
+                        "a start_timer step records `metric` (wall time), `cpu_metric` (CPU time) or both",
                     );
                     return Some(None);
-                };
-                let cpu_metric = r.cpu_metric.as_ref().map(|m| self.metric_key(m, &format!("{field}.cpu_metric")));
+                }
                 let from_spawn = match r.from.as_ref().map(|f| f.get_ref().as_str()) {
                     None | Some("now") => false,
                     Some("spawn") => true,
@@ -389,5 +394,201 @@ impl Validator<'_> {
         if let Some(kind) = open {
             self.error(kind, field, "a timer is started but never stopped: add a stop_timer step");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use sandbench_proto::plan::{Channel, ScenarioStep, phase};
+
+    use crate::spec::{SpecErrors, parse};
+
+    const HEAD: &str = "name = \"ui\"\n[install]\ncommand = \"true\"\n";
+
+    fn errors(body: &str) -> Vec<String> {
+        match parse(Path::new("bench.toml"), &format!("{HEAD}{body}")) {
+            Ok(_) => panic!("accepted:\n{body}"),
+            Err(SpecErrors(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    const UI: &str = r#"
+[[ui.scenario]]
+name = "browse"
+channel = "terminal"
+command = ["app"]
+fixture = "make-fixtures"
+  [[ui.scenario.step]]
+  kind = "start_timer"
+  metric = "open"
+  cpu_metric = "open_cpu"
+  from = "spawn"
+  [[ui.scenario.step]]
+  kind = "retry"
+  attempts = 4
+  steps = [{ kind = "keys", keys = ["alt-right", "backspace*3"], settle_s = 0.1 }, { kind = "wait_for", text = "▾", more = true, timeout_s = 2 }]
+  [[ui.scenario.step]]
+  kind = "wait_for"
+  regex = 'agents\s+(\d+) running'
+  group = 1
+  at_least = 10
+  stable_s = 3
+  [[ui.scenario.step]]
+  kind = "stop_timer"
+  at = "echo"
+[[ui.scenario]]
+name = "catalog"
+channel = "socket"
+command = ["daemon", "--socket", "/tmp/d-{uid}.sock"]
+  [ui.scenario.socket]
+  path = "/tmp/d-{uid}.sock"
+  hello = { type = "hello" }
+  envelope = { type = "command", id = "$id", command = "$request" }
+  reply = { type = "response" }
+  [[ui.scenario.step]]
+  kind = "send"
+  send = { type = "scan" }
+  repeat = 3
+  tag = "scan"
+  [[ui.scenario.step]]
+  kind = "start_timer"
+  cpu_metric = "cold_cpu"
+  [[ui.scenario.step]]
+  kind = "request"
+  metric = "cold"
+  send = { type = "open" }
+  expect = { success = true, "/data/state" = "ready" }
+  [[ui.scenario.step]]
+  kind = "stop_timer"
+  [[ui.scenario.step]]
+  kind = "collect"
+  tag = "scan"
+[[transport.script]]
+name = "frames"
+run = "node bench.mjs"
+metrics = ["frame_decode"]
+value_field = "value"
+[metrics.open]
+title = "Open"
+unit = "ms"
+scale = 1000
+[metrics.open_cpu]
+title = "CPU, open"
+unit = "ms"
+scale = 1000
+[metrics.cold_cpu]
+title = "CPU, cold"
+unit = "ms"
+scale = 1000
+"#;
+
+    #[test]
+    fn ui_and_transport_sections_become_plan_phases() {
+        let plan = parse(Path::new("bench.toml"), &format!("{HEAD}{UI}")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plan.metrics_of_phase(phase::UI), ["open", "open_cpu", "cold_cpu", "cold"]);
+        assert_eq!(plan.metrics_of_phase(phase::TRANSPORT), ["frame_decode"]);
+        assert_eq!((plan.trials.ui, plan.trials.transport), (3, 10));
+        let browse = &plan.agent.ui.scenarios[0];
+        assert_eq!(browse.fixture.as_ref().map(|f| f.run.as_str()), Some("make-fixtures"));
+        assert!(matches!(&browse.steps[1], ScenarioStep::Retry { attempts: 4, steps } if steps.len() == 2));
+        assert!(
+            matches!(&browse.steps[2], ScenarioStep::WaitFor { count: Some(c), .. } if c.at_least == 10 && c.group == 1)
+        );
+        let catalog = &plan.agent.ui.scenarios[1];
+        assert_eq!(catalog.channel, Channel::Socket);
+        let socket = catalog.socket.as_ref().unwrap();
+        assert_eq!(
+            (socket.id_field.as_str(), socket.max_line_bytes, socket.connect_timeout_s),
+            ("id", 2_000_000, 120.0)
+        );
+        assert_eq!(plan.agent.transport.scripts[0].value_field.as_deref(), Some("value"));
+        // Ui metrics are expected per ui trial, transport ones per transport trial.
+        let phases = plan.timed_phases();
+        assert_eq!(
+            phases.iter().map(|p| p.0).collect::<Vec<_>>(),
+            ["install", "measure", "runtime", "transport", "ui"]
+        );
+        assert!(plan.phase_limit_s(phase::UI) > 0.0);
+        assert!(!crate::spec::Plan::needs_install(phase::TRANSPORT) && crate::spec::Plan::needs_install(phase::UI));
+        // No section, no trials.
+        let bare = parse(Path::new("bench.toml"), HEAD).unwrap();
+        assert_eq!((bare.trials.ui, bare.trials.transport), (0, 0));
+    }
+
+    #[test]
+    fn interactive_steps_are_checked_with_file_line_and_field() {
+        let got = errors(
+            r#"
+[[ui.scenario]]
+name = "t"
+channel = "terminal"
+command = ["app"]
+  [[ui.scenario.step]]
+  kind = "keys"
+  keys = ["left", "hyper-x", "up*0"]
+  [[ui.scenario.step]]
+  kind = "retry"
+  steps = [{ kind = "memory", metric = "m" }]
+  [[ui.scenario.step]]
+  kind = "wait_for"
+  regex = "(unclosed"
+  [[ui.scenario.step]]
+  kind = "wait_for"
+  text = "x"
+  at_least = 3
+  [[ui.scenario.step]]
+  kind = "send"
+  send = { a = 1 }
+  tag = "s"
+  [[ui.scenario.step]]
+  kind = "start_timer"
+  metric = "m2"
+[[ui.scenario]]
+name = "s"
+channel = "socket"
+command = ["d"]
+[[transport.script]]
+name = "b"
+run = "b"
+metrics = ["x", "y"]
+value_field = "value"
+"#,
+        );
+        let expected = [
+            "bench.toml:11: ui.scenario[0].step[0].keys: unknown key \"hyper-x\"",
+            "bench.toml:11: ui.scenario[0].step[0].keys: expected a repeat count from 1 to 1000 after '*' in \"up*0\"",
+            "bench.toml:14: ui.scenario[0].step[1].steps[0]: a retried step records nothing",
+            "bench.toml:17: ui.scenario[0].step[2].regex: not a valid regular expression",
+            "bench.toml:21: ui.scenario[0].step[3].at_least: a count is captured by a `regex`",
+            "bench.toml:23: ui.scenario[0].step[4].kind: this step needs channel = \"socket\"",
+            "bench.toml:27: ui.scenario[0]: a timer is started but never stopped",
+            "bench.toml:30: ui.scenario[1].socket: a socket scenario needs [socket]",
+            "bench.toml:36: transport.script[0].metrics: a script read by `value_field` reports exactly one metric",
+        ];
+        for want in expected {
+            assert!(got.iter().any(|e| e.starts_with(want)), "missing {want:?} in {got:#?}");
+        }
+    }
+
+    #[test]
+    fn harness_files_are_read_beside_the_spec() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("harness")).unwrap();
+        std::fs::write(dir.path().join("harness/gen.py"), "#!/usr/bin/env python3\nprint(1)\n").unwrap();
+        let spec = dir.path().join("bench.toml");
+        let text = format!(
+            "{HEAD}[harness]\n\"gen.py\" = \"harness/gen.py\"\n\"../x\" = \"harness/gen.py\"\n\"missing.js\" = \"nowhere.js\"\n"
+        );
+        let got = match parse(&spec, &text) {
+            Ok(_) => panic!("accepted"),
+            Err(SpecErrors(errors)) => errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>(),
+        };
+        assert!(got[0].starts_with("harness.../x: expected a file name"), "{got:?}");
+        assert!(got[1].starts_with("harness.missing.js: cannot read"), "{got:?}");
+        let ok = format!("{HEAD}[harness]\n\"gen.py\" = \"harness/gen.py\"\n");
+        let plan = parse(&spec, &ok).unwrap();
+        assert_eq!(plan.agent.harness["gen.py"], "#!/usr/bin/env python3\nprint(1)\n");
     }
 }

@@ -181,6 +181,9 @@ pub struct RawSocket {
     pub reply: Option<toml::Table>,
     pub id_field: Option<String>,
     pub max_line_bytes: Option<Spanned<i64>>,
+    /// Messages with these fields are replaced by their field `unwrap_field`.
+    pub unwrap_when: Option<toml::Table>,
+    pub unwrap_field: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

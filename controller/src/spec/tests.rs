@@ -70,7 +70,20 @@ fn the_examples_are_valid() {
     assert_eq!(prime.trials.install, 3);
     assert_eq!(prime.trials.measure, 10);
     assert_eq!(prime.agent.install.command.env["PRIME_AGENT_INSTALLER_PLAIN"], "1");
-    assert_eq!(prime.metrics.len(), 17);
+    assert_eq!(prime.metrics.len(), 42);
+    assert_eq!((prime.trials.transport, prime.trials.ui), (10, 3));
+    let prime_keys: Vec<&str> = prime.metrics.iter().map(|m| m.key.as_str()).collect();
+    assert_eq!(prime_keys[..6], ["cold", "warm", "install", "bundle", "disk", "rss"]);
+    assert_eq!(prime_keys[17..21], ["switch_fetch", "frame_decode", "resume_large", "resume_large_cpu"]);
+    assert_eq!(prime_keys.last(), Some(&"ui_rss"));
+    assert!(prime.agent.harness["ui-fixtures.py"].contains("def catalog_fixture"));
+    // The demo's sections come in the reference's order, its own UI metrics in the UI section.
+    let groups: Vec<&str> = demo.metrics.iter().map(|m| m.group.as_str()).collect();
+    let mut sections = groups.clone();
+    sections.dedup();
+    assert_eq!(sections, ["CLI", "Python runtime", "Session transport", "UI interactions", "Product script"]);
+    assert_eq!(keys[..3], ["cold", "warm", "install"]);
+    assert!(demo.trials.ui > 0 && demo.trials.transport > 0);
     assert_eq!(prime.cost.budget_usd, Some(1.0));
 }
 

@@ -26,6 +26,12 @@ pub struct SocketSpec {
     #[serde(default)]
     pub reply: Map<String, Value>,
     pub id_field: String,
+    /// A message with these fields (non-empty) is replaced by its field `unwrap_field` before it
+    /// is told apart (events that carry a reply).
+    #[serde(default)]
+    pub unwrap_when: Map<String, Value>,
+    #[serde(default)]
+    pub unwrap_field: Option<String>,
     /// Longest message line accepted.
     pub max_line_bytes: u64,
 }

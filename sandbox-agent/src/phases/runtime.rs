@@ -463,7 +463,7 @@ impl Engine<'_> {
             ScenarioStep::WaitFor { .. } | ScenarioStep::Keys { .. } => self.screen_step(step)?,
             ScenarioStep::Retry { attempts, steps } => self.retry(*attempts, steps)?,
             ScenarioStep::StartTimer { metric, cpu_metric, from_spawn } => {
-                self.start_timer(metric, cpu_metric.as_deref(), *from_spawn)?;
+                self.start_timer(metric.as_deref(), cpu_metric.as_deref(), *from_spawn)?;
             }
             ScenarioStep::StopTimer { at_echo } => self.stop_timer(*at_echo)?,
             ScenarioStep::Send { send, repeat, tag } => self.socket_send(send, *repeat, tag)?,

@@ -1,8 +1,9 @@
 //! Expectations on a JSON message: `{"field": value}` compares a top-level field; a key starting
 //! with `/` is a JSON pointer whose `*` segments stand for every element (all must match, and
 //! there must be at least one) and whose trailing `#` takes the length of an array, object or
-//! string; an expected value `{"matches": "regex"}` matches a string, and `{"contains": x}` holds
-//! for an array with the element `x` or a string with the substring `x`, instead of comparing.
+//! string; an expected value `{"matches": "regex"}` matches a string, `{"contains": x}` holds
+//! for an array with the element `x` or a string with the substring `x`, and `{"not": x}` for
+//! anything but `x` (also when a wildcard reaches nothing), instead of comparing.
 
 use regex_lite::Regex;
 use serde_json::{Map, Value};
@@ -19,7 +20,8 @@ pub fn check(message: &Value, expect: &Map<String, Value>) -> Result<(), String>
         } else {
             message.get(pointer).into_iter().collect()
         };
-        if found.is_empty() {
+        let negated = want.as_object().filter(|o| o.len() == 1).is_some_and(|o| o.contains_key("not"));
+        if found.is_empty() && !(negated && pointer.contains("/*")) {
             return Err(format!("expected {key} = {want}, but the message has no {pointer}"));
         }
         for value in found {
@@ -50,6 +52,9 @@ fn satisfies(value: &Value, want: &Value) -> Result<bool, String> {
         let pattern = pattern.as_str().ok_or("`matches` takes a regular expression")?;
         let re = Regex::new(pattern).map_err(|e| format!("invalid regular expression {pattern:?}: {e}"))?;
         return Ok(value.as_str().is_some_and(|s| re.is_match(s)));
+    }
+    if let Some(other) = want.as_object().filter(|o| o.len() == 1).and_then(|o| o.get("not")) {
+        return satisfies(value, other).map(|same| !same);
     }
     if let Some(part) = want.as_object().filter(|o| o.len() == 1).and_then(|o| o.get("contains")) {
         return Ok(match (value, part) {
@@ -125,6 +130,12 @@ mod tests {
             Ok(())
         );
         assert!(check(&hello, &expect(json!({"capabilities": {"contains": "heartbeat"}}))).is_err());
+        let residents = json!({"data": {"sessions": [{"sessionId": "a"}, {"sessionId": "b"}]}});
+        assert_eq!(check(&residents, &expect(json!({"/data/sessions/*/sessionId": {"not": "cold"}}))), Ok(()));
+        assert!(check(&residents, &expect(json!({"/data/sessions/*/sessionId": {"not": "b"}}))).is_err());
+        let none = json!({"data": {"sessions": []}});
+        assert_eq!(check(&none, &expect(json!({"/data/sessions/*/sessionId": {"not": "cold"}}))), Ok(()));
+        assert!(check(&none, &expect(json!({"/data/missing": {"not": 1}}))).is_err());
         let err = check(&json!({"success": false, "error": "boom"}), &expect(json!({"success": true}))).unwrap_err();
         assert_eq!(err, "expected success = true, got false");
     }

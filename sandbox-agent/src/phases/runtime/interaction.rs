@@ -21,7 +21,7 @@ use crate::probes::{cpu, expect};
 
 /// An open timed window.
 pub(super) struct Timer {
-    metric: String,
+    metric: Option<String>,
     cpu_metric: Option<String>,
     start: Instant,
     cpu_start: f64,
@@ -29,7 +29,7 @@ pub(super) struct Timer {
 
 impl Timer {
     pub(super) fn metrics(&self) -> Vec<String> {
-        std::iter::once(self.metric.clone()).chain(self.cpu_metric.clone()).collect()
+        self.metric.iter().chain(&self.cpu_metric).cloned().collect()
     }
 }
 
@@ -51,9 +51,26 @@ impl Engine<'_> {
         cpu::live_seconds(Path::new("/proc"), self.user.uid)
     }
 
-    /// `{uid}` and `{trial}` replaced.
+    /// `{uid}`, `{user}`, `{home}` and `{trial}` replaced.
     pub(super) fn substitute(&self, text: &str) -> String {
-        text.replace("{uid}", &self.user.uid.to_string()).replace("{trial}", &self.trial.to_string())
+        text.replace("{uid}", &self.user.uid.to_string())
+            .replace("{user}", &self.user.name)
+            .replace("{home}", &self.user.home.display().to_string())
+            .replace("{trial}", &self.trial.to_string())
+    }
+
+    /// A request with its strings substituted and `"$env"` replaced by the user's environment.
+    fn fill(&self, value: &Value) -> Value {
+        match value {
+            Value::String(s) if s == "$env" => {
+                let env = common::user_env(self.user, &self.plan.env, &Default::default());
+                Value::Object(env.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
+            }
+            Value::String(s) => Value::String(self.substitute(s)),
+            Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), self.fill(v))).collect()),
+            Value::Array(items) => Value::Array(items.iter().map(|v| self.fill(v)).collect()),
+            other => other.clone(),
+        }
     }
 
     /// Runs the scenario's fixture command as the user, then sync(2), so the fixtures' writeback
@@ -118,7 +135,7 @@ impl Engine<'_> {
 
     pub(super) fn start_timer(
         &mut self,
-        metric: &str,
+        metric: Option<&str>,
         cpu_metric: Option<&str>,
         from_spawn: bool,
     ) -> anyhow::Result<()> {
@@ -132,8 +149,12 @@ impl Engine<'_> {
             let cpu = self.cpu_now();
             (Instant::now(), cpu)
         };
-        self.timer =
-            Some(Timer { metric: metric.to_string(), cpu_metric: cpu_metric.map(str::to_string), start, cpu_start });
+        self.timer = Some(Timer {
+            metric: metric.map(str::to_string),
+            cpu_metric: cpu_metric.map(str::to_string),
+            start,
+            cpu_start,
+        });
         Ok(())
     }
 
@@ -150,7 +171,9 @@ impl Engine<'_> {
         };
         let cpu_after = self.cpu_now();
         let timer = self.timer.take().context("no timer is running")?;
-        self.record(&timer.metric, end.duration_since(timer.start).as_secs_f64(), "s");
+        if let Some(metric) = &timer.metric {
+            self.record(metric, end.duration_since(timer.start).as_secs_f64(), "s");
+        }
         if let Some(cpu_metric) = &timer.cpu_metric {
             self.record(cpu_metric, cpu::delta(timer.cpu_start, cpu_after), "s");
         }
@@ -221,6 +244,7 @@ impl Engine<'_> {
 
     /// Sends one request (enveloped), returning its id.
     fn socket_send_one(&mut self, send: &Value, id: String) -> anyhow::Result<String> {
+        let send = self.fill(send);
         let session = self.session()?;
         let mut request =
             send.as_object().cloned().ok_or_else(|| anyhow!("a request must be a JSON object, got {send}"))?;
@@ -299,7 +323,9 @@ impl Engine<'_> {
             if let Some(message) = session.replies.remove(id) {
                 return Ok(message);
             }
-            let message = session.client.next(deadline).with_context(|| format!("waiting for the reply to {id}"))?;
+            let mut message =
+                session.client.next(deadline).with_context(|| format!("waiting for the reply to {id}"))?;
+            message.value = unwrapped(message.value, &session.spec);
             if let Some(reply_id) = reply_id(&message.value, &session.spec) {
                 session.replies.insert(reply_id, message);
             }
@@ -319,6 +345,16 @@ impl Engine<'_> {
 fn keep_log(engine: &Engine, path: &Path) {
     if let (Ok(bytes), Some(name)) = (std::fs::read(path), path.file_name()) {
         engine.ctx.file(&format!("transcripts/{}", name.to_string_lossy()), &bytes);
+    }
+}
+
+/// The message as told apart: an event carrying another message unwrapped.
+fn unwrapped(message: Value, spec: &SocketSpec) -> Value {
+    match &spec.unwrap_field {
+        Some(field) if !spec.unwrap_when.is_empty() && expect::check(&message, &spec.unwrap_when).is_ok() => {
+            message.get(field).cloned().unwrap_or(message)
+        }
+        _ => message,
     }
 }
 
@@ -388,8 +424,14 @@ mod tests {
             reply: json!({"type": "response"}).as_object().unwrap().clone(),
             id_field: "id".into(),
             max_line_bytes: 1000,
+            unwrap_when: json!({"type": "event"}).as_object().unwrap().clone(),
+            unwrap_field: Some("event".into()),
         };
         assert_eq!(reply_id(&json!({"type": "response", "id": "scan-2"}), &spec), Some("scan-2".into()));
+        let wrapped = unwrapped(json!({"type": "event", "event": {"type": "response", "id": "x"}}), &spec);
+        assert_eq!(reply_id(&wrapped, &spec), Some("x".into()));
+        let progress = unwrapped(json!({"type": "event", "event": {"kind": "worker_ready"}}), &spec);
+        assert_eq!(progress, json!({"kind": "worker_ready"}));
         assert_eq!(reply_id(&json!({"type": "response", "id": 7}), &spec), Some("7".into()));
         assert_eq!(reply_id(&json!({"type": "event", "id": "scan-2"}), &spec), None);
         assert_eq!(reply_id(&json!({"type": "response"}), &spec), None);

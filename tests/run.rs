@@ -1,5 +1,6 @@
-//! `sandbench run` end to end in Docker with the demo product: an A/A run, a regression, and a
-//! sandbox killed in the middle of a run.
+//! `sandbench run` end to end in Docker with the demo product: an A/A run (every phase, the
+//! transport benches and UI interactions included), a regression, and a sandbox killed in the
+//! middle of a run.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -125,10 +126,28 @@ async fn an_a_a_run_completes_with_no_change() {
     let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
     let again = sandbench::run::rerender(&result.dir).unwrap();
     assert_eq!(sandbench::report::markdown::render(&again), markdown);
-    assert!(markdown.contains("**Overall: 0 regressed · 0 improved · 17 no clear change.**"), "{markdown}");
-    // An A/A run writes a noise profile, which a later run can use for its floors.
+    assert!(markdown.contains("**Overall: 0 regressed · 0 improved · 36 no clear change.**"), "{markdown}");
+    // The reference's layout: the CLI table first, then its sections in its order, each with
+    // values from this run — the transport benches and the UI interactions included.
+    let at = |needle: &str| markdown.find(needle).unwrap_or_else(|| panic!("no {needle} in {markdown}"));
+    assert!(at("| Cold startup |") < at("| Installation |") && at("| Installation |") < at("**Python runtime**"));
+    assert!(at("**Python runtime**") < at("**Session transport**"));
+    assert!(at("**Session transport**") < at("**UI interactions**"));
+    for (section, rows) in [("**Session transport**", 2), ("**UI interactions**", 17)] {
+        let table: Vec<&str> = markdown[at(section)..].lines().skip(4).take_while(|l| l.starts_with("| ")).collect();
+        assert_eq!(table.len(), rows, "{section}: {table:#?}");
+        for row in table {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            assert!(cells[1] != "—" && cells[2] != "—", "{section} has no value in {row}");
+        }
+    }
+    assert!(markdown.contains("| Full-history transfers per warm session switch | 1.00 transfers | 1.00 transfers |"));
+    // An A/A run writes a noise profile, which a later run can use for its floors: one entry
+    // for every metric whose base median is not zero (a CPU time can be under one clock tick).
     let profile = sandbench::run::NoiseProfile::load(&result.dir.join("noise.json")).unwrap();
-    assert_eq!(profile.relative.len(), 17, "{profile:?}");
+    let nonzero = report.comparisons.iter().filter(|c| c.comparison.base_median.is_some_and(|m| m > 0.0)).count();
+    assert_eq!(profile.relative.len(), nonzero, "{profile:?}");
+    assert!(nonzero >= 20, "{profile:?}");
     let mut plan = sandbench::spec::load(&repo.path().join("bench.toml")).unwrap();
     profile.apply(&mut plan);
     let cold = plan.metrics.iter().find(|m| m.key == "cold").unwrap();

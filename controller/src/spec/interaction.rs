@@ -201,49 +201,7 @@ impl Validator<'_> {
                 Some(ScenarioStep::Keys { keys: list.get_ref().clone(), settle_s })
             }
             "retry" => self.retry(r, field),
-            "start_timer" => {
-                let cpu_metric = r.cpu_metric.as_ref().map(|m| self.metric_key(m, &format!("{field}.cpu_metric")));
-                if metric.is_none() && cpu_metric.is_none() {
-                    self.error(
-                        &r.kind,
-                        &format!("{field}.metric"),
-                        "a start_timer step records `metric` (wall time), `cpu_metric` (CPU time) or both",
-                    );
-                    return Some(None);
-                }
-                let from_spawn = match r.from.as_ref().map(|f| f.get_ref().as_str()) {
-                    None | Some("now") => false,
-                    Some("spawn") => true,
-                    Some(other) => {
-                        if let Some(f) = &r.from {
-                            self.error(
-                                f,
-                                &format!("{field}.from"),
-                                format!("expected \"now\" or \"spawn\", got {other:?}"),
-                            );
-                        }
-                        false
-                    }
-                };
-                Some(ScenarioStep::StartTimer { metric, cpu_metric, from_spawn })
-            }
-            "stop_timer" => {
-                let at_echo = match r.at.as_ref().map(|a| a.get_ref().as_str()) {
-                    None | Some("now") => false,
-                    Some("echo") => true,
-                    Some(other) => {
-                        if let Some(a) = &r.at {
-                            self.error(
-                                a,
-                                &format!("{field}.at"),
-                                format!("expected \"now\" or \"echo\", got {other:?}"),
-                            );
-                        }
-                        false
-                    }
-                };
-                Some(ScenarioStep::StopTimer { at_echo })
-            }
+            "start_timer" | "stop_timer" => self.timer_step(r, field, metric),
             "send" => {
                 let (Some(toml::Value::Table(send)), Some(tag)) = (&r.send, &r.tag) else {
                     self.error(&r.kind, field, "a send step needs `send` (a request object) and `tag`");
@@ -266,6 +224,36 @@ impl Validator<'_> {
             _ => return None,
         };
         Some(step)
+    }
+
+    /// `start_timer` (a wall metric, a CPU metric or both; `from = "now" | "spawn"`) and
+    /// `stop_timer` (`at = "now" | "echo"`).
+    fn timer_step(&mut self, r: &RawStep, field: &str, metric: Option<String>) -> Option<ScenarioStep> {
+        let (option, choices) = if r.kind.get_ref() == "start_timer" { (&r.from, "spawn") } else { (&r.at, "echo") };
+        let name = if r.kind.get_ref() == "start_timer" { "from" } else { "at" };
+        let other_end = match option.as_ref().map(|o| o.get_ref().as_str()) {
+            None | Some("now") => false,
+            Some(v) if v == choices => true,
+            Some(v) => {
+                if let Some(o) = option {
+                    self.error(o, &format!("{field}.{name}"), format!("expected \"now\" or \"{choices}\", got {v:?}"));
+                }
+                false
+            }
+        };
+        if r.kind.get_ref() == "stop_timer" {
+            return Some(ScenarioStep::StopTimer { at_echo: other_end });
+        }
+        let cpu_metric = r.cpu_metric.as_ref().map(|m| self.metric_key(m, &format!("{field}.cpu_metric")));
+        if metric.is_none() && cpu_metric.is_none() {
+            self.error(
+                &r.kind,
+                &format!("{field}.metric"),
+                "a start_timer step records `metric` (wall time), `cpu_metric` (CPU time) or both",
+            );
+            return None;
+        }
+        Some(ScenarioStep::StartTimer { metric, cpu_metric, from_spawn: other_end })
     }
 
     fn wait_for(&mut self, r: &RawStep, field: &str, metric: Option<String>) -> Option<ScenarioStep> {
@@ -569,6 +557,22 @@ value_field = "value"
         ];
         for want in expected {
             assert!(got.iter().any(|e| e.starts_with(want)), "missing {want:?} in {got:#?}");
+        }
+    }
+
+    #[test]
+    fn timers_name_where_they_start_and_stop() {
+        let got = errors(
+            "[[ui.scenario]]\nname = \"t\"\nchannel = \"terminal\"\ncommand = [\"app\"]\n\
+             step = [{ kind = \"start_timer\", from = \"later\", cpu_metric = \"c\" }, { kind = \"stop_timer\", at = \"never\" }, { kind = \"stop_timer\" }, { kind = \"start_timer\" }]\n",
+        );
+        for want in [
+            "ui.scenario[0].step[0].from: expected \"now\" or \"spawn\", got \"later\"",
+            "ui.scenario[0].step[1].at: expected \"now\" or \"echo\", got \"never\"",
+            "ui.scenario[0].step[2]: no timer is running: start_timer first",
+            "ui.scenario[0].step[3].metric: a start_timer step records `metric` (wall time), `cpu_metric` (CPU time) or both",
+        ] {
+            assert!(got.iter().any(|e| e.ends_with(want)), "missing {want:?} in {got:#?}");
         }
     }
 

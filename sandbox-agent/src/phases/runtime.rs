@@ -422,14 +422,8 @@ impl Engine<'_> {
                 self.record(metric, sample.rss_bytes as f64, "bytes");
             }
             ScenarioStep::Restart { metric } => {
-                if let Some(child) = self.child.take() {
-                    let transcript = child.close(self.scenario.shutdown.as_ref());
-                    common::keep_transcript(
-                        self.ctx,
-                        &format!("{}-{}-before-restart.jsonl", self.scenario.name, self.trial),
-                        &transcript,
-                    );
-                }
+                // Whatever the channel, the old child stops (its transcripts kept) first.
+                self.close(&format!("{}-{}-before-restart", self.scenario.name, self.trial));
                 let started = self.start(1)?;
                 if let Some(metric) = metric {
                     self.record(metric, started.as_secs_f64(), "s");

@@ -57,7 +57,7 @@ impl Validator<'_> {
                 .map(|s| s.to_string())
                 .collect()
         });
-        let fixture = i.fixture.as_ref().map(|f| self.fixture(f, self.line(raw.span().start)));
+        let fixture = i.fixture.as_ref().map(|f| self.install_fixture(f, self.line(raw.span().start)));
         Install {
             command: Step {
                 run: i.command.get_ref().clone(),
@@ -107,7 +107,7 @@ impl Validator<'_> {
     }
 
     /// `install_line`: where `[install]` starts (the fixture's paths have no position of their own).
-    fn fixture(&mut self, f: &RawFixture, install_line: usize) -> Fixture {
+    fn install_fixture(&mut self, f: &RawFixture, install_line: usize) -> Fixture {
         for path in f.files.keys().chain(f.home_files.keys()).chain([&f.dir]) {
             if path.split('/').any(|s| s == "..") || path.starts_with('/') {
                 self.error_at(install_line, "install.fixture", format!("expected paths inside the home, got {path:?}"));

@@ -26,7 +26,7 @@ use crate::store::StoredBody;
 pub struct DebugOptions {
     pub spec: PathBuf,
     pub rev: String,
-    /// Run phases up to this one (prepare, install, measure, runtime); default: all.
+    /// Run phases up to this one (prepare, install, measure, runtime, transport, ui); default: runtime.
     pub phase: Option<String>,
     pub trial: u32,
     pub keep: bool,
@@ -35,7 +35,8 @@ pub struct DebugOptions {
     pub shipping: AgentShipping,
 }
 
-const ORDER: [&str; 6] = [phase::PREPARE, phase::INSTALL, phase::MEASURE, phase::RUNTIME, phase::TRANSPORT, phase::UI];
+/// Phases in the order a run takes them.
+const ORDER: [&str; 6] = phase::ALL;
 
 /// The phase commands that reach `upto` trial `trial`: what that phase depends on, then it.
 pub fn steps(upto: &str, trial: u32) -> anyhow::Result<Vec<(&'static str, u32)>> {

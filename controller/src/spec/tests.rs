@@ -85,6 +85,12 @@ fn the_examples_are_valid() {
     assert_eq!(sections, ["CLI", "Python runtime", "Session transport", "UI interactions", "Product script"]);
     assert_eq!(keys[..3], ["cold", "warm", "install"]);
     assert!(demo.trials.ui > 0 && demo.trials.transport > 0);
+    assert_eq!(demo.timed_phases().iter().map(|p| p.0).collect::<Vec<_>>(), phase::TIMED);
+    // The default gate stays with measure and runtime, the phases `max_pairs` grows: ui and
+    // transport keep their own trial counts, so more pairs would not settle their metrics.
+    let fixed = [demo.metrics_of_phase(phase::UI), demo.metrics_of_phase(phase::TRANSPORT)].concat();
+    assert!(demo.trials.gate.iter().any(|k| k == "cold") && demo.trials.gate.iter().any(|k| k == "kernel_exec"));
+    assert!(demo.trials.gate.iter().all(|k| !fixed.contains(k)), "{:?}", demo.trials.gate);
     assert_eq!(prime.cost.budget_usd, Some(1.0));
 }
 

@@ -179,6 +179,8 @@ impl Validator<'_> {
                 keys.get_ref().clone()
             }
             None => {
+                // Not transport's or ui's: more pairs grow measure and runtime only, the others
+                // keep their trial counts, so their verdicts would never settle by waiting.
                 let phases = [plan.metrics_of_phase(phase::MEASURE), plan.metrics_of_phase(phase::RUNTIME)].concat();
                 let timed = |key: &String| {
                     plan.metrics

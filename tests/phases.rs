@@ -38,8 +38,15 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
         let id = live.sandbox.id.clone();
         sandbox::deliver_source(&h.provisioner, &plan, &live.sandbox, &agent_plan).await.unwrap();
 
-        let steps =
-            [(phase::PREPARE, 0), (phase::INSTALL, 0), (phase::INSTALL, 1), (phase::MEASURE, 0), (phase::RUNTIME, 0)];
+        let steps = [
+            (phase::PREPARE, 0),
+            (phase::INSTALL, 0),
+            (phase::INSTALL, 1),
+            (phase::MEASURE, 0),
+            (phase::RUNTIME, 0),
+            (phase::TRANSPORT, 0),
+            (phase::UI, 0),
+        ];
         for (name, trial) in steps {
             let outcome =
                 sandbox::run_phase(&hub, &id, &agent_plan, name, trial, Duration::from_secs(300)).await.unwrap();
@@ -88,6 +95,27 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
         assert!(String::from_utf8_lossy(&raw).contains("demo 1.0.0"));
         assert!(transcripts.join("warm-0.txt").is_file());
         assert!(transcripts.join("kernel-0.jsonl").is_file());
+        // Transport ran the benches against the source: one full-history transfer per warm
+        // switch, and a 32 MiB frame decoded.
+        assert_eq!(values["switch_fetch"], [(0, 1.0)]);
+        assert!(values["frame_decode"][0].1 > 0.0);
+        // The ui phase: every wall metric has its CPU companion; the browser's terminal and the
+        // catalog daemon's socket traffic and log are kept.
+        for def in plan.metrics.iter().filter(|d| d.group == "UI interactions" && d.key.ends_with("_cpu")) {
+            let wall = def.key.trim_end_matches("_cpu");
+            assert!(values.contains_key(wall), "{} has no wall metric {wall}", def.key);
+        }
+        let (first, warm) = (values["scheduled_catalog"][0].1, values["scheduled_catalog_warm"][0].1);
+        assert!(
+            warm < first,
+            "a repeated catalog request ({warm} s) is served from the index built by the first ({first} s)"
+        );
+        assert!(values["ui_rss"][0].1 > 10e6, "the browser's memory: {:?}", values["ui_rss"]);
+        let screen = String::from_utf8_lossy(&std::fs::read(transcripts.join("browse-0.txt")).unwrap()).to_string();
+        assert!(screen.contains("▾ ui-bench-root-00") && screen.contains("ui-bench-child-20"), "{screen}");
+        let traffic = std::fs::read_to_string(transcripts.join("catalog-0.socket.jsonl")).unwrap();
+        assert!(traffic.contains("\"workerState\":\"ready\"") && traffic.matches("> {").count() == 7, "{traffic}");
+        assert!(transcripts.join("catalog-0.daemon.log").is_file());
         eprintln!("observed: {values:?}");
     })
     .await;

@@ -1,5 +1,6 @@
-//! `sandbench run` end to end in Docker with the demo product: an A/A run, a regression, and a
-//! sandbox killed in the middle of a run.
+//! `sandbench run` end to end in Docker with the demo product: an A/A run (every phase, the
+//! transport benches and UI interactions included), a regression, and a sandbox killed in the
+//! middle of a run.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -125,13 +126,42 @@ async fn an_a_a_run_completes_with_no_change() {
     let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
     let again = sandbench::run::rerender(&result.dir).unwrap();
     assert_eq!(sandbench::report::markdown::render(&again), markdown);
-    // The paired rule's headline: every metric counted, none changed, no arrow anywhere.
+    // The paired rule's headline: every one of the demo's 36 metrics counted, none changed, no
+    // arrow anywhere.
     let overall = markdown.lines().find(|l| l.starts_with("**Overall: ")).unwrap_or_default();
-    assert!(overall.starts_with("**Overall: 0 regressed · 0 improved · "), "{markdown}");
-    assert!(overall.contains(" no change · ") && overall.contains(" inconclusive"), "{overall}");
+    let counts = overall
+        .strip_prefix("**Overall: 0 regressed · 0 improved · ")
+        .and_then(|rest| rest.strip_suffix(" inconclusive.**"))
+        .and_then(|rest| rest.split_once(" no change · "))
+        .and_then(|(same, unsure)| Some((same.parse::<usize>().ok()?, unsure.parse::<usize>().ok()?)));
+    let Some((same, unsure)) = counts else { panic!("unexpected headline {overall:?} in {markdown}") };
+    assert_eq!(same + unsure, 36, "{overall}");
     assert!(!markdown.contains('↑') && !markdown.contains('↓'), "{markdown}");
-    // An A/A run writes a noise profile; with 5 pairs it is too short to calibrate floors.
+    // The reference's layout: the CLI table first, then its sections in its order, each with
+    // values from this run — the transport benches and the UI interactions included.
+    let at = |needle: &str| markdown.find(needle).unwrap_or_else(|| panic!("no {needle} in {markdown}"));
+    assert!(at("| Cold startup |") < at("| Installation |") && at("| Installation |") < at("**Python runtime**"));
+    assert!(at("**Python runtime**") < at("**Session transport**"));
+    assert!(at("**Session transport**") < at("**UI interactions**"));
+    for (section, rows) in [("**Session transport**", 2), ("**UI interactions**", 17)] {
+        let table: Vec<&str> = markdown[at(section)..].lines().skip(4).take_while(|l| l.starts_with("| ")).collect();
+        assert_eq!(table.len(), rows, "{section}: {table:#?}");
+        for row in table {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            assert!(cells[1] != "—" && cells[2] != "—", "{section} has no value in {row}");
+        }
+    }
+    assert!(markdown.contains("| Full-history transfers per warm session switch | 1.00 transfers | 1.00 transfers |"));
+    // An A/A run writes a noise profile: an entry for every metric with at least 3 usable pairs
+    // (the transport and UI ones among them; a CPU time under one clock tick is not usable).
+    // With 5 pairs it is too short to calibrate floors.
     let profile = sandbench::run::NoiseProfile::load(&result.dir.join("noise.json")).unwrap();
+    assert!(profile.metrics.len() >= 20, "{profile:?}");
+    assert!(profile.metrics.keys().all(|k| report.comparisons.iter().any(|c| &c.key == k)), "{profile:?}");
+    assert!(
+        profile.metrics.contains_key("frame_decode") && profile.metrics.contains_key("browse_start"),
+        "{profile:?}"
+    );
     assert_eq!(profile.metrics["cold"].pairs, 5, "{profile:?}");
     assert!(profile.floor("cold").unwrap_err().contains("at least 10 needed"), "{profile:?}");
 }

@@ -99,7 +99,7 @@ pub enum Command {
         /// The revision to build.
         #[arg(long)]
         rev: String,
-        /// Run phases up to this one (prepare, install, measure, runtime).
+        /// Run phases up to this one (prepare, install, measure, runtime, transport, ui).
         #[arg(long)]
         phase: Option<String>,
         /// The trial of that phase.
@@ -144,7 +144,7 @@ pub struct RunArgs {
     /// Where run directories go.
     #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
     pub out: std::path::PathBuf,
-    /// Measure and runtime trials (overrides the spec).
+    /// Measure, runtime and transport trials (overrides the spec; ui and install keep theirs).
     #[arg(long)]
     pub trials: Option<u32>,
     /// Sandbox pairs, each pinned to its own CPUs, sharing the trials (at most one per CPU).

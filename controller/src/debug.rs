@@ -26,7 +26,7 @@ use crate::store::StoredBody;
 pub struct DebugOptions {
     pub spec: PathBuf,
     pub rev: String,
-    /// Run phases up to this one (prepare, install, measure, runtime); default: all.
+    /// Run phases up to this one (prepare, install, measure, runtime, transport, ui); default: runtime.
     pub phase: Option<String>,
     pub trial: u32,
     pub keep: bool,
@@ -35,7 +35,8 @@ pub struct DebugOptions {
     pub shipping: AgentShipping,
 }
 
-const ORDER: [&str; 4] = [phase::PREPARE, phase::INSTALL, phase::MEASURE, phase::RUNTIME];
+/// Phases in the order a run takes them.
+const ORDER: [&str; 6] = phase::ALL;
 
 /// The phase commands that reach `upto` trial `trial`: what that phase depends on, then it.
 pub fn steps(upto: &str, trial: u32) -> anyhow::Result<Vec<(&'static str, u32)>> {
@@ -43,6 +44,12 @@ pub fn steps(upto: &str, trial: u32) -> anyhow::Result<Vec<(&'static str, u32)>>
         bail!("unknown phase {upto:?}; phases are {}", ORDER.join(", "));
     };
     let mut steps = vec![(phase::PREPARE, 0)];
+    // Transport needs only the prepared source; ui the first installation.
+    match upto {
+        phase::TRANSPORT => return Ok(vec![(phase::PREPARE, 0), (phase::TRANSPORT, trial)]),
+        phase::UI => return Ok(vec![(phase::PREPARE, 0), (phase::INSTALL, 0), (phase::UI, trial)]),
+        _ => {}
+    }
     if last >= 1 {
         // Measure and runtime need this sandbox's first installation.
         steps.push((phase::INSTALL, 0));
@@ -302,6 +309,8 @@ mod tests {
         assert_eq!(steps("install", 2).unwrap(), [("prepare", 0), ("install", 0), ("install", 2)]);
         assert_eq!(steps("measure", 1).unwrap(), [("prepare", 0), ("install", 0), ("measure", 1)]);
         assert_eq!(steps("runtime", 0).unwrap(), [("prepare", 0), ("install", 0), ("measure", 0), ("runtime", 0)]);
+        assert_eq!(steps("transport", 2).unwrap(), [("prepare", 0), ("transport", 2)]);
+        assert_eq!(steps("ui", 1).unwrap(), [("prepare", 0), ("install", 0), ("ui", 1)]);
         assert!(steps("deploy", 0).unwrap_err().to_string().contains("phases are prepare, install, measure, runtime"));
     }
 }

@@ -14,16 +14,24 @@ pub mod phase {
     pub const INSTALL: &str = "install";
     pub const MEASURE: &str = "measure";
     pub const RUNTIME: &str = "runtime";
+    /// RESULT benches and scenarios run as the builder against the prepared source (not gated on
+    /// an installation).
+    pub const TRANSPORT: &str = "transport";
+    /// Interactions with the installed product on generated fixtures (terminal and socket
+    /// scenarios), gated on the first installation like measure and runtime.
+    pub const UI: &str = "ui";
     /// Every phase, in the order a run takes them.
-    pub const ALL: [&str; 4] = [PREPARE, INSTALL, MEASURE, RUNTIME];
+    pub const ALL: [&str; 6] = [PREPARE, INSTALL, MEASURE, RUNTIME, TRANSPORT, UI];
     /// The timed phases, in order.
-    pub const TIMED: [&str; 3] = [INSTALL, MEASURE, RUNTIME];
+    pub const TIMED: [&str; 5] = [INSTALL, MEASURE, RUNTIME, TRANSPORT, UI];
 }
 
 /// The user that builds (prepare), and where the source goes.
 pub const BUILDER_USER: &str = "builder";
 pub const BUILDER_UID: u32 = 1500;
 pub const SOURCE_DIR: &str = "/home/builder/source";
+/// Where the agent writes the spec's harness files (`AgentPlan::harness`), readable by every user.
+pub const HARNESS_DIR: &str = "/opt/sandbench/harness";
 /// Benchmark users are `benchmark<t+1>` with uid `2001 + t` for install trial `t`; measure and
 /// runtime run as the first one.
 pub const BENCHMARK_UID_BASE: u32 = 2001;
@@ -40,9 +48,19 @@ pub struct AgentPlan {
     pub install: Install,
     pub measure: Measure,
     pub runtime: Runtime,
+    /// Run as the builder in the source folder, after prepare; needs no installation.
+    #[serde(default)]
+    pub transport: Runtime,
+    /// Interactions with the installed product, as the first benchmark user.
+    #[serde(default)]
+    pub ui: Runtime,
     /// Variables added to every benchmark user's environment.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Files the spec ships with it (name → text), written into `HARNESS_DIR` before each phase:
+    /// fixture generators, benches and checkers that belong to the harness, not to the product.
+    #[serde(default)]
+    pub harness: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,6 +211,10 @@ pub struct Script {
     pub step: Step,
     /// Metric names the script must report (others are errors).
     pub metrics: Vec<String>,
+    /// When set, the script reports its one metric as this field of its first `RESULT` line
+    /// (`RESULT {"value": 3, ...}`); the line's other fields are details, not metrics.
+    #[serde(default)]
+    pub value_field: Option<String>,
 }
 
 /// How a scenario talks to its child.
@@ -204,6 +226,8 @@ pub enum Channel {
     JsonLines,
     /// A terminal screen (keystrokes, waiting for text, typed-probe readiness).
     Terminal,
+    /// JSON lines over a Unix socket the child (a daemon) listens on (`Scenario::socket`).
+    Socket,
 }
 
 /// A long-running child driven step by step, over JSON lines or a terminal.
@@ -226,6 +250,13 @@ pub struct Scenario {
     /// Sent to stop the child; it gets 5 s before SIGKILL.
     #[serde(default)]
     pub shutdown: Option<serde_json::Value>,
+    /// Run as the scenario's user before the child starts (every trial), then synced to disk so
+    /// its writeback does not land in a timed window.
+    #[serde(default)]
+    pub fixture: Option<Step>,
+    /// How to reach the child over its socket (channel `socket`).
+    #[serde(default)]
+    pub socket: Option<SocketSpec>,
     pub steps: Vec<ScenarioStep>,
 }
 
@@ -270,12 +301,68 @@ pub enum ScenarioStep {
     },
     /// Terminal: send keystrokes.
     Type { text: String },
-    /// Terminal: wait until the screen shows `text`; the metric is the time since the last
-    /// keystrokes (or the start).
+    /// Terminal: wait until the screen shows `text` (or matches `regex`); the metric is the time
+    /// since the last keystrokes (or the start).
     WaitFor {
+        #[serde(default)]
         text: String,
         #[serde(default)]
         metric: Option<String>,
+        /// Only a frame drawn after the last keystrokes counts.
+        #[serde(default)]
+        fresh: bool,
+        /// `text` must appear more often than it did when the last keystrokes were sent.
+        #[serde(default)]
+        more: bool,
+        /// A regular expression the screen must match instead of `text`.
+        #[serde(default)]
+        regex: Option<String>,
+        /// With `regex`: a number it captures must reach a bound and hold still.
+        #[serde(default)]
+        count: Option<CountRule>,
+        /// Instead of the scenario's timeout.
+        #[serde(default)]
+        timeout_s: Option<f64>,
+    },
+    /// Terminal: named keys (`left`, `alt-right`, `backspace*24`, `enter`, `ctrl-c`, …), with a
+    /// settle after each.
+    Keys {
+        keys: Vec<String>,
+        #[serde(default)]
+        settle_s: f64,
+    },
+    /// Run `steps` again, up to `attempts` times in all, until they all succeed.
+    Retry { attempts: u32, steps: Vec<ScenarioStep> },
+    /// Opens a timed window: at `stop_timer`, `metric` gets the wall time and `cpu_metric` the CPU
+    /// seconds the user's live processes gained (never negative: exited children take theirs
+    /// with them); either may be left out. `from_spawn` starts the window when the child was
+    /// spawned.
+    StartTimer {
+        #[serde(default)]
+        metric: Option<String>,
+        #[serde(default)]
+        cpu_metric: Option<String>,
+        #[serde(default)]
+        from_spawn: bool,
+    },
+    /// Closes the window; `at_echo` stops the wall clock at the last readiness probe's echo
+    /// (leaving out its cleanup).
+    StopTimer {
+        #[serde(default)]
+        at_echo: bool,
+    },
+    /// Socket: send `send` `repeat` times without waiting; the replies are kept under `tag`.
+    Send {
+        send: serde_json::Value,
+        #[serde(default = "one")]
+        repeat: u32,
+        tag: String,
+    },
+    /// Socket: wait for every reply sent under `tag`; each must include `expect`.
+    Collect {
+        tag: String,
+        #[serde(default)]
+        expect: serde_json::Map<String, serde_json::Value>,
     },
     /// Stop the child and start it again (waiting for ready); optional metric for the start.
     Restart {
@@ -297,7 +384,25 @@ impl ScenarioStep {
             ScenarioStep::Interrupt { metric, .. } | ScenarioStep::Memory { metric } | ScenarioStep::Cpu { metric } => {
                 Some(metric)
             }
-            ScenarioStep::Settle { .. } | ScenarioStep::Type { .. } => None,
+            ScenarioStep::StartTimer { metric, .. } => metric.as_deref(),
+            ScenarioStep::Settle { .. }
+            | ScenarioStep::Type { .. }
+            | ScenarioStep::Keys { .. }
+            | ScenarioStep::Retry { .. }
+            | ScenarioStep::StopTimer { .. }
+            | ScenarioStep::Send { .. }
+            | ScenarioStep::Collect { .. } => None,
+        }
+    }
+
+    /// Every metric this step (and the steps inside it) records, in order.
+    pub fn metrics(&self) -> Vec<&str> {
+        match self {
+            ScenarioStep::StartTimer { metric, cpu_metric, .. } => {
+                metric.as_deref().into_iter().chain(cpu_metric.as_deref()).collect()
+            }
+            ScenarioStep::Retry { steps, .. } => steps.iter().flat_map(ScenarioStep::metrics).collect(),
+            other => other.metric().into_iter().collect(),
         }
     }
 }
@@ -308,10 +413,13 @@ impl Scenario {
         self.start_metric
             .iter()
             .cloned()
-            .chain(self.steps.iter().filter_map(|s| s.metric().map(str::to_string)))
+            .chain(self.steps.iter().flat_map(|s| s.metrics().into_iter().map(str::to_string)))
             .collect()
     }
 }
+
+mod interaction;
+pub use interaction::{CountRule, SocketSpec, keys};
 
 fn one() -> u32 {
     1

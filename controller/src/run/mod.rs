@@ -38,7 +38,7 @@ pub struct RunOptions {
     pub base: String,
     pub head: String,
     pub out: PathBuf,
-    /// Overrides the measure and runtime trial counts.
+    /// Overrides the measure, runtime and transport trial counts.
     pub trials: Option<u32>,
     pub pairs: u32,
     pub budget_usd: Option<f64>,
@@ -122,6 +122,9 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
         }
         plan.trials.measure = n;
         plan.trials.runtime = n;
+        if plan.trials.transport > 0 {
+            plan.trials.transport = n;
+        }
     }
     // The sandboxes expire after the longest this run can take: the plan's worst case with the
     // trials asked for here, or the run timeout (the run is halted then), and the margin for
@@ -524,11 +527,7 @@ impl Run {
         }
 
         // The timed phases, ABBA, pairs in parallel.
-        for (name, trials) in [
-            (phase::INSTALL, self.plan.trials.install),
-            (phase::MEASURE, self.plan.trials.measure),
-            (phase::RUNTIME, self.plan.trials.runtime),
-        ] {
+        for (name, trials) in self.plan.timed_phases() {
             for side in sides.iter().filter(|s| s.live.is_some()) {
                 side.meter.mark(name);
             }
@@ -569,7 +568,7 @@ impl Run {
             return;
         }
         let role = side.role;
-        if name != phase::INSTALL && side.installed != Some(true) {
+        if Plan::needs_install(name) && side.installed != Some(true) {
             let mut streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
             let streak = streaks.entry((role, name)).or_default();
             if !streak.blocked {

@@ -73,12 +73,7 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<
 
 pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Report {
     let mut expected = BTreeMap::new();
-    for (name, n) in [
-        ("prepare", 1),
-        ("install", plan.trials.install),
-        ("measure", plan.trials.measure),
-        ("runtime", plan.trials.runtime),
-    ] {
+    for (name, n) in std::iter::once(("prepare", 1)).chain(plan.timed_phases()) {
         for m in plan.metrics_of_phase(name) {
             expected.insert(m.clone(), if m == "disk" { 1 } else { n });
         }

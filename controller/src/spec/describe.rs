@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use sandbench_proto::metric;
-use sandbench_proto::plan::{Check, ScenarioStep};
+use sandbench_proto::plan::{Channel, Check, Runtime, ScenarioStep, phase};
 
 use super::{Plan, SourceSettings};
 
@@ -43,8 +43,8 @@ fn setting(out: &mut String, plan: &Plan) {
     let t = &plan.trials;
     let _ = writeln!(
         out,
-        "trials: install {}, measure {}, runtime {} (stop a side after {} identical failures)",
-        t.install, t.measure, t.runtime, t.failure_limit
+        "trials: install {}, measure {}, runtime {}, transport {}, ui {} (stop a side after {} identical failures)",
+        t.install, t.measure, t.runtime, t.transport, t.ui, t.failure_limit
     );
     let rule = match plan.rule {
         crate::report::Rule::Paired => "paired estimate and interval against each metric's floor",
@@ -103,47 +103,32 @@ fn phases(out: &mut String, plan: &Plan) {
     }
 }
 
+/// The sections with scenarios, commands and scripts: runtime, transport and ui.
 fn runtime(out: &mut String, plan: &Plan) {
-    let a = &plan.agent;
-    for scenario in &a.runtime.scenarios {
-        let steps: Vec<&str> = scenario
-            .steps
-            .iter()
-            .map(|s| match s {
-                ScenarioStep::Request { .. } => "request",
-                ScenarioStep::Interrupt { .. } => "interrupt",
-                ScenarioStep::Memory { .. } => "memory",
-                ScenarioStep::Restart { .. } => "restart",
-                ScenarioStep::Settle { .. } => "settle",
-                ScenarioStep::Cpu { .. } => "cpu",
-                ScenarioStep::Ready { .. } => "ready",
-                ScenarioStep::Type { .. } => "type",
-                ScenarioStep::WaitFor { .. } => "wait_for",
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "runtime scenario {}: `{}`; steps: {}",
-            scenario.name,
-            scenario.command.join(" "),
-            steps.join(", ")
-        );
-    }
-    for c in &a.runtime.commands {
-        let _ = writeln!(out, "runtime command {}: `{}` × {}", c.metric, c.step.run, c.repeat);
-    }
-    for s in &a.runtime.scripts {
-        let _ = writeln!(out, "runtime script {}: `{}` reports {}", s.name, s.step.run, s.metrics.join(", "));
+    let t = &plan.trials;
+    for (name, trials) in [(phase::RUNTIME, t.runtime), (phase::TRANSPORT, t.transport), (phase::UI, t.ui)] {
+        let Some(section) = plan.section(name).filter(|_| trials > 0) else { continue };
+        let who =
+            if name == phase::TRANSPORT { "as builder, in the prepared source" } else { "as the first benchmark user" };
+        let _ = writeln!(out, "{name} ({trials} trials, {who}):");
+        section_lines(out, section);
     }
 }
 
 fn metrics(out: &mut String, plan: &Plan) {
     let _ = writeln!(out, "\nmetrics ({}):", plan.metrics.len());
-    let _ = writeln!(out, "  {:<14} {:<36} {:>6} {:>12} {:>9}  group", "key", "title", "unit", "absolute", "relative");
+    let key_width = plan.metrics.iter().map(|m| m.key.chars().count()).max().unwrap_or(0).max(14);
+    let title_width = plan.metrics.iter().map(|m| m.title.chars().count()).max().unwrap_or(0).max(36);
+    let unit_width = plan.metrics.iter().map(|m| m.unit.chars().count()).max().unwrap_or(0).max(6);
+    let _ = writeln!(
+        out,
+        "  {:<key_width$} {:<title_width$} {:>unit_width$} {:>12} {:>9}  group",
+        "key", "title", "unit", "absolute", "relative"
+    );
     for m in &plan.metrics {
         let _ = writeln!(
             out,
-            "  {:<14} {:<36} {:>6} {:>12} {:>9}  {}",
+            "  {:<key_width$} {:<title_width$} {:>unit_width$} {:>12} {:>9}  {}",
             m.key, m.title, m.unit, m.absolute, m.relative, m.group
         );
     }
@@ -170,4 +155,64 @@ fn cost(out: &mut String, plan: &Plan) {
         worst / 60.0,
         c.budget_usd.map(|b| format!("; budget ${b}")).unwrap_or_default()
     );
+}
+
+/// A section's scenarios (with their fixtures and steps), commands and scripts.
+fn section_lines(out: &mut String, section: &Runtime) {
+    for scenario in &section.scenarios {
+        let channel = match (&scenario.channel, &scenario.socket) {
+            (Channel::Socket, Some(socket)) => format!("socket {}", socket.path),
+            (Channel::Terminal, _) => "terminal".to_string(),
+            _ => "JSON lines".to_string(),
+        };
+        let _ = writeln!(out, "  scenario {} ({channel}): `{}`", scenario.name, scenario.command.join(" "));
+        if let Some(fixture) = &scenario.fixture {
+            let _ = writeln!(out, "    fixture: $ {} (synced to disk before the child starts)", fixture.run);
+        }
+        let steps: Vec<String> = scenario.steps.iter().map(step_label).collect();
+        let _ = writeln!(out, "    steps: {}", steps.join(", "));
+    }
+    for c in &section.commands {
+        let _ = writeln!(out, "  command {}: `{}` × {}", c.metric, c.step.run, c.repeat);
+    }
+    for s in &section.scripts {
+        let reads = s.value_field.as_ref().map(|f| format!(" (RESULT field {f:?})")).unwrap_or_default();
+        let _ = writeln!(out, "  script {}: `{}` reports {}{reads}", s.name, s.step.run, s.metrics.join(", "));
+    }
+}
+
+/// One step, short: its kind and what it waits for or records.
+fn step_label(step: &ScenarioStep) -> String {
+    match step {
+        ScenarioStep::Request { metric: Some(m), .. } => format!("request → {m}"),
+        ScenarioStep::Request { .. } => "request".into(),
+        ScenarioStep::Interrupt { metric, .. } => format!("interrupt → {metric}"),
+        ScenarioStep::Memory { metric } => format!("memory → {metric}"),
+        ScenarioStep::Cpu { metric } => format!("cpu → {metric}"),
+        ScenarioStep::Restart { .. } => "restart".into(),
+        ScenarioStep::Settle { seconds } => format!("settle {seconds} s"),
+        ScenarioStep::Ready { .. } => "ready".into(),
+        ScenarioStep::Type { text } => format!("type {text:?}"),
+        ScenarioStep::Keys { keys, .. } => format!("keys {}", keys.join(" ")),
+        ScenarioStep::WaitFor { text, regex: Some(re), count, .. } => match count {
+            Some(c) => format!("wait_for /{re}/ group {} ≥ {} stable {} s", c.group, c.at_least, c.stable_s),
+            None if text.is_empty() => format!("wait_for /{re}/"),
+            None => format!("wait_for /{re}/ {text:?}"),
+        },
+        ScenarioStep::WaitFor { text, fresh, more, .. } => {
+            format!("wait_for{}{} {text:?}", if *fresh { " fresh" } else { "" }, if *more { " more" } else { "" })
+        }
+        ScenarioStep::Retry { attempts, steps } => {
+            let inner: Vec<String> = steps.iter().map(step_label).collect();
+            format!("retry ×{attempts} [{}]", inner.join(", "))
+        }
+        ScenarioStep::StartTimer { metric, cpu_metric, from_spawn } => format!(
+            "start_timer {}{}",
+            [metric.as_deref(), cpu_metric.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(" + "),
+            if *from_spawn { " from spawn" } else { "" }
+        ),
+        ScenarioStep::StopTimer { at_echo } => format!("stop_timer{}", if *at_echo { " at echo" } else { "" }),
+        ScenarioStep::Send { repeat, tag, .. } => format!("send ×{repeat} as {tag}"),
+        ScenarioStep::Collect { tag, .. } => format!("collect {tag}"),
+    }
 }

@@ -46,7 +46,67 @@ const BUILT_IN: &[(&str, &str, f64, &str, f64, f64, &str)] = &[
     ("restore", "Python state restore", 1000.0, "ms", 0.001, 0.20, "Python runtime"),
     ("kernel_rss", "Python idle RSS", 1e-6, "MB", 1_048_576.0, 0.20, "Python runtime"),
     ("loaded_rss", "Python RSS after pandas workload", 1e-6, "MB", 1_048_576.0, 0.20, "Python runtime"),
+    ("switch_fetch", "Full-history transfers per warm session switch", 1.0, "transfers", 0.5, 0.0, TRANSPORT),
+    ("frame_decode", "Private frame decode, 32 MiB in 8 KiB chunks", 1000.0, "ms", 0.02, 0.20, TRANSPORT),
+    ("resume_large", "Resume large session (cold)", 1000.0, "ms", 0.1, 0.20, UI),
+    ("resume_large_cpu", "CPU, resume large session", 1000.0, "ms", 0.05, 0.20, UI),
+    ("switch_large", "Switch into large session", 1000.0, "ms", 0.05, 0.20, UI),
+    ("switch_large_cpu", "CPU, switch into large session", 1000.0, "ms", 0.02, 0.20, UI),
+    ("agents_view", "Open agents view from a session", 1000.0, "ms", 0.02, 0.20, UI),
+    ("agents_view_cpu", "CPU, open agents view", 1000.0, "ms", 0.01, 0.20, UI),
+    ("agents_roster", "Full agents roster, many sessions", 1.0, "s", 0.1, 0.20, UI),
+    ("agents_roster_cpu", "CPU, full agents roster", 1.0, "s", 0.05, 0.20, UI),
+    ("agents_open", "Open another session from agents view", 1000.0, "ms", 0.1, 0.20, UI),
+    ("agents_open_cpu", "CPU, open from agents view", 1000.0, "ms", 0.05, 0.20, UI),
+    ("agents_reopen", "Reopen resident large session", 1000.0, "ms", 0.02, 0.20, UI),
+    ("agents_reopen_cpu", "CPU, reopen resident session", 1000.0, "ms", 0.01, 0.20, UI),
+    ("subagent_open", "Open subagent session at depth 6", 1000.0, "ms", 0.1, 0.20, UI),
+    ("subagent_open_cpu", "CPU, open subagent at depth 6", 1000.0, "ms", 0.05, 0.20, UI),
+    ("parent_open", "Open chain parent from agents view", 1000.0, "ms", 0.1, 0.20, UI),
+    ("parent_open_cpu", "CPU, open chain parent", 1000.0, "ms", 0.05, 0.20, UI),
+    ("scheduled_catalog", "Scheduled catalog, first request", 1000.0, "ms", 0.05, 0.20, UI),
+    ("scheduled_catalog_cpu", "CPU, scheduled catalog", 1000.0, "ms", 0.02, 0.20, UI),
+    ("scheduled_catalog_warm", "Scheduled catalog, repeated request", 1000.0, "ms", 0.05, 0.20, UI),
+    ("scheduled_catalog_warm_cpu", "CPU, repeated catalog", 1000.0, "ms", 0.02, 0.20, UI),
+    ("cold_open_catalog", "Cold worker with three catalog scans", 1000.0, "ms", 0.05, 0.20, UI),
+    ("cold_open_catalog_cpu", "CPU, cold worker and scans", 1000.0, "ms", 0.02, 0.20, UI),
+    ("ui_rss", "UI memory after interactions", 1e-6, "MB", 10_485_760.0, 0.20, UI),
 ];
+
+const TRANSPORT: &str = "Session transport";
+const UI: &str = "UI interactions";
+
+/// The reference's report sections, in the order it prints them; a spec's own groups follow.
+pub const SECTIONS: [&str; 4] = ["CLI", "Python runtime", TRANSPORT, UI];
+
+/// `defs` in report order: sections as the reference prints them (then the spec's own groups in
+/// the order they first appear); within a section the reference's metrics in its order, each of
+/// the spec's own right after the reference metric recorded before it (at the section's start
+/// when none was), in the order the phases record them.
+pub fn report_order(defs: Vec<MetricDef>) -> Vec<MetricDef> {
+    let mut groups: Vec<String> = SECTIONS.iter().map(|s| s.to_string()).collect();
+    for def in &defs {
+        if !groups.contains(&def.group) {
+            groups.push(def.group.clone());
+        }
+    }
+    let reference = |def: &MetricDef| BUILT_IN.iter().position(|b| b.0 == def.key && b.6 == def.group);
+    let mut anchors: BTreeMap<String, i64> = BTreeMap::new();
+    let mut ranked: Vec<((usize, i64, usize), MetricDef)> = Vec::new();
+    for (i, def) in defs.into_iter().enumerate() {
+        let group = groups.iter().position(|g| *g == def.group).unwrap_or(usize::MAX);
+        let rank = match reference(&def) {
+            Some(at) => {
+                anchors.insert(def.group.clone(), at as i64);
+                (group, at as i64, 0)
+            }
+            None => (group, anchors.get(&def.group).copied().unwrap_or(-1), 1 + i),
+        };
+        ranked.push((rank, def));
+    }
+    ranked.sort_by_key(|(rank, _)| *rank);
+    ranked.into_iter().map(|(_, def)| def).collect()
+}
 
 /// The built-in definition of `key`, if the reference has one.
 pub fn built_in(key: &str) -> Option<MetricDef> {
@@ -99,7 +159,7 @@ impl Validator<'_> {
                 self.error(r, &format!("metrics.{key}"), "defined, but no phase records it");
             }
         }
-        defs
+        report_order(defs)
     }
 
     fn metric(&mut self, key: &str, r: &Spanned<RawMetric>, base: Option<MetricDef>) -> Option<MetricDef> {
@@ -135,5 +195,59 @@ mod tests {
         assert_eq!((cold.scale, cold.unit.as_str(), cold.absolute, cold.relative), (1000.0, "ms", 0.1, 0.2));
         assert_eq!(super::built_in("bundle").unwrap().absolute, 65_536.0);
         assert!(super::built_in("pss").is_none());
+        let roster = super::built_in("agents_roster_cpu").unwrap();
+        assert_eq!(
+            (roster.scale, roster.unit.as_str(), roster.absolute, roster.group.as_str()),
+            (1.0, "s", 0.05, "UI interactions")
+        );
+        let fetch = super::built_in("switch_fetch").unwrap();
+        assert_eq!((fetch.unit.as_str(), fetch.absolute, fetch.relative), ("transfers", 0.5, 0.0));
+        assert_eq!(super::built_in("ui_rss").unwrap().absolute, 10_485_760.0);
+    }
+
+    #[test]
+    fn metrics_come_in_the_reference_order_with_the_specs_own_after() {
+        let def = |key: &str, group: &str| super::MetricDef {
+            key: key.into(),
+            title: key.into(),
+            unit: "ms".into(),
+            scale: 1.0,
+            absolute: 0.0,
+            relative: 0.2,
+            group: group.into(),
+        };
+        let produced: Vec<super::MetricDef> = ["bundle", "install", "cold", "warm", "rss", "disk", "kernel_exec"]
+            .iter()
+            .map(|k| super::built_in(k).unwrap())
+            .chain([def("parse_ms", "Product script"), def("list_open", "UI interactions")])
+            .chain(
+                ["ui_rss", "scheduled_catalog", "subagent_open", "parent_open", "frame_decode", "switch_fetch"]
+                    .iter()
+                    .map(|k| super::built_in(k).unwrap()),
+            )
+            .chain([def("list_close", "UI interactions")])
+            .collect();
+        let keys: Vec<String> = super::report_order(produced).into_iter().map(|d| d.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "cold",
+                "warm",
+                "install",
+                "bundle",
+                "disk",
+                "rss",
+                "kernel_exec",
+                "switch_fetch",
+                "frame_decode",
+                "list_open",
+                "subagent_open",
+                "parent_open",
+                "list_close",
+                "scheduled_catalog",
+                "ui_rss",
+                "parse_ms"
+            ]
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 mod bounds;
 mod describe;
+mod interaction;
 pub mod metrics;
 mod phases;
 mod raw;
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbench_proto::metric;
-use sandbench_proto::plan::{AgentPlan, Scenario, ScenarioStep, Source, phase};
+use sandbench_proto::plan::{AgentPlan, Source, phase};
 use serde::Serialize;
 
 use crate::cost::RateCard;
@@ -87,6 +88,10 @@ pub struct Trials {
     pub install: u32,
     pub measure: u32,
     pub runtime: u32,
+    /// 0 when the spec has no transport section.
+    pub transport: u32,
+    /// 0 when the spec has no ui section.
+    pub ui: u32,
     pub failure_limit: u32,
     /// Pairs measure and runtime may grow to while a gating metric is inconclusive (default:
     /// their trials, i.e. no extra pairs).
@@ -159,7 +164,9 @@ impl Plan {
         let trials = |phase: &str, n: u32| f64::from(n) * self.phase_timeout(phase).as_secs_f64();
         let timed = trials(phase::INSTALL, t.install)
             + trials(phase::MEASURE, grown.max(t.measure))
-            + trials(phase::RUNTIME, grown.max(t.runtime));
+            + trials(phase::RUNTIME, grown.max(t.runtime))
+            + trials(phase::TRANSPORT, t.transport)
+            + trials(phase::UI, t.ui);
         let provision_and_teardown = 180.0;
         Duration::from_secs_f64(provision_and_teardown + self.phase_timeout(phase::PREPARE).as_secs_f64() + 2.0 * timed)
     }
@@ -186,26 +193,7 @@ impl Plan {
                 a.measure.startup.as_ref().map_or(0.0, |s| 2.0 * (s.timeout_s + a.measure.settle_s))
                     + a.measure.between.as_ref().map_or(0.0, |b| b.timeout_s)
             }
-            phase::RUNTIME => {
-                let scenario = |s: &Scenario| {
-                    let waits: f64 = s
-                        .steps
-                        .iter()
-                        .map(|step| match step {
-                            ScenarioStep::Request { repeat, .. } => f64::from(*repeat) * s.timeout_s,
-                            ScenarioStep::Settle { seconds } => *seconds,
-                            ScenarioStep::Memory { .. } | ScenarioStep::Cpu { .. } | ScenarioStep::Type { .. } => 0.0,
-                            _ => s.timeout_s,
-                        })
-                        .sum();
-                    // Starting the child, and stopping it (5 s before it is killed).
-                    s.timeout_s + waits + 5.0
-                };
-                a.runtime.scenarios.iter().map(scenario).sum::<f64>()
-                    + a.runtime.commands.iter().map(|c| c.step.timeout_s * f64::from(c.repeat)).sum::<f64>()
-                    + a.runtime.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
-            }
-            _ => 0.0,
+            _ => self.section(phase).map_or(0.0, interaction::section_limit_s),
         }
     }
 
@@ -225,18 +213,19 @@ impl Plan {
                 }
                 m
             }
-            phase::RUNTIME => {
+            _ => {
                 let mut m: Vec<String> = Vec::new();
-                for s in &a.runtime.scenarios {
-                    m.extend(s.metrics());
-                }
-                m.extend(a.runtime.commands.iter().map(|c| c.metric.clone()));
-                for s in &a.runtime.scripts {
-                    m.extend(s.metrics.iter().cloned());
+                if let Some(section) = self.section(phase) {
+                    for s in &section.scenarios {
+                        m.extend(s.metrics());
+                    }
+                    m.extend(section.commands.iter().map(|c| c.metric.clone()));
+                    for s in &section.scripts {
+                        m.extend(s.metrics.iter().cloned());
+                    }
                 }
                 m
             }
-            _ => Vec::new(),
         }
     }
 }

@@ -69,7 +69,7 @@ impl Validator<'_> {
                 .map(|s| s.to_string())
                 .collect()
         });
-        let fixture = i.fixture.as_ref().map(|f| self.fixture(f, self.line(raw.span().start)));
+        let fixture = i.fixture.as_ref().map(|f| self.install_fixture(f, self.line(raw.span().start)));
         Install {
             command: Step {
                 run: i.command.get_ref().clone(),
@@ -119,7 +119,7 @@ impl Validator<'_> {
     }
 
     /// `install_line`: where `[install]` starts (the fixture's paths have no position of their own).
-    fn fixture(&mut self, f: &RawFixture, install_line: usize) -> Fixture {
+    fn install_fixture(&mut self, f: &RawFixture, install_line: usize) -> Fixture {
         let named = [("install.fixture.dir", &f.dir)].into_iter();
         let files = f.files.keys().map(|k| ("install.fixture.files", k));
         let home_files = f.home_files.keys().map(|k| ("install.fixture.home_files", k));

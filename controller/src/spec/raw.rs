@@ -26,6 +26,15 @@ pub struct RawSpec {
     pub measure: Option<RawMeasure>,
     #[serde(default)]
     pub runtime: RawRuntime,
+    /// RESULT benches (and scenarios) run as the builder against the prepared source.
+    #[serde(default)]
+    pub transport: RawRuntime,
+    /// Interactions with the installed product.
+    #[serde(default)]
+    pub ui: RawRuntime,
+    /// Harness files shipped into the sandbox: name → path relative to the spec's folder.
+    #[serde(default)]
+    pub harness: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
     pub metrics: BTreeMap<String, Spanned<RawMetric>>,
     #[serde(default)]
@@ -70,6 +79,8 @@ pub struct RawTrials {
     pub install: Option<Spanned<i64>>,
     pub measure: Option<Spanned<i64>>,
     pub runtime: Option<Spanned<i64>>,
+    pub transport: Option<Spanned<i64>>,
+    pub ui: Option<Spanned<i64>>,
     pub failure_limit: Option<Spanned<i64>>,
     /// Pairs a run may grow to while a gating metric is inconclusive.
     pub max_pairs: Option<Spanned<i64>>,
@@ -164,8 +175,28 @@ pub struct RawScenario {
     pub start_metric: Option<Spanned<String>>,
     pub timeout_s: Option<Spanned<f64>>,
     pub shutdown: Option<toml::Table>,
+    /// A command run before each trial's child starts (fixtures), then synced to disk.
+    pub fixture: Option<Spanned<String>>,
+    pub fixture_timeout_s: Option<Spanned<f64>>,
+    /// Channel `socket`: where the daemon listens and how it speaks.
+    pub socket: Option<Spanned<RawSocket>>,
     #[serde(default)]
     pub step: Vec<Spanned<RawStep>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSocket {
+    pub path: Spanned<String>,
+    pub connect_timeout_s: Option<Spanned<f64>>,
+    pub hello: Option<toml::Table>,
+    pub envelope: Option<toml::Table>,
+    pub reply: Option<toml::Table>,
+    pub id_field: Option<String>,
+    pub max_line_bytes: Option<Spanned<i64>>,
+    /// Messages with these fields are replaced by their field `unwrap_field`.
+    pub unwrap_when: Option<toml::Table>,
+    pub unwrap_field: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,6 +215,29 @@ pub struct RawStep {
     pub seconds: Option<Spanned<f64>>,
     /// Keystrokes (`type`) or the text to wait for (`wait_for`).
     pub text: Option<String>,
+    /// Named keys (`keys`), each optionally `name*N`, and the settle after each.
+    pub keys: Option<Spanned<Vec<String>>>,
+    pub settle_s: Option<Spanned<f64>>,
+    /// `retry`: how many attempts, and the steps of one attempt.
+    pub attempts: Option<Spanned<i64>>,
+    pub steps: Option<Vec<Spanned<RawStep>>>,
+    /// `wait_for`: a frame drawn after the last keys; more occurrences than then; a regex
+    /// instead of text, with a captured count that must reach `at_least` and hold `stable_s`.
+    pub fresh: Option<bool>,
+    pub more: Option<bool>,
+    pub regex: Option<Spanned<String>>,
+    pub group: Option<Spanned<i64>>,
+    pub at_least: Option<Spanned<i64>>,
+    pub stable_s: Option<Spanned<f64>>,
+    pub poll_s: Option<Spanned<f64>>,
+    pub timeout_s: Option<Spanned<f64>>,
+    /// `start_timer`: the CPU companion metric, and `from = "spawn"`.
+    pub cpu_metric: Option<Spanned<String>>,
+    pub from: Option<Spanned<String>>,
+    /// `stop_timer`: `at = "echo"`.
+    pub at: Option<Spanned<String>>,
+    /// `send` / `collect`: the tag the replies are kept under.
+    pub tag: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -205,6 +259,8 @@ pub struct RawScript {
     pub cwd: Option<Spanned<String>>,
     pub timeout_s: Option<Spanned<f64>>,
     pub metrics: Spanned<Vec<String>>,
+    /// The one metric is this field of the first `RESULT` line.
+    pub value_field: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

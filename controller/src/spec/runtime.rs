@@ -1,4 +1,6 @@
-//! The `[runtime]` section: scenarios (with their steps), repeated commands and scripts.
+//! The `[runtime]` section, and the `[transport]` and `[ui]` sections built the same way:
+//! scenarios (with their steps), repeated commands and scripts. What only interactive phases use
+//! (fixtures, sockets, keys, timers) is checked in `interaction`.
 
 use std::collections::BTreeMap;
 
@@ -10,16 +12,31 @@ use super::raw::*;
 use super::validate::{Validator, json, json_map};
 
 impl Validator<'_> {
-    pub(super) fn runtime(&mut self, raw: &RawRuntime) -> Runtime {
+    /// One section (`runtime`, `transport` or `ui`, named by `section` in errors).
+    pub(super) fn runtime(&mut self, raw: &RawRuntime, section: &str) -> Runtime {
         Runtime {
-            scenarios: raw.scenario.iter().enumerate().map(|(n, sc)| self.scenario(n, sc.get_ref())).collect(),
-            commands: raw.command.iter().enumerate().map(|(n, c)| self.repeated_command(n, c.get_ref())).collect(),
-            scripts: raw.script.iter().enumerate().map(|(n, s)| self.script(n, s.get_ref())).collect(),
+            scenarios: raw
+                .scenario
+                .iter()
+                .enumerate()
+                .map(|(n, sc)| self.scenario(&format!("{section}.scenario[{n}]"), sc.get_ref()))
+                .collect(),
+            commands: raw
+                .command
+                .iter()
+                .enumerate()
+                .map(|(n, c)| self.repeated_command(&format!("{section}.command[{n}]"), c.get_ref()))
+                .collect(),
+            scripts: raw
+                .script
+                .iter()
+                .enumerate()
+                .map(|(n, s)| self.script(&format!("{section}.script[{n}]"), s.get_ref()))
+                .collect(),
         }
     }
 
-    fn scenario(&mut self, n: usize, r: &RawScenario) -> Scenario {
-        let field = format!("runtime.scenario[{n}]");
+    fn scenario(&mut self, field: &str, r: &RawScenario) -> Scenario {
         // The agent names files after the scenario, as root.
         self.bounded(&r.name, &format!("{field}.name"), bounds::file_name);
         let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
@@ -30,12 +47,13 @@ impl Validator<'_> {
         let channel = match r.channel.as_ref().map(|c| c.get_ref().as_str()) {
             None | Some("jsonl") => Channel::JsonLines,
             Some("terminal") => Channel::Terminal,
+            Some("socket") => Channel::Socket,
             Some(other) => {
                 if let Some(c) = &r.channel {
                     self.error(
                         c,
                         &format!("{field}.channel"),
-                        format!("expected \"jsonl\" or \"terminal\", got {other:?}"),
+                        format!("expected \"jsonl\", \"terminal\" or \"socket\", got {other:?}"),
                     );
                 }
                 Channel::JsonLines
@@ -45,12 +63,20 @@ impl Validator<'_> {
         if let (Channel::Terminal, Some(m)) = (channel, &r.start_metric) {
             self.error(m, &format!("{field}.start_metric"), "a terminal scenario times its start with a `ready` step");
         }
-        let steps = r
+        let steps: Vec<(ScenarioStep, Spanned<String>)> = r
             .step
             .iter()
             .enumerate()
-            .filter_map(|(k, st)| self.channel_step(st.get_ref(), &format!("{field}.step[{k}]"), channel))
+            .filter_map(|(k, st)| {
+                let step_field = format!("{field}.step[{k}]");
+                let step = self.scenario_step(st.get_ref(), &step_field)?;
+                self.check_channel(&step, channel, &st.get_ref().kind, &step_field);
+                Some((step, st.get_ref().kind.clone()))
+            })
             .collect();
+        self.check_timers(&steps, field);
+        let fixture = self.fixture(r, field);
+        let socket = self.socket(r, channel, field);
         Scenario {
             name: r.name.get_ref().clone(),
             channel,
@@ -60,30 +86,13 @@ impl Validator<'_> {
             start_metric,
             timeout_s,
             shutdown: r.shutdown.as_ref().map(json),
-            steps,
+            fixture,
+            socket,
+            steps: steps.into_iter().map(|(step, _)| step).collect(),
         }
     }
 
-    /// A scenario's step, which must suit the scenario's channel.
-    fn channel_step(&mut self, raw: &RawStep, field: &str, channel: Channel) -> Option<ScenarioStep> {
-        let step = self.scenario_step(raw, field)?;
-        let terminal_only =
-            matches!(step, ScenarioStep::Ready { .. } | ScenarioStep::Type { .. } | ScenarioStep::WaitFor { .. });
-        let jsonl_only = matches!(step, ScenarioStep::Request { .. } | ScenarioStep::Interrupt { .. });
-        if terminal_only && channel != Channel::Terminal {
-            self.error(&raw.kind, &format!("{field}.kind"), "this step needs channel = \"terminal\"");
-        } else if jsonl_only && channel != Channel::JsonLines {
-            self.error(
-                &raw.kind,
-                &format!("{field}.kind"),
-                "this step needs a JSON-lines scenario (channel = \"jsonl\")",
-            );
-        }
-        Some(step)
-    }
-
-    fn repeated_command(&mut self, n: usize, r: &RawRepeated) -> RepeatedCommand {
-        let field = format!("runtime.command[{n}]");
+    fn repeated_command(&mut self, field: &str, r: &RawRepeated) -> RepeatedCommand {
         let metric = self.metric_key(&r.metric, &format!("{field}.metric"));
         let repeat = self.count(&r.repeat, &format!("{field}.repeat"), 1, 10_000, 1) as u32;
         let aggregate = self.aggregate(&r.aggregate, &format!("{field}.aggregate"));
@@ -97,8 +106,7 @@ impl Validator<'_> {
         }
     }
 
-    fn script(&mut self, n: usize, r: &RawScript) -> Script {
-        let field = format!("runtime.script[{n}]");
+    fn script(&mut self, field: &str, r: &RawScript) -> Script {
         self.bounded(&r.name, &format!("{field}.name"), bounds::file_name);
         let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
         if r.metrics.get_ref().is_empty() {
@@ -109,10 +117,18 @@ impl Validator<'_> {
             self.metric_key(&key, &format!("{field}.metrics"));
         }
         let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 86_400.0, 600.0);
+        if r.value_field.is_some() && r.metrics.get_ref().len() != 1 {
+            self.error(
+                &r.metrics,
+                &format!("{field}.metrics"),
+                "a script read by `value_field` reports exactly one metric",
+            );
+        }
         Script {
             name: r.name.get_ref().clone(),
             step: Step { run: r.run.clone(), cwd, timeout_s, env: BTreeMap::new() },
             metrics: r.metrics.get_ref().clone(),
+            value_field: r.value_field.clone(),
         }
     }
 
@@ -129,7 +145,7 @@ impl Validator<'_> {
         }
     }
 
-    fn scenario_step(&mut self, r: &RawStep, field: &str) -> Option<ScenarioStep> {
+    pub(super) fn scenario_step(&mut self, r: &RawStep, field: &str) -> Option<ScenarioStep> {
         let metric = r.metric.as_ref().map(|m| self.metric_key(m, &format!("{field}.metric")));
         let need_metric = |v: &mut Self, what: &str| -> Option<String> {
             if metric.is_none() {
@@ -162,30 +178,32 @@ impl Validator<'_> {
             "memory" => Some(ScenarioStep::Memory { metric: need_metric(self, "memory")? }),
             "cpu" => Some(ScenarioStep::Cpu { metric: need_metric(self, "cpu")? }),
             "ready" => Some(ScenarioStep::Ready { metric }),
-            "type" | "wait_for" => {
+            "type" => {
                 let Some(text) = r.text.clone().filter(|t| !t.is_empty()) else {
-                    self.error(&r.kind, &format!("{field}.text"), format!("a {} step needs `text`", r.kind.get_ref()));
+                    self.error(&r.kind, &format!("{field}.text"), "a type step needs `text`");
                     return None;
                 };
-                Some(if r.kind.get_ref() == "type" {
-                    ScenarioStep::Type { text }
-                } else {
-                    ScenarioStep::WaitFor { text, metric }
-                })
+                Some(ScenarioStep::Type { text })
             }
             "restart" => Some(ScenarioStep::Restart { metric }),
             "settle" => {
                 let seconds = self.number(&r.seconds, &format!("{field}.seconds"), 0.0, 3600.0, 1.0);
                 Some(ScenarioStep::Settle { seconds })
             }
-            other => {
-                self.error(
-                    &r.kind,
-                    &format!("{field}.kind"),
-                    format!("expected request, interrupt, memory, cpu, restart, settle, ready, type or wait_for, got {other:?}"),
-                );
-                None
-            }
+            other => match self.interaction_step(r, field, metric) {
+                Some(step) => step,
+                None => {
+                    self.error(
+                        &r.kind,
+                        &format!("{field}.kind"),
+                        format!(
+                            "expected request, interrupt, memory, cpu, restart, settle, ready, type, keys, wait_for, \
+                             retry, start_timer, stop_timer, send or collect, got {other:?}"
+                        ),
+                    );
+                    None
+                }
+            },
         }
     }
 

@@ -71,7 +71,26 @@ fn the_examples_are_valid() {
     assert_eq!(prime.trials.install, 3);
     assert_eq!(prime.trials.measure, 10);
     assert_eq!(prime.agent.install.command.env["PRIME_AGENT_INSTALLER_PLAIN"], "1");
-    assert_eq!(prime.metrics.len(), 17);
+    assert_eq!(prime.metrics.len(), 42);
+    assert_eq!((prime.trials.transport, prime.trials.ui), (10, 3));
+    let prime_keys: Vec<&str> = prime.metrics.iter().map(|m| m.key.as_str()).collect();
+    assert_eq!(prime_keys[..6], ["cold", "warm", "install", "bundle", "disk", "rss"]);
+    assert_eq!(prime_keys[17..21], ["switch_fetch", "frame_decode", "resume_large", "resume_large_cpu"]);
+    assert_eq!(prime_keys.last(), Some(&"ui_rss"));
+    assert!(prime.agent.harness["ui-fixtures.py"].contains("def catalog_fixture"));
+    // The demo's sections come in the reference's order, its own UI metrics in the UI section.
+    let groups: Vec<&str> = demo.metrics.iter().map(|m| m.group.as_str()).collect();
+    let mut sections = groups.clone();
+    sections.dedup();
+    assert_eq!(sections, ["CLI", "Python runtime", "Session transport", "UI interactions", "Product script"]);
+    assert_eq!(keys[..3], ["cold", "warm", "install"]);
+    assert!(demo.trials.ui > 0 && demo.trials.transport > 0);
+    assert_eq!(demo.timed_phases().iter().map(|p| p.0).collect::<Vec<_>>(), phase::TIMED);
+    // The default gate stays with measure and runtime, the phases `max_pairs` grows: ui and
+    // transport keep their own trial counts, so more pairs would not settle their metrics.
+    let fixed = [demo.metrics_of_phase(phase::UI), demo.metrics_of_phase(phase::TRANSPORT)].concat();
+    assert!(demo.trials.gate.iter().any(|k| k == "cold") && demo.trials.gate.iter().any(|k| k == "kernel_exec"));
+    assert!(demo.trials.gate.iter().all(|k| !fixed.contains(k)), "{:?}", demo.trials.gate);
     assert_eq!(prime.cost.budget_usd, Some(1.0));
 }
 
@@ -140,7 +159,7 @@ unit = "s"
             "bench.toml:14: install.checks[2].prefix: expected two hex digits after \\x, got \"ZZ\"",
             "bench.toml:16: measure.startup: expected the command line of the program, e.g. [\"demo\"]",
             "bench.toml:21: runtime.scenario[0].step[0]: an interrupt step needs `send`, `marker` and `interrupt`",
-            "bench.toml:24: runtime.scenario[0].step[1].kind: expected request, interrupt, memory, cpu, restart, settle, ready, type or wait_for, got \"teleport\"",
+            "bench.toml:24: runtime.scenario[0].step[1].kind: expected request, interrupt, memory, cpu, restart, settle, ready, type, keys, wait_for, retry, start_timer, stop_timer, send or collect, got \"teleport\"",
             "bench.toml:26: runtime.command[0].metric: expected a metric key of lowercase letters, digits and '_', got \"Git-Status\"",
             "bench.toml:26: metrics.Git-Status: this metric is recorded but not defined: add [metrics.KEY] with title, unit, scale, absolute and relative",
             "bench.toml:28: runtime.command[0].aggregate: expected \"mean\" or \"total\", got \"median\"",
@@ -219,7 +238,7 @@ unit = "ms"
         errors(spec),
         [
             "bench.toml:8: runtime.scenario[0].start_metric: a terminal scenario times its start with a `ready` step",
-            "bench.toml:10: runtime.scenario[0].step[0].kind: this step needs a JSON-lines scenario (channel = \"jsonl\")",
+            "bench.toml:10: runtime.scenario[0].step[0].kind: this step needs channel = \"jsonl\" or \"socket\"",
             "bench.toml:13: runtime.scenario[0].step[1].text: a type step needs `text`",
             "bench.toml:18: runtime.scenario[1].step[0].kind: this step needs channel = \"terminal\"",
         ]

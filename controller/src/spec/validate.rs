@@ -1,6 +1,7 @@
 //! The validator: checks a raw spec section by section into a [`Plan`], collecting every error
 //! with its line and field. The sandbox, source, trials and cost sections are here; the phases'
-//! sections are in `phases` and `runtime`, the metrics section in `metrics`.
+//! sections are in `phases` and `runtime` (what only the interactive `transport` and `ui`
+//! sections use in `interaction`), the metrics section in `metrics`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use sandbench_proto::plan::{AgentPlan, Source, Step};
 use toml::Spanned;
 
 use super::raw::*;
-use super::{Plan, SandboxSettings, SourceSettings, SpecError, Trials};
+use super::{Plan, SandboxSettings, SourceSettings, SpecError, Trials, interaction};
 use crate::cost::RateCard;
 
 pub(super) struct Validator<'a> {
@@ -105,8 +106,28 @@ impl Validator<'_> {
         let prepare = self.prepare(&raw.prepare, &source);
         let install = self.install(&raw.install);
         let measure = self.measure(raw.measure.as_ref());
-        let runtime = self.runtime(&raw.runtime);
-        let agent = AgentPlan { source: Source::None, prepare, install, measure, runtime, env: raw.env.clone() };
+        let runtime = self.runtime(&raw.runtime, phase::RUNTIME);
+        let transport = self.runtime(&raw.transport, phase::TRANSPORT);
+        let ui = self.runtime(&raw.ui, phase::UI);
+        let mut trials = trials;
+        if interaction::is_empty(&transport) {
+            trials.transport = 0;
+        }
+        if interaction::is_empty(&ui) {
+            trials.ui = 0;
+        }
+        let harness = self.harness(&raw.harness);
+        let agent = AgentPlan {
+            source: Source::None,
+            prepare,
+            install,
+            measure,
+            runtime,
+            transport,
+            ui,
+            env: raw.env.clone(),
+            harness,
+        };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);
         let ttl = sandbox.ttl;
@@ -187,6 +208,8 @@ impl Validator<'_> {
                 keys.get_ref().clone()
             }
             None => {
+                // Not transport's or ui's: more pairs grow measure and runtime only, the others
+                // keep their trial counts, so their verdicts would never settle by waiting.
                 let phases = [plan.metrics_of_phase(phase::MEASURE), plan.metrics_of_phase(phase::RUNTIME)].concat();
                 let timed = |key: &String| {
                     plan.metrics
@@ -285,6 +308,8 @@ impl Validator<'_> {
             install: self.count(&t.install, "trials.install", 1, 10, 3) as u32,
             measure: self.count(&t.measure, "trials.measure", 1, 100, 10) as u32,
             runtime: self.count(&t.runtime, "trials.runtime", 1, 100, 10) as u32,
+            transport: self.count(&t.transport, "trials.transport", 1, 100, 10) as u32,
+            ui: self.count(&t.ui, "trials.ui", 1, 50, 3) as u32,
             failure_limit: self.count(&t.failure_limit, "trials.failure_limit", 1, 10, 2) as u32,
             max_pairs: 0,
             gate: Vec::new(),

@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // demo: a line editor in raw terminal mode that needs a background daemon. The first start
-// launches the daemon (slow: it warms up); later starts find it running (fast).
+// launches the daemon (slow: it warms up); later starts find it running (fast). `demo browse`
+// is a session browser (lib/tui.js); `demo daemon` the session catalog on a socket
+// (lib/catalog.js).
 'use strict';
 
 const fs = require('fs');
@@ -74,6 +76,14 @@ async function main(args) {
     console.log(`demo ${VERSION}`);
     return;
   }
+  if (args[0] === 'browse' && args.length === 1) {
+    require('../lib/tui.js').browse();
+    return;
+  }
+  if (args[0] === 'daemon') {
+    require('../lib/catalog.js').main(args.slice(1));
+    return;
+  }
   if (args[0] === 'sessions' && args[1] === 'stop') {
     console.log(JSON.stringify(await request({ type: 'stop-sessions' })));
     return;
@@ -83,7 +93,7 @@ async function main(args) {
     process.exit(0);
   }
   if (args.length > 0) {
-    console.error(`usage: demo [--version | sessions stop | work]`);
+    console.error(`usage: demo [--version | sessions stop | work | browse | daemon --socket PATH [--root DIR]]`);
     process.exitCode = 2;
     return;
   }

@@ -1,13 +1,19 @@
-//! runtime: scenarios that drive a long-running child over JSON lines, plain commands repeated
-//! for a mean or total, and scripts whose `RESULT {json}` lines become metrics. When a step
-//! fails, its metric gets the error and the scenario's remaining metrics say why they are
-//! missing; other scenarios, commands and scripts still run.
+//! runtime: scenarios that drive a long-running child over JSON lines, a terminal or a socket,
+//! plain commands repeated for a mean or total, and scripts whose `RESULT {json}` lines become
+//! metrics. The ui and transport phases run sections of the same kind ([`run_section`]). When a
+//! step fails, its metric (and an open timer's) gets the error and the scenario's remaining
+//! metrics say why they are missing; other scenarios, commands and scripts still run.
 
+mod interaction;
+
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use sandbench_proto::plan::{AgentPlan, Aggregate, Channel, RepeatedCommand, Scenario, ScenarioStep, Script, jsonl};
+use sandbench_proto::plan::{
+    AgentPlan, Aggregate, Channel, RepeatedCommand, Runtime, Scenario, ScenarioStep, Script, jsonl,
+};
 use sandbench_proto::v1::LogStream;
 use serde_json::{Map, Value};
 
@@ -16,49 +22,69 @@ use crate::commands::PhaseContext;
 use crate::probes::command::{self, ShellCommand};
 use crate::probes::jsonl::{JsonlChild, JsonlLaunch};
 use crate::probes::terminal::{Launch, Terminal};
-use crate::probes::{memory, processes, readiness, script};
+use crate::probes::{keys, memory, processes, readiness, script};
 use crate::users::User;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
     let state = AgentState::load(&ctx.state_dir)?;
     let user =
         state.measure_user().map_err(|_| anyhow!("The first installation must succeed before runtime measurements"))?;
-    common::hygiene(&user)?;
+    run_section(ctx, plan, &plan.runtime, &user, &user.home, trial)
+}
+
+/// Runs a section's scenarios, commands and scripts as `user`, relative paths from `base`, with
+/// every process of the user stopped before, between scenarios and after.
+pub fn run_section(
+    ctx: &PhaseContext,
+    plan: &AgentPlan,
+    section: &Runtime,
+    user: &User,
+    base: &Path,
+    trial: u32,
+) -> anyhow::Result<()> {
+    common::hygiene(user)?;
     let mut failures = Vec::new();
-    for scenario in &plan.runtime.scenarios {
+    for scenario in &section.scenarios {
         if ctx.canceled() {
             break;
         }
         let mut engine = Engine {
             ctx,
             plan,
-            user: &user,
+            user,
+            base,
             trial,
             scenario,
             child: None,
             term: None,
+            socket: None,
             next_id: 0,
             last_action: Instant::now(),
+            at_action: keys::Snapshot::default(),
             cpu_at_start: processes::cpu_seconds(Path::new("/proc"), user.uid),
+            spawned: None,
+            timer: None,
+            last_echo: None,
+            recorded: BTreeSet::new(),
         };
         if let Err(err) = engine.run() {
             failures.push(format!("{}: {err:#}", scenario.name));
         }
         engine.close(&format!("{}-{trial}", scenario.name));
-        common::hygiene(&user)?;
+        common::hygiene(user)?;
     }
-    for repeated in &plan.runtime.commands {
-        if let Err(err) = repeat_command(ctx, plan, &user, trial, repeated) {
+    for repeated in &section.commands {
+        if let Err(err) = repeat_command(ctx, plan, user, base, trial, repeated) {
             ctx.error(&repeated.metric, trial, &err, "s");
             failures.push(format!("{}: {err:#}", repeated.metric));
         }
     }
-    for script in &plan.runtime.scripts {
-        if let Err(err) = run_script(ctx, plan, &user, trial, script) {
+    for script in &section.scripts {
+        if let Err(err) = run_script(ctx, plan, user, base, trial, script) {
             failures.push(format!("{}: {err:#}", script.name));
         }
     }
-    common::hygiene(&user)?;
+    common::hygiene(user)?;
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
     }
@@ -69,11 +95,12 @@ fn repeat_command(
     ctx: &PhaseContext,
     plan: &AgentPlan,
     user: &User,
+    base: &Path,
     trial: u32,
     repeated: &RepeatedCommand,
 ) -> anyhow::Result<()> {
     let workdir =
-        repeated.step.cwd.as_deref().map(|c| common::expand(user, &user.home, c)).unwrap_or_else(|| user.home.clone());
+        repeated.step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
     let mut total = Duration::ZERO;
     for _ in 0..repeated.repeat {
         let done = common::run_step(ctx, &repeated.step, user, &workdir, &plan.env)?;
@@ -88,12 +115,19 @@ fn repeat_command(
     Ok(())
 }
 
-fn run_script(ctx: &PhaseContext, plan: &AgentPlan, user: &User, trial: u32, script: &Script) -> anyhow::Result<()> {
+fn run_script(
+    ctx: &PhaseContext,
+    plan: &AgentPlan,
+    user: &User,
+    base: &Path,
+    trial: u32,
+    script: &Script,
+) -> anyhow::Result<()> {
     let step = &script.step;
     let shell = ShellCommand {
         run: step.run.clone(),
         env: common::user_env(user, &plan.env, &step.env),
-        cwd: step.cwd.as_deref().map(|c| common::expand(user, &user.home, c)).unwrap_or_else(|| user.home.clone()),
+        cwd: step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf()),
         user: Some((user.uid, user.gid)),
         timeout: Duration::from_secs_f64(step.timeout_s),
     };
@@ -112,7 +146,16 @@ fn run_script(ctx: &PhaseContext, plan: &AgentPlan, user: &User, trial: u32, scr
             pending.push(line);
         }
         for line in pending.drain(..) {
-            match script::parse_line(&String::from_utf8_lossy(&line)) {
+            let line = String::from_utf8_lossy(&line);
+            let parsed = match (&script.value_field, script.metrics.first()) {
+                // The reference's benches: the first RESULT line's field is the one metric.
+                (Some(field), Some(metric)) if reported.is_empty() && invalid.is_none() => {
+                    script::parse_value_line(&line, field).map(|v| v.map(|v| vec![(metric.clone(), v)]))
+                }
+                (Some(_), _) => None,
+                (None, _) => script::parse_line(&line),
+            };
+            match parsed {
                 None => {}
                 Some(Ok(metrics)) => reported.extend(metrics),
                 Some(Err(why)) => {
@@ -121,7 +164,14 @@ fn run_script(ctx: &PhaseContext, plan: &AgentPlan, user: &User, trial: u32, scr
             }
         }
     });
-    let failure = match result.and_then(|done| done.success(&format!("script {}", script.name))) {
+    let failure = match result.and_then(|done| {
+        // As the reference does, a failed bench's error carries its first line of output.
+        let first = done.output_text().lines().find(|l| !l.trim().is_empty()).unwrap_or_default().to_string();
+        done.success(&format!("script {}", script.name)).map_err(|err| match first.as_str() {
+            "" => err,
+            first => anyhow!("{err:#}; first output line: {first}"),
+        })
+    }) {
         Err(err) => Some(err),
         Ok(_) => invalid.map(|why| anyhow!("invalid RESULT line: {why}")),
     };
@@ -147,45 +197,56 @@ fn run_script(ctx: &PhaseContext, plan: &AgentPlan, user: &User, trial: u32, scr
     }
 }
 
-/// Runs one scenario's steps against its JSON-lines child.
+/// Runs one scenario's steps against its child (JSON lines, a terminal or a socket daemon).
 struct Engine<'a> {
     ctx: &'a PhaseContext,
     plan: &'a AgentPlan,
     user: &'a User,
+    /// Relative paths start here (the user's home, or the source for transport).
+    base: &'a Path,
     trial: u32,
     scenario: &'a Scenario,
     child: Option<JsonlChild>,
     term: Option<Terminal>,
+    socket: Option<interaction::SocketSession>,
     next_id: u64,
-    /// The last keystrokes sent (the start of a `wait_for`).
+    /// The last keystrokes sent (the start of a `wait_for`), and the screen just before them.
     last_action: Instant,
+    at_action: keys::Snapshot,
     cpu_at_start: f64,
+    /// When the child was spawned, and the CPU of the user's live processes just before.
+    spawned: Option<(Instant, f64)>,
+    timer: Option<interaction::Timer>,
+    /// When the last readiness probe was first rendered.
+    last_echo: Option<Instant>,
+    recorded: BTreeSet<String>,
 }
 
 impl Engine<'_> {
     fn run(&mut self) -> anyhow::Result<()> {
         let metrics = self.scenario.metrics();
-        let mut current = self.scenario.start_metric.clone();
+        let mut current: Vec<String> = self.scenario.start_metric.iter().cloned().collect();
         let result = (|| {
             let started = self.start(0)?;
             if let Some(metric) = &self.scenario.start_metric {
-                self.ctx.value(metric, self.trial, started.as_secs_f64(), "s");
+                self.record(metric, started.as_secs_f64(), "s");
             }
             for step in &self.scenario.steps {
-                current = step.metric().map(str::to_string);
+                current = step.metrics().into_iter().map(str::to_string).collect();
                 self.step(step)?;
             }
             anyhow::Ok(())
         })();
         if let Err(err) = &result {
-            // The failing metric gets the error; the ones after it say why they are missing.
-            let failed_at = current.as_deref().and_then(|m| metrics.iter().position(|x| x == m));
-            if let Some(metric) = &current {
-                self.ctx.error(metric, self.trial, err, "");
+            // The failing step's metrics and the open timer's get the error; the ones not
+            // measured yet say why they are missing.
+            if let Some(timer) = &self.timer {
+                current.extend(timer.metrics());
             }
-            let skip_from = failed_at.map_or(0, |i| i + 1);
-            for metric in metrics.iter().skip(skip_from) {
-                if Some(metric.as_str()) != current.as_deref() {
+            for metric in metrics.iter().filter(|m| !self.recorded.contains(*m)) {
+                if current.contains(metric) {
+                    self.ctx.error(metric, self.trial, err, "");
+                } else {
                     let why = anyhow!("not measured: an earlier step of scenario {} failed", self.scenario.name);
                     self.ctx.error(metric, self.trial, &why, "");
                 }
@@ -194,8 +255,15 @@ impl Engine<'_> {
         result
     }
 
+    /// Sends a value and remembers that the metric has one.
+    fn record(&mut self, metric: &str, value: f64, unit: &str) {
+        self.recorded.insert(metric.to_string());
+        self.ctx.value(metric, self.trial, value, unit);
+    }
+
     /// Stops the child and keeps its transcript (`<name>.jsonl`, or `.raw`/`.txt` of a terminal).
     fn close(&mut self, name: &str) {
+        self.close_socket(name);
         if let Some(child) = self.child.take() {
             let transcript = child.close(self.scenario.shutdown.as_ref());
             common::keep_transcript(self.ctx, &format!("{name}.jsonl"), &transcript);
@@ -218,32 +286,38 @@ impl Engine<'_> {
         self.term.as_mut().context("this step needs a terminal scenario (channel = \"terminal\")")
     }
 
-    /// The scenario's folder and command line, `~/` meaning the user's home.
+    /// The scenario's folder and command line, `~/` meaning the user's home and `{uid}`,
+    /// `{trial}` the user's id and the trial.
     fn command(&self) -> (std::path::PathBuf, Vec<String>) {
         let workdir = self
             .scenario
             .cwd
             .as_deref()
-            .map(|c| common::expand(self.user, &self.user.home, c))
-            .unwrap_or_else(|| self.user.home.clone());
-        let command = self
-            .scenario
-            .command
-            .iter()
-            .map(|a| {
-                if a.starts_with("~/") {
-                    common::expand(self.user, &workdir, a).display().to_string()
-                } else {
-                    a.clone()
-                }
-            })
-            .collect();
+            .map(|c| common::expand(self.user, self.base, c))
+            .unwrap_or_else(|| self.base.to_path_buf());
+        let command =
+            self.scenario
+                .command
+                .iter()
+                .map(|a| self.substitute(a))
+                .map(|a| {
+                    if a.starts_with("~/") { common::expand(self.user, &workdir, &a).display().to_string() } else { a }
+                })
+                .collect();
         (workdir, command)
     }
 
-    /// Starts the child; over JSON lines, waits for its ready event and returns spawn → ready.
+    /// Starts the child (after the fixtures, the first time); over JSON lines, waits for its
+    /// ready event and returns spawn → ready, over a socket spawn → hello.
     fn start(&mut self, generation: u32) -> anyhow::Result<Duration> {
+        if generation == 0 {
+            self.run_fixture()?;
+        }
         let (workdir, command) = self.command();
+        let cpu_before = self.cpu_now();
+        if self.scenario.channel == Channel::Socket {
+            return self.start_socket(workdir, command, cpu_before);
+        }
         if self.scenario.channel == Channel::Terminal {
             let launch = Launch {
                 program: command[0].clone().into(),
@@ -252,7 +326,9 @@ impl Engine<'_> {
                 cwd: workdir,
                 user: Some((self.user.uid, self.user.gid)),
             };
-            self.term = Some(Terminal::spawn(&launch)?);
+            let term = Terminal::spawn(&launch)?;
+            self.spawned = Some((term.started, cpu_before));
+            self.term = Some(term);
             self.last_action = Instant::now();
             return Ok(Duration::ZERO);
         }
@@ -266,6 +342,7 @@ impl Engine<'_> {
             stderr_path: Some(stderr_dir.join(format!("{}-{}-{generation}.stderr", self.scenario.name, self.trial))),
         };
         let mut child = JsonlChild::spawn(&launch)?;
+        self.spawned = Some((child.started, cpu_before));
         let deadline = Instant::now() + self.timeout().max(Duration::from_secs(30));
         let first = child.next_event(deadline).context("waiting for the ready event")?;
         let ready_at = Instant::now();
@@ -287,6 +364,9 @@ impl Engine<'_> {
 
     fn step(&mut self, step: &ScenarioStep) -> anyhow::Result<()> {
         match step {
+            ScenarioStep::Request { metric, send, repeat, aggregate, expect, .. } if self.socket.is_some() => {
+                self.socket_requests(metric.as_deref(), send, *repeat, *aggregate, expect)?;
+            }
             ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes } => {
                 let mut total = Duration::ZERO;
                 for i in 0..*repeat as usize {
@@ -307,7 +387,7 @@ impl Engine<'_> {
                         Aggregate::Mean => total.as_secs_f64() / f64::from((*repeat).max(1)),
                         Aggregate::Total => total.as_secs_f64(),
                     };
-                    self.ctx.value(metric, self.trial, value, "s");
+                    self.record(metric, value, "s");
                 }
             }
             ScenarioStep::Interrupt { metric, send, marker, interrupt, expect } => {
@@ -332,27 +412,21 @@ impl Engine<'_> {
                 let (done, _) = self.wait_done(&id, started + self.timeout())?;
                 let took = started.elapsed();
                 check_expect(&done, expect).context("the interrupt was not acknowledged")?;
-                self.ctx.value(metric, self.trial, took.as_secs_f64(), "s");
+                self.record(metric, took.as_secs_f64(), "s");
             }
             ScenarioStep::Memory { metric } => {
                 let sample = memory::sample(Path::new("/proc"), self.user.uid);
                 if sample.processes.is_empty() {
                     bail!("No owned processes found for memory measurement");
                 }
-                self.ctx.value(metric, self.trial, sample.rss_bytes as f64, "bytes");
+                self.record(metric, sample.rss_bytes as f64, "bytes");
             }
             ScenarioStep::Restart { metric } => {
-                if let Some(child) = self.child.take() {
-                    let transcript = child.close(self.scenario.shutdown.as_ref());
-                    common::keep_transcript(
-                        self.ctx,
-                        &format!("{}-{}-before-restart.jsonl", self.scenario.name, self.trial),
-                        &transcript,
-                    );
-                }
+                // Whatever the channel, the old child stops (its transcripts kept) first.
+                self.close(&format!("{}-{}-before-restart", self.scenario.name, self.trial));
                 let started = self.start(1)?;
                 if let Some(metric) = metric {
-                    self.ctx.value(metric, self.trial, started.as_secs_f64(), "s");
+                    self.record(metric, started.as_secs_f64(), "s");
                 }
             }
             ScenarioStep::Settle { seconds } => match self.term.as_mut() {
@@ -362,38 +436,32 @@ impl Engine<'_> {
             },
             ScenarioStep::Cpu { metric } => {
                 let used = processes::cpu_seconds(Path::new("/proc"), self.user.uid) - self.cpu_at_start;
-                self.ctx.value(metric, self.trial, used.max(0.0), "s");
+                self.record(metric, used.max(0.0), "s");
             }
             ScenarioStep::Ready { metric } => {
                 let timeout = self.timeout();
                 let term = self.terminal()?;
                 let took = readiness::ready(term, timeout)?;
+                self.last_echo = Some(term.started + took);
                 if let Some(metric) = metric {
-                    self.ctx.value(metric, self.trial, took.as_secs_f64(), "s");
+                    self.record(metric, took.as_secs_f64(), "s");
                 }
             }
             ScenarioStep::Type { text } => {
-                self.terminal()?.send(text.as_bytes())?;
+                let term = self.terminal()?;
+                let before = keys::Snapshot::of(term);
+                term.send(text.as_bytes())?;
+                self.at_action = before;
                 self.last_action = Instant::now();
             }
-            ScenarioStep::WaitFor { text, metric } => {
-                let deadline = Instant::now() + self.timeout();
-                let since = self.last_action;
-                loop {
-                    let term = self.terminal()?;
-                    // Never a half-drawn frame: only while synchronized output is off.
-                    if !term.sync_output() && term.screen_text().contains(text.as_str()) {
-                        break;
-                    }
-                    if Instant::now() >= deadline {
-                        bail!("Timed out waiting for {text:?} on the screen");
-                    }
-                    term.pump(Duration::from_millis(5))?;
-                }
-                if let Some(metric) = metric {
-                    self.ctx.value(metric, self.trial, since.elapsed().as_secs_f64(), "s");
-                }
+            ScenarioStep::WaitFor { .. } | ScenarioStep::Keys { .. } => self.screen_step(step)?,
+            ScenarioStep::Retry { attempts, steps } => self.retry(*attempts, steps)?,
+            ScenarioStep::StartTimer { metric, cpu_metric, from_spawn } => {
+                self.start_timer(metric.as_deref(), cpu_metric.as_deref(), *from_spawn)?;
             }
+            ScenarioStep::StopTimer { at_echo } => self.stop_timer(*at_echo)?,
+            ScenarioStep::Send { send, repeat, tag } => self.socket_send(send, *repeat, tag)?,
+            ScenarioStep::Collect { tag, expect } => self.socket_collect(tag, expect)?,
         }
         Ok(())
     }

@@ -1,10 +1,14 @@
 //! Measurements and process control the phases are built from. Probes never depend on phases.
 
 pub mod command;
+pub mod cpu;
 pub mod disk;
+pub mod expect;
 pub mod jsonl;
+pub mod keys;
 pub mod memory;
 pub mod processes;
 pub mod readiness;
 pub mod script;
+pub mod socket;
 pub mod terminal;

@@ -26,9 +26,42 @@ pub fn parse_line(line: &str) -> Option<Result<Vec<(String, f64)>, String>> {
     Some(Ok(metrics))
 }
 
+/// The reference's bench format, `RESULT {"value": 3, ...}`: the number in `field` of a RESULT
+/// line (a finite, non-negative number, not a boolean); other fields are details.
+pub fn parse_value_line(line: &str, field: &str) -> Option<Result<f64, String>> {
+    let rest = line.trim_end_matches(['\r', '\n']).strip_prefix("RESULT ")?;
+    let value: serde_json::Value = match serde_json::from_str(rest.trim()) {
+        Ok(value) => value,
+        Err(err) => return Some(Err(format!("not a JSON object: {err}"))),
+    };
+    Some(match value.get(field) {
+        None => Err(format!("no {field:?} field")),
+        Some(v) => match v.as_f64() {
+            Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            Some(x) => Err(format!("{field}: {x} is not a finite, non-negative number")),
+            None => Err(format!("{field}: {v} is not a number")),
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_line;
+    use super::{parse_line, parse_value_line};
+
+    #[test]
+    fn reads_the_value_field_of_reference_benches() {
+        assert_eq!(parse_value_line("transfers: 1", "value"), None);
+        assert_eq!(parse_value_line("RESULT {\"value\": 2, \"detail\": \"x\"}", "value"), Some(Ok(2.0)));
+        assert_eq!(
+            parse_value_line("RESULT {\"value\": true}", "value"),
+            Some(Err("value: true is not a number".into()))
+        );
+        assert_eq!(
+            parse_value_line("RESULT {\"value\": -0.5}", "value").unwrap().unwrap_err(),
+            "value: -0.5 is not a finite, non-negative number"
+        );
+        assert_eq!(parse_value_line("RESULT {\"other\": 1}", "value"), Some(Err("no \"value\" field".into())));
+    }
 
     #[test]
     fn reads_result_lines_and_rejects_bad_values() {

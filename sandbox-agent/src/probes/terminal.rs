@@ -205,6 +205,11 @@ impl Terminal {
         self.child.id()
     }
 
+    /// Bytes the program has written so far.
+    pub fn output_bytes(&self) -> usize {
+        self.transcript.len()
+    }
+
     /// Queues input for the program.
     pub fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
         if self.pending.len() + bytes.len() > MAX_PENDING_INPUT {

@@ -18,9 +18,9 @@ use sandbench_proto::v1::{
     controller_message, event, observation,
 };
 use serde::{Deserialize, Serialize};
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::store::{Data, EventLog, OBSERVATIONS_FILE, StoredBody, StoredEvent};
@@ -278,24 +278,26 @@ impl Hub {
 
     /// Starts serving agents on a Unix socket at `socket`.
     pub async fn serve(&self, socket: &Path) -> anyhow::Result<ServerHandle> {
+        let server = self.start_server()?;
+        server.listen(socket)?;
+        Ok(server)
+    }
+
+    /// Starts a server that listens on no socket yet: [`ServerHandle::listen`] adds sockets (one
+    /// per sandbox), all feeding the same service.
+    pub fn start_server(&self) -> anyhow::Result<ServerHandle> {
         if *self.inner.closed.borrow() {
             bail!("this hub is closed");
         }
-        match std::fs::remove_file(socket) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", socket.display())),
-        }
-        let listener = UnixListener::bind(socket).with_context(|| format!("cannot listen on {}", socket.display()))?;
         let service = AgentServer::new(Service { hub: self.clone() })
             .max_decoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let incoming = UnixListenerStream::new(listener);
+        let (connections, incoming) = mpsc::channel::<std::io::Result<UnixStream>>(64);
         let task = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)
-                .serve_with_incoming_shutdown(incoming, async {
+                .serve_with_incoming_shutdown(ReceiverStream::new(incoming), async {
                     let _ = stop_rx.await;
                 })
                 .await;
@@ -303,7 +305,13 @@ impl Hub {
                 tracing::error!("agent server failed: {err}");
             }
         });
-        Ok(ServerHandle { hub: self.clone(), socket: socket.to_path_buf(), stop: Some(stop_tx), task: Some(task) })
+        Ok(ServerHandle {
+            hub: self.clone(),
+            connections,
+            listeners: Mutex::new(Vec::new()),
+            stop: Some(stop_tx),
+            task: Some(task),
+        })
     }
 
     /// Ends every session (agents will reconnect to whatever serves the socket next).
@@ -487,21 +495,85 @@ impl SandboxState {
     }
 }
 
-/// A running server; stop it explicitly.
+/// A running server, listening on any number of Unix sockets; stop it explicitly.
 pub struct ServerHandle {
     hub: Hub,
-    socket: PathBuf,
+    /// Connections accepted on any socket, handed to the one gRPC server.
+    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    listeners: Mutex<Vec<(PathBuf, tokio::task::JoinHandle<()>)>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ServerHandle {
-    pub fn socket(&self) -> &Path {
-        &self.socket
+    /// The first socket served (the only one, for a server started by [`Hub::serve`]).
+    pub fn socket(&self) -> PathBuf {
+        lock(&self.listeners).first().map(|(path, _)| path.clone()).unwrap_or_default()
     }
 
-    /// Stops accepting, ends every session, and removes the socket.
+    /// The sockets served now.
+    pub fn sockets(&self) -> Vec<PathBuf> {
+        lock(&self.listeners).iter().map(|(path, _)| path.clone()).collect()
+    }
+
+    /// Also accepts agents on `socket` (a stale socket file there is replaced). Serving a socket
+    /// already served does nothing.
+    pub fn listen(&self, socket: &Path) -> anyhow::Result<()> {
+        let mut listeners = lock(&self.listeners);
+        if listeners.iter().any(|(path, _)| path == socket) {
+            return Ok(());
+        }
+        // sun_path holds 108 bytes with its terminating NUL.
+        if socket.as_os_str().len() > 107 {
+            bail!(
+                "the socket path {} is {} bytes long, more than a Unix socket allows (107): use a shorter --out folder",
+                socket.display(),
+                socket.as_os_str().len()
+            );
+        }
+        match std::fs::remove_file(socket) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", socket.display())),
+        }
+        let listener = UnixListener::bind(socket).with_context(|| format!("cannot listen on {}", socket.display()))?;
+        let connections = self.connections.clone();
+        let path = socket.to_path_buf();
+        let accept = tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        if connections.send(Ok(stream)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!("cannot accept on {}: {err}", path.display());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+        listeners.push((socket.to_path_buf(), accept));
+        Ok(())
+    }
+
+    /// Stops accepting on `socket` and removes it; sessions already open go on.
+    pub fn unlisten(&self, socket: &Path) {
+        let mut listeners = lock(&self.listeners);
+        if let Some(at) = listeners.iter().position(|(path, _)| path == socket) {
+            let (path, accept) = listeners.remove(at);
+            accept.abort();
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// Stops accepting, ends every session, and removes the sockets.
     pub async fn stop(mut self) {
+        let listeners = std::mem::take(&mut *lock(&self.listeners));
+        for (_, accept) in &listeners {
+            accept.abort();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -511,7 +583,9 @@ impl ServerHandle {
         {
             task.abort();
         }
-        let _ = std::fs::remove_file(&self.socket);
+        for (path, _) in listeners {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 

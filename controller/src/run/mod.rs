@@ -20,6 +20,9 @@ mod trial;
 mod usage;
 mod walk;
 
+#[cfg(test)]
+mod tests;
+
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

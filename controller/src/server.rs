@@ -332,12 +332,13 @@ impl Hub {
         }
     }
 
-    /// Accepts or refuses a Hello; on success returns the session's generation and what to send.
+    /// Accepts or refuses a Hello; on success queues the Welcome and the pending commands on
+    /// `outbound` and returns the session's generation.
     fn accept(
         &self,
         hello: &sandbench_proto::v1::Hello,
         outbound: mpsc::Sender<Result<ControllerMessage, Status>>,
-    ) -> Result<(u64, u64, Vec<Command>), Status> {
+    ) -> Result<u64, Status> {
         let mut sandboxes = lock(&self.inner.sandboxes);
         let refusal = match sandboxes.get(&hello.sandbox_id) {
             None => Some(format!("unknown sandbox {:?}", hello.sandbox_id)),
@@ -373,6 +374,19 @@ impl Hub {
         }
         state.generation.send_modify(|g| *g += 1);
         let generation = *state.generation.borrow();
+        // The Welcome and the pending commands are queued before the session is published: a
+        // command sent once the Hello is known must not overtake the Welcome.
+        let config = self.inner.config;
+        let welcome = Welcome {
+            acked_seq: state.persisted_seq,
+            heartbeat_interval_ms: config.heartbeat.as_millis() as u32,
+            dead_after_intervals: config.dead_after,
+        };
+        let _ = outbound.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Welcome(welcome)) }));
+        for command in &state.pending {
+            let command = ControllerMessage { body: Some(controller_message::Body::Command(command.clone())) };
+            let _ = outbound.try_send(Ok(command));
+        }
         state.outbound = Some(outbound);
         let info = HelloInfo {
             boot_id: hello.boot_id.clone(),
@@ -390,7 +404,7 @@ impl Hub {
             s.last_hello = Some(info);
         });
         tracing::info!(sandbox = %hello.sandbox_id, boot = %hello.boot_id, acked = state.persisted_seq, "agent connected");
-        Ok((generation, state.persisted_seq, state.pending.clone()))
+        Ok(generation)
     }
 
     fn session_ended(&self, sandbox_id: &str, generation: u64) {
@@ -612,16 +626,7 @@ impl Agent for Service {
             return Err(Status::invalid_argument("the first message must be Hello"));
         };
         let (tx, rx) = mpsc::channel(256);
-        let (generation, acked_seq, pending) = self.hub.accept(&hello, tx.clone())?;
-        let welcome = Welcome {
-            acked_seq,
-            heartbeat_interval_ms: config.heartbeat.as_millis() as u32,
-            dead_after_intervals: config.dead_after,
-        };
-        let _ = tx.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Welcome(welcome)) }));
-        for command in pending {
-            let _ = tx.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Command(command)) }));
-        }
+        let generation = self.hub.accept(&hello, tx.clone())?;
         let hub = self.hub.clone();
         tokio::spawn(async move {
             let sandbox_id = hello.sandbox_id;

@@ -23,7 +23,6 @@ mod walk;
 #[cfg(test)]
 mod tests;
 
-
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

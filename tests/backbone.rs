@@ -4,11 +4,10 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use sandbench::provision::AgentShipping;
-use sandbench::sandbox::{self, LiveSandbox};
+use sandbench::sandbox::LiveSandbox;
 use sandbench::server::{Hub, HubConfig};
 use sandbench::store::{StoredBody, read_events};
 use sandbench_proto::v1::{Command, PhaseStatus, RunPhase, command};
@@ -32,11 +31,9 @@ fn stream_command(id: &str, observations: u64, rate: u64) -> Command {
 }
 
 async fn launch_all(h: &Harness, count: usize, image: &str, shipping: AgentShipping) -> Vec<LiveSandbox> {
-    let hub = h.hub().await;
     let launches = (0..count).map(|i| {
         let request = h.request(&format!("s{i}"), image, shipping);
-        let hub = hub.clone();
-        async move { sandbox::launch(&h.provisioner, &hub, request, Duration::from_secs(60)).await }
+        async move { h.station.launch(request, Duration::from_secs(60)).await }
     });
     futures_util::future::try_join_all(launches).await.expect("launch sandboxes")
 }
@@ -102,7 +99,7 @@ async fn four_sandboxes_lose_nothing_when_agents_are_killed_mid_stream() {
             assert_eq!(status.observations, OBSERVATIONS, "{id}: persisted observations");
         }
         for l in &live {
-            let down = sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &l.sandbox).await;
+            let down = h.teardown(&l.sandbox).await;
             assert!(down.removal_error.is_none());
             let log = std::fs::read_to_string(down.log_path.expect("agent log saved")).unwrap();
             assert!(log.contains("reconnected") || log.contains("journal at seq"), "agent log: {log}");
@@ -139,7 +136,7 @@ async fn four_sandboxes_lose_nothing_when_the_server_restarts_mid_stream() {
             assert!(status.observations < OBSERVATIONS, "{id}: the restart came after the stream ended");
         }
         for l in &live {
-            sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &l.sandbox).await;
+            h.teardown(&l.sandbox).await;
         }
         hub.close().await;
         assert_exactly_once(&hub, &ids, OBSERVATIONS);
@@ -231,7 +228,7 @@ async fn the_node_sandbox_image_runs_the_agent_both_ways() {
         let mut live = Vec::new();
         for (role, shipping) in [("bind", AgentShipping::Bind), ("upload", AgentShipping::Upload)] {
             let request = h.request(role, NODE_IMAGE, shipping);
-            live.push(sandbox::launch(&h.provisioner, &hub, request, Duration::from_secs(60)).await.unwrap());
+            live.push(h.launch(request).await);
         }
         let ids: Vec<String> = live.iter().map(|l| l.sandbox.id.clone()).collect();
         for l in &live {
@@ -245,7 +242,7 @@ async fn the_node_sandbox_image_runs_the_agent_both_ways() {
                 .await
                 .unwrap();
             assert_eq!(outcome.status, PhaseStatus::Ok);
-            sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &l.sandbox).await;
+            h.teardown(&l.sandbox).await;
         }
         hub.close().await;
         assert_exactly_once(&hub, &ids, 5_000);
@@ -278,8 +275,7 @@ async fn the_reaper_removes_expired_sandboxes_but_not_live_ones() {
             .map(|c| c.name)
             .collect();
         assert_eq!(left, vec![live.sandbox.id.clone()]);
-        let hub: Arc<_> = Arc::new(h.hub().await);
-        sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+        h.teardown(&live.sandbox).await;
     })
     .await;
 }
@@ -376,8 +372,7 @@ async fn sandboxes_are_created_locked_down_with_their_labels_and_limits() {
             memory_bytes: 256 << 20,
             pids_limit: 64,
         };
-        let hub = h.hub().await;
-        let live = sandbox::launch(&h.provisioner, &hub, request, Duration::from_secs(60)).await.unwrap();
+        let live = h.launch(request).await;
         let s = h.provisioner.settings(&live.sandbox.id).await.unwrap();
         assert_eq!(live.sandbox.id, format!("sandbench-{}-base", h.run_id));
         assert_eq!(s.labels["io.sandbench.run"], h.run_id);
@@ -399,7 +394,16 @@ async fn sandboxes_are_created_locked_down_with_their_labels_and_limits() {
         env.sort();
         assert_eq!(env, ["SANDBENCH_SANDBOX_ID", "SANDBENCH_SOCKET", "SANDBENCH_TOKEN"], "nothing from the host");
         assert!(s.binds.iter().any(|b| b.ends_with(":/sandbench/sandbox-agent:ro")), "{:?}", s.binds);
-        sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+        // The sandbox's own socket folder, no other sandbox's.
+        let sockets = h.station.socket_dir("base");
+        assert!(
+            s.binds.iter().any(|b| b.starts_with(&format!("{}:/run/sandbench:", sockets.display()))),
+            "{:?}",
+            s.binds
+        );
+        assert!(sockets.join("agent.sock").exists());
+        h.teardown(&live.sandbox).await;
+        assert!(!sockets.exists(), "teardown removes the sandbox's socket folder");
     })
     .await;
 }

@@ -34,9 +34,9 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
             pids_limit: plan.sandbox.pids_limit,
         };
         let hub = h.hub().await;
-        let live = sandbox::launch(&h.provisioner, &hub, request, Duration::from_secs(60)).await.unwrap();
+        let live = h.launch(request).await;
         let id = live.sandbox.id.clone();
-        sandbox::deliver_source(&h.provisioner, &plan, &live.sandbox, &agent_plan).await.unwrap();
+        sandbox::deliver_source(&*h.provisioner, &plan, &live.sandbox, &agent_plan).await.unwrap();
 
         let steps = [
             (phase::PREPARE, 0),
@@ -62,7 +62,7 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
                 panic!("{name} {trial} failed: {}\n--- phase output ---\n{output}", outcome.error);
             }
         }
-        let down = sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+        let down = h.teardown(&live.sandbox).await;
         assert!(down.removal_error.is_none());
         hub.close().await;
 
@@ -134,7 +134,7 @@ async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(&str, u32, &
     support::ensure_busybox_image(&h.provisioner).await;
     let hub = h.hub().await;
     let request = h.request(role, support::BUSYBOX_IMAGE, AgentShipping::Bind);
-    let live = sandbox::launch(&h.provisioner, &hub, request, Duration::from_secs(60)).await.unwrap();
+    let live = h.launch(request).await;
     let id = live.sandbox.id.clone();
     h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture", "jsonl-fixture"])).await.unwrap();
     let mut outcomes = Vec::new();
@@ -148,7 +148,7 @@ async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(&str, u32, &
     for path in fetch {
         files.insert(path.to_string(), h.provisioner.download(&id, path).await.unwrap_or_default());
     }
-    sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+    h.teardown(&live.sandbox).await;
     let mut values = BTreeMap::new();
     let mut errors = BTreeMap::new();
     for event in read_events(&hub.log_path()).unwrap().into_iter().filter(|e| e.sandbox == id) {
@@ -489,7 +489,7 @@ command = "true"
 "#;
         let plan = sandbench::spec::parse(Path::new("git.toml"), spec).unwrap();
         let hub = h.hub().await;
-        let live = sandbox::launch(&h.provisioner, &hub, h.request("git", NODE_IMAGE, AgentShipping::Bind), Duration::from_secs(60)).await.unwrap();
+        let live = h.launch(h.request("git", NODE_IMAGE, AgentShipping::Bind)).await;
         let id = live.sandbox.id.clone();
         h.provisioner.upload(&id, tar_dir(repo.path(), "srv/origin-repo", 1500)).await.unwrap();
         let done = sandbox::run_phase(&hub, &id, &plan.agent_plan(&commit), phase::PREPARE, 0, Duration::from_secs(60)).await.unwrap();
@@ -499,7 +499,7 @@ command = "true"
         let failed = sandbox::run_phase(&hub, &id, &plan.agent_plan(missing), phase::PREPARE, 1, Duration::from_secs(60)).await.unwrap();
         assert_eq!(failed.status, PhaseStatus::Failed);
         assert!(failed.error.starts_with("fetching the source failed"), "{}", failed.error);
-        sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+        h.teardown(&live.sandbox).await;
         hub.close().await;
         let bundle: Vec<f64> = read_events(&hub.log_path())
             .unwrap()
@@ -519,9 +519,7 @@ async fn survivors_of_process_hygiene_fail_the_trial() {
     with_harness("survivors", HubConfig::default(), |h| async move {
         support::ensure_busybox_image(&h.provisioner).await;
         let hub = h.hub().await;
-        let live = sandbox::launch(&h.provisioner, &hub, h.request("hyg", support::BUSYBOX_IMAGE, AgentShipping::Bind), Duration::from_secs(60))
-            .await
-            .unwrap();
+        let live = h.launch(h.request("hyg", support::BUSYBOX_IMAGE, AgentShipping::Bind)).await;
         let id = live.sandbox.id.clone();
         h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture"])).await.unwrap();
         let spec = r#"name = "hygiene"
@@ -543,7 +541,7 @@ startup = ["/usr/local/bin/pty-fixture"]
         let measure = sandbox::run_phase(&hub, &id, &plan, phase::MEASURE, 0, Duration::from_secs(60)).await.unwrap();
         assert_eq!(measure.status, PhaseStatus::Failed);
         assert!(measure.error.starts_with("Processes remain for benchmark1: "), "{}", measure.error);
-        sandbox::teardown(&h.provisioner, &hub, h.run_dir.path(), &live.sandbox).await;
+        h.teardown(&live.sandbox).await;
         hub.close().await;
         // No measurement was taken with the survivors around.
         let cold = read_events(&hub.log_path())

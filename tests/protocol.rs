@@ -353,3 +353,29 @@ async fn refused_hellos_are_counted_and_not_kept() {
     let kept = f.hub.refusals();
     assert!(kept.len() <= 32 && kept.iter().all(|r| r.sandbox_id.len() <= 64), "{}", kept.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_sent_the_moment_an_agent_says_hello_comes_after_the_welcome() {
+    let f = fixture().await;
+    // The window is narrow: many sessions, each with a command sent as soon as its Hello is
+    // known (as a run sends prepare), from another thread.
+    for i in 0..100 {
+        let id = format!("sb{i}");
+        let token = f.hub.register(&id).unwrap();
+        let hub = f.hub.clone();
+        let sender = {
+            let id = id.clone();
+            tokio::spawn(async move {
+                hub.wait_hello(&id, Duration::from_secs(5)).await.unwrap();
+                hub.send(&id, run_phase("prepare-0")).await.unwrap();
+            })
+        };
+        // `open` fails unless the Welcome comes first.
+        let mut s = open(&f, &id, &token).await.unwrap();
+        sender.await.unwrap();
+        match s.next(Duration::from_secs(5)).await {
+            Some(controller_message::Body::Command(c)) => assert_eq!(c.command_id, "prepare-0"),
+            other => panic!("{id}: expected the command, got {other:?}"),
+        }
+    }
+}

@@ -3,15 +3,17 @@
 //! the same API, observation throughput over the socket, and the agent's idle RSS.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use sandbench_proto::v1::{Command, RunPhase, command};
 
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
-use crate::provision::{AgentShipping, DockerProvisioner, Resources, SandboxRequest, labels};
-use crate::sandbox::{self, LiveSandbox};
-use crate::server::{Hub, HubConfig};
+use crate::provision::{AgentShipping, DockerProvisioner};
+use crate::sandbox::LiveSandbox;
+use crate::server::HubConfig;
+use crate::station::{Station, StationOptions};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -51,12 +53,10 @@ impl From<Shipping> for AgentShipping {
 }
 
 struct Bench {
-    provisioner: DockerProvisioner,
-    hub: Hub,
-    run_dir: PathBuf,
-    socket_dir: PathBuf,
-    run_id: String,
-    agent: PathBuf,
+    /// The Docker backend itself, for the figures only Docker has (a bare container, the agent's
+    /// host pid); sandboxes go through the station.
+    docker: Arc<DockerProvisioner>,
+    station: Station,
     args: BenchArgs,
     live: Vec<LiveSandbox>,
 }
@@ -65,59 +65,40 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.samples == 0 || args.streams == 0 {
         bail!("--samples and --streams must be at least 1");
     }
-    let provisioner = DockerProvisioner::connect(4).await?;
-    for reaped in provisioner.reap().await? {
-        eprintln!("removed leftover sandbox {} ({})", reaped.name, reaped.reason);
-    }
-    provisioner.ensure_image(&args.image, &mut |line| eprintln!("{line}")).await?;
-    let agent = crate::agent_binary::locate(args.agent.as_deref())?;
+    let docker = Arc::new(DockerProvisioner::connect(4).await?);
     let dir =
         tempfile::Builder::new().prefix("sandbench-bench-").tempdir().context("cannot create a temporary folder")?;
-    let socket_dir = dir.path().join("sock");
-    std::fs::create_dir(&socket_dir)?;
-    let hub = Hub::open(dir.path(), HubConfig::default())?;
-    let server = hub.serve(&socket_dir.join(sandbench_proto::SOCKET_NAME)).await?;
-    let run_id = format!("bench{}", std::process::id());
-    let mut bench = Bench {
-        provisioner,
-        hub: hub.clone(),
-        run_dir: dir.path().to_path_buf(),
-        socket_dir,
-        run_id,
-        agent,
-        args,
-        live: Vec::new(),
+    let options = StationOptions {
+        dir: dir.path().to_path_buf(),
+        run_id: format!("bench{}", std::process::id()),
+        image: Some(args.image.clone()),
+        agent: args.agent.clone(),
+        hub: HubConfig::default(),
     };
+    let station = Station::open(docker.clone(), options, &mut |line| eprintln!("{line}")).await?;
+    let mut bench = Bench { docker, station, args, live: Vec::new() };
 
     let result = bench.measure().await;
     let cleanup = bench.cleanup().await;
-    server.stop().await;
-    hub.close().await;
+    let leftovers = bench.station.close().await;
     let report = result?;
     cleanup?;
+    if !leftovers.is_empty() {
+        bail!("{}", leftovers.join("; "));
+    }
     println!("{report}");
     Ok(())
 }
 
 impl Bench {
-    fn request(&self, role: String) -> SandboxRequest {
-        SandboxRequest {
-            run_id: self.run_id.clone(),
-            role,
-            image: self.args.image.clone(),
-            resources: Resources::default(),
-            network: false,
-            ttl: Duration::from_secs(900),
-            shipping: self.args.shipping.into(),
-            agent_binary: self.agent.clone(),
-            socket_dir: self.socket_dir.clone(),
-            token: String::new(),
-            labels: Default::default(),
-        }
+    fn run_id(&self) -> &str {
+        self.station.run_id()
     }
 
     async fn launch(&mut self, role: String) -> anyhow::Result<LiveSandbox> {
-        let live = sandbox::launch(&self.provisioner, &self.hub, self.request(role), Duration::from_secs(60)).await?;
+        let mut request = self.station.request(&role, &self.args.image)?;
+        request.shipping = self.args.shipping.into();
+        let live = self.station.launch(request, Duration::from_secs(60)).await?;
         self.live.push(live.clone());
         Ok(live)
     }
@@ -125,7 +106,7 @@ impl Bench {
     async fn teardown(&mut self, id: &str) -> anyhow::Result<()> {
         if let Some(pos) = self.live.iter().position(|l| l.sandbox.id == id) {
             let live = self.live.remove(pos);
-            let done = sandbox::teardown(&self.provisioner, &self.hub, &self.run_dir, &live.sandbox).await;
+            let done = self.station.teardown(&live.sandbox).await;
             if let Some(err) = done.removal_error {
                 bail!(err);
             }
@@ -138,17 +119,22 @@ impl Bench {
         for id in ids {
             self.teardown(&id).await?;
         }
-        for leftover in self.provisioner.list(Some((labels::RUN, &self.run_id))).await? {
-            self.provisioner.remove(&leftover.id).await?;
-        }
         Ok(())
     }
 
     async fn measure(&mut self) -> anyhow::Result<String> {
+        let (bare, hello) = self.provisioning().await?;
+        let single = self.stream("one", 1).await?;
+        let many = self.stream("many", self.args.streams).await?;
+        Ok(self.table(&bare, &hello, &single, &many))
+    }
+
+    /// Bare containers and sandboxes, alternating: how long each took to run, to say Hello.
+    async fn provisioning(&mut self) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
         let samples = self.args.samples;
         let mut bare = Vec::with_capacity(samples);
         let mut hello = Vec::with_capacity(samples);
-        let bind = format!("{}:{}:ro", self.agent.display(), AGENT_PATH_IN_SANDBOX);
+        let bind = format!("{}:{}:ro", self.station.agent().display(), AGENT_PATH_IN_SANDBOX);
         // One of each first, untimed, so caches are warm for both.
         self.bare_once("warm", &bind).await?;
         let warm = self.launch("warm".into()).await?;
@@ -161,11 +147,13 @@ impl Bench {
             self.teardown(&live.sandbox.id).await?;
         }
         eprintln!();
+        Ok((bare, hello))
+    }
 
-        let single = self.stream("one", 1).await?;
-        let many = self.stream("many", self.args.streams).await?;
-
-        let (bare_median, hello_median) = (median(&bare), median(&hello));
+    /// The figures side by side, with their targets.
+    fn table(&self, bare: &[Duration], hello: &[Duration], single: &StreamFigures, many: &StreamFigures) -> String {
+        let samples = self.args.samples;
+        let (bare_median, hello_median) = (median(bare), median(hello));
         let ratio = hello_median.as_secs_f64() / bare_median.as_secs_f64();
         let per_sandbox_min = many.rates.iter().copied().fold(f64::INFINITY, f64::min);
         let fresh_max = single.fresh_rss_bytes.iter().chain(&many.fresh_rss_bytes).copied().max().unwrap_or(0);
@@ -175,7 +163,7 @@ impl Bench {
         out.push_str(&format!(
             "sandbench backbone benchmark — image {}, Docker API {}, agent {}, {} samples\n\n",
             self.args.image,
-            self.provisioner.api_version(),
+            self.docker.api_version(),
             match self.args.shipping {
                 Shipping::Bind => "bind-mounted",
                 Shipping::Upload => "uploaded",
@@ -187,13 +175,13 @@ impl Bench {
             "{:<44} {:>11.1} ms {:>22}\n",
             "bare create+start+wait (trivial container)",
             ms(bare_median),
-            range_ms(&bare)
+            range_ms(bare)
         ));
         out.push_str(&format!(
             "{:<44} {:>11.1} ms {:>22}\n",
             "provision-to-Hello (sandbox)",
             ms(hello_median),
-            range_ms(&hello)
+            range_ms(hello)
         ));
         out.push_str(&format!("{:<44} {:>13.2}× {:>22}  ≤ 1.10× {}\n", "ratio", ratio, "", check(ratio <= 1.1)));
         out.push_str(&format!(
@@ -224,14 +212,13 @@ impl Bench {
             "",
             check(rss_max <= 10_000_000)
         ));
-        Ok(out)
+        out
     }
 
     async fn bare_once(&self, tag: &str, bind: &str) -> anyhow::Result<Duration> {
-        let name = format!("sandbench-{}-bare{tag}", self.run_id);
+        let name = format!("sandbench-{}-bare{tag}", self.run_id());
         let cmd = vec![AGENT_PATH_IN_SANDBOX.to_string(), "--version".to_string()];
-        let took =
-            self.provisioner.run_bare(&name, &self.args.image, cmd, vec![bind.to_string()], &self.run_id).await?;
+        let took = self.docker.run_bare(&name, &self.args.image, cmd, vec![bind.to_string()], self.run_id()).await?;
         Ok(took)
     }
 
@@ -244,13 +231,13 @@ impl Bench {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut fresh_rss_bytes = Vec::new();
         for live in &sandboxes {
-            let pid = self.provisioner.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
+            let pid = self.docker.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
             fresh_rss_bytes.push(rss_bytes(pid)?);
         }
         eprintln!("streaming {} observations from {count} sandbox(es)", self.args.observations);
         let plan = serde_json::to_vec(&serde_json::json!({ "observations": self.args.observations }))?;
         let waits = sandboxes.iter().map(|live| {
-            let hub = self.hub.clone();
+            let hub = self.station.hub();
             let plan = plan.clone();
             let id = live.sandbox.id.clone();
             async move {
@@ -271,7 +258,7 @@ impl Bench {
         let took = futures_util::future::try_join_all(waits).await?;
         let mut rates = Vec::new();
         for (live, took) in sandboxes.iter().zip(took) {
-            let status = self.hub.status(&live.sandbox.id).context("sandbox vanished")?.borrow().clone();
+            let status = self.station.hub().status(&live.sandbox.id).context("sandbox vanished")?.borrow().clone();
             if status.observations != self.args.observations {
                 bail!(
                     "{} delivered {} observations, not {}",
@@ -286,7 +273,7 @@ impl Bench {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let mut idle_rss_bytes = Vec::new();
         for live in &sandboxes {
-            let pid = self.provisioner.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
+            let pid = self.docker.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
             idle_rss_bytes.push(rss_bytes(pid)?);
         }
         for live in sandboxes {

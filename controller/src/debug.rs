@@ -15,11 +15,12 @@ use sandbench_proto::v1::PhaseStatus;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
-use crate::provision::{AgentShipping, DockerProvisioner, Resources, SandboxRequest, labels};
-use crate::sandbox;
+use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, Resources, labels};
+use crate::sandbox::{self, LiveSandbox};
 use crate::sandboxes::describe_event;
 use crate::server::{Hub, HubConfig};
-use crate::spec::SourceSettings;
+use crate::spec::{Plan, SourceSettings};
+use crate::station::{Station, StationOptions};
 use crate::store::StoredBody;
 
 #[derive(Debug, Clone)]
@@ -81,114 +82,138 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
         .trim_end_matches('Z')
         .to_string();
     let run_id = format!("debug-{stamp}");
-    let dir = opts.out.join(&run_id);
-    std::fs::create_dir_all(dir.join("sock")).with_context(|| format!("cannot create {}", dir.display()))?;
-    let dir = dir.canonicalize()?;
-    std::fs::set_permissions(dir.join("sock"), std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-    let provisioner = Arc::new(DockerProvisioner::connect(1).await?);
-    provisioner.reap().await?;
-    provisioner.ensure_image(&plan.sandbox.image, &mut |line| eprintln!("{line}")).await?;
-    let agent = crate::agent_binary::locate(opts.agent.as_deref())?;
-    let hub = Hub::open(&dir, HubConfig::default())?;
-    let server = hub.serve(&dir.join("sock").join(sandbench_proto::SOCKET_NAME)).await?;
-    let control = dir.join("control.sock");
-    let hourly = plan.hourly_usd();
-    let request = SandboxRequest {
+    let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(1).await?);
+    let options = StationOptions {
+        dir: opts.out.join(&run_id),
         run_id: run_id.clone(),
-        role: "debug".into(),
-        image: plan.sandbox.image.clone(),
-        resources: Resources {
+        image: Some(plan.sandbox.image.clone()),
+        agent: opts.agent.clone(),
+        hub: HubConfig::default(),
+    };
+    let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
+    eprintln!("debug {run_id}: {} at {} ({})", plan.name, opts.rev, &commit[..commit.len().min(8)]);
+    let session = Session { station: &station, plan: &plan, agent_plan: &agent_plan, opts: &opts };
+    let result = session.run(&steps, &mut cancel).await;
+    for warning in station.close().await {
+        eprintln!("warning: {warning}");
+    }
+    result
+}
+
+/// One debug session's sandbox, from launch to teardown.
+struct Session<'a> {
+    station: &'a Station,
+    plan: &'a Plan,
+    agent_plan: &'a AgentPlan,
+    opts: &'a DebugOptions,
+}
+
+impl Session<'_> {
+    fn control(&self) -> PathBuf {
+        self.station.dir().join("control.sock")
+    }
+
+    async fn run(&self, steps: &[(&'static str, u32)], cancel: &mut watch::Receiver<bool>) -> anyhow::Result<bool> {
+        let plan = self.plan;
+        let mut request = self.station.request("debug", &plan.sandbox.image)?;
+        request.resources = Resources {
             cpus: plan.sandbox.cpus,
             cpuset: plan.sandbox.cpuset.clone(),
             memory_bytes: plan.sandbox.memory_bytes,
             pids_limit: plan.sandbox.pids_limit,
-        },
-        network: plan.sandbox.network,
-        ttl: plan.sandbox.ttl,
-        shipping: opts.shipping,
-        agent_binary: agent,
-        socket_dir: dir.join("sock"),
-        token: String::new(),
-        labels: [
-            (labels::USD_PER_HOUR.to_string(), format!("{hourly:.6}")),
-            (labels::CONTROL.to_string(), control.display().to_string()),
+        };
+        request.network = plan.sandbox.network;
+        request.ttl = plan.sandbox.ttl;
+        request.shipping = self.opts.shipping;
+        request.labels = [
+            (labels::USD_PER_HOUR.to_string(), format!("{:.6}", plan.hourly_usd())),
+            (labels::CONTROL.to_string(), self.control().display().to_string()),
         ]
-        .into(),
-    };
-    eprintln!("debug {run_id}: {} at {} ({})", plan.name, opts.rev, &commit[..commit.len().min(8)]);
-    let live = sandbox::launch(&provisioner, &hub, request, Duration::from_secs(120)).await?;
-    let id = live.sandbox.id.clone();
-    eprintln!("sandbox {id} ready in {:.2} s", live.provision_to_hello.as_secs_f64());
+        .into();
+        let live = self.station.launch(request, Duration::from_secs(120)).await?;
+        let id = live.sandbox.id.clone();
+        eprintln!("sandbox {id} ready in {:.2} s", live.provision_to_hello.as_secs_f64());
+        let shown = self.show_progress(&id);
+        let result = self.steps(&live, steps, cancel).await;
+        if self.opts.keep && !*cancel.borrow() {
+            print_how_to_get_in(&id, plan.sandbox.ttl);
+            let hub = self.station.hub();
+            let provisioner = &**self.station.provisioner();
+            keep(provisioner, &hub, &id, self.agent_plan, &self.control(), live.sandbox.expires_at, cancel).await;
+        }
+        let _ = std::fs::remove_file(self.control());
+        let down = self.station.teardown(&live.sandbox).await;
+        for task in shown {
+            task.abort();
+        }
+        match down.removal_error {
+            Some(err) => eprintln!("warning: {err}"),
+            None => eprintln!("sandbox {id} removed; its log and transcripts are in {}", self.station.dir().display()),
+        }
+        result
+    }
 
-    // Show the agent's log and every event as it arrives.
-    let log_task = {
-        let provisioner = provisioner.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(provisioner.logs_follow(&id));
+    /// Shows the agent's log and every event as it arrives, until the tasks are aborted.
+    fn show_progress(&self, id: &str) -> [tokio::task::JoinHandle<()>; 2] {
+        let mut stream = self.station.provisioner().logs_follow(id);
+        let log_task = tokio::spawn(async move {
             while let Some(Ok(chunk)) = stream.next().await {
                 for line in chunk.lines() {
                     eprintln!("agent| {line}");
                 }
             }
-        })
-    };
-    let mut events = hub.subscribe();
-    let event_task = tokio::spawn(async move {
-        while let Ok(event) = events.recv().await {
-            if let Some(text) = describe_event(&event) {
-                print!("{text}");
+        });
+        let mut events = self.station.hub().subscribe();
+        let event_task = tokio::spawn(async move {
+            while let Ok(event) = events.recv().await {
+                if let Some(text) = describe_event(&event) {
+                    print!("{text}");
+                }
             }
-        }
-    });
+        });
+        [log_task, event_task]
+    }
 
-    let result = async {
-        sandbox::deliver_source(&provisioner, &plan, &live.sandbox, &agent_plan).await?;
-        let mut all_ok = true;
-        for (name, trial) in &steps {
+    /// Delivers the source and runs the steps until one fails; true when all succeeded.
+    async fn steps(
+        &self,
+        live: &LiveSandbox,
+        steps: &[(&'static str, u32)],
+        cancel: &mut watch::Receiver<bool>,
+    ) -> anyhow::Result<bool> {
+        let provisioner = &**self.station.provisioner();
+        sandbox::deliver_source(provisioner, self.plan, &live.sandbox, self.agent_plan).await?;
+        let hub = self.station.hub();
+        let id = &live.sandbox.id;
+        for (name, trial) in steps {
             let outcome = tokio::select! {
-                o = sandbox::run_phase(&hub, &id, &agent_plan, name, *trial, Duration::from_secs(3600)) => o?,
+                o = sandbox::run_phase(&hub, id, self.agent_plan, name, *trial, Duration::from_secs(3600)) => o?,
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
             };
             if outcome.status != PhaseStatus::Ok {
-                all_ok = false;
                 eprintln!("{name} trial {trial} failed: {}", outcome.error);
-                break;
+                return Ok(false);
             }
         }
-        anyhow::Ok(all_ok)
+        Ok(true)
     }
-    .await;
+}
 
-    if opts.keep && !*cancel.borrow() {
-        eprintln!(
-            "\nsandbox {id} is kept (until `sandbench rm {id}`, its expiry in {} min, or Ctrl-C here).\n  \
-             get in:   sandbench shell {id}    (as a benchmark user: sandbench shell {id} --user benchmark1)\n  \
-             rerun:    sandbench phase {id} install --trial 1\n  \
-             logs:     sandbench logs {id} -f\n  \
-             status:   sandbench shell {id} -- {} status",
-            plan.sandbox.ttl.as_secs() / 60,
-            crate::provision::docker::AGENT_PATH_IN_SANDBOX
-        );
-        keep(&provisioner, &hub, &id, &agent_plan, &control, live.sandbox.expires_at, &mut cancel).await;
-    }
-    let _ = std::fs::remove_file(&control);
-    let down = sandbox::teardown(&provisioner, &hub, &dir, &live.sandbox).await;
-    log_task.abort();
-    event_task.abort();
-    server.stop().await;
-    hub.close().await;
-    if let Some(err) = down.removal_error {
-        eprintln!("warning: {err}");
-    } else {
-        eprintln!("sandbox {id} removed; its log and transcripts are in {}", dir.display());
-    }
-    result
+fn print_how_to_get_in(id: &str, ttl: Duration) {
+    eprintln!(
+        "\nsandbox {id} is kept (until `sandbench rm {id}`, its expiry in {} min, or Ctrl-C here).\n  \
+         get in:   sandbench shell {id}    (as a benchmark user: sandbench shell {id} --user benchmark1)\n  \
+         rerun:    sandbench phase {id} install --trial 1\n  \
+         logs:     sandbench logs {id} -f\n  \
+         status:   sandbench shell {id} -- {} status",
+        ttl.as_secs() / 60,
+        crate::provision::docker::AGENT_PATH_IN_SANDBOX
+    );
 }
 
 /// Serves `sandbench phase` until Ctrl-C, the sandbox's removal, or its expiry.
 async fn keep(
-    provisioner: &Arc<DockerProvisioner>,
+    provisioner: &dyn Provisioner,
     hub: &Hub,
     id: &str,
     plan: &AgentPlan,

@@ -1,7 +1,8 @@
 //! sandbench: benchmarks two revisions of a project inside fresh, identical Docker sandboxes.
 //!
 //! The controller side: provisioning ([`provision`]), the agents' gRPC endpoint ([`server`]),
-//! the run directory's event log ([`store`]), and one sandbox's life ([`sandbox`]).
+//! the run directory's event log ([`store`]), one sandbox's life ([`sandbox`]), and what a run,
+//! a debug session, the benchmark and the tests all set up alike ([`station`]).
 
 pub mod agent_binary;
 pub mod bench;
@@ -20,6 +21,7 @@ pub mod sanitize;
 pub mod server;
 pub mod source;
 pub mod spec;
+pub mod station;
 pub mod stats;
 pub mod store;
 

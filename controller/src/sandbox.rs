@@ -10,7 +10,7 @@ use anyhow::Context;
 use sandbench_proto::plan::{AgentPlan, SOURCE_DIR, Source};
 use sandbench_proto::v1::{Command, RunPhase, command};
 
-use crate::provision::{DockerProvisioner, Sandbox, SandboxRequest};
+use crate::provision::{Provisioner, Sandbox, SandboxRequest};
 use crate::server::{HelloInfo, Hub, PhaseOutcome};
 use crate::spec::{Plan, SourceSettings};
 
@@ -37,7 +37,7 @@ pub struct Teardown {
 /// Creates and starts a sandbox and waits for its agent. On failure nothing is left behind and
 /// the error carries the agent's log.
 pub async fn launch(
-    provisioner: &DockerProvisioner,
+    provisioner: &dyn Provisioner,
     hub: &Hub,
     mut request: SandboxRequest,
     hello_timeout: Duration,
@@ -74,7 +74,7 @@ pub async fn launch(
 
 /// Retires the token, saves the agent's log under `run_dir/sandboxes/<id>/agent.log`, and
 /// removes the container. Never fails: problems are reported in the result.
-pub async fn teardown(provisioner: &DockerProvisioner, hub: &Hub, run_dir: &Path, sandbox: &Sandbox) -> Teardown {
+pub async fn teardown(provisioner: &dyn Provisioner, hub: &Hub, run_dir: &Path, sandbox: &Sandbox) -> Teardown {
     let _ = hub.retire(&sandbox.id);
     let log_path = match provisioner.logs(&sandbox.id).await {
         Ok(log) => save_log(run_dir, &sandbox.id, &log).ok(),
@@ -103,7 +103,7 @@ pub async fn teardown(provisioner: &DockerProvisioner, hub: &Hub, run_dir: &Path
 /// Uploads `git archive` of the commit into the sandbox when the plan's source is a local
 /// repository (the agent fetches git URLs itself).
 pub async fn deliver_source(
-    provisioner: &DockerProvisioner,
+    provisioner: &dyn Provisioner,
     plan: &Plan,
     sandbox: &Sandbox,
     agent_plan: &AgentPlan,

@@ -19,9 +19,9 @@ use sandbench_proto::v1::{
     controller_message, event, observation,
 };
 use serde::{Deserialize, Serialize};
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::intake::{self, FileLimits, Files, MAX_ERROR_BYTES, MAX_NAME_BYTES, Outputs, Refusals};
@@ -337,24 +337,26 @@ impl Hub {
 
     /// Starts serving agents on a Unix socket at `socket`.
     pub async fn serve(&self, socket: &Path) -> anyhow::Result<ServerHandle> {
+        let server = self.start_server()?;
+        server.listen(socket)?;
+        Ok(server)
+    }
+
+    /// Starts a server that listens on no socket yet: [`ServerHandle::listen`] adds sockets (one
+    /// per sandbox), all feeding the same service.
+    pub fn start_server(&self) -> anyhow::Result<ServerHandle> {
         if *self.inner.closed.borrow() {
             bail!("this hub is closed");
         }
-        match std::fs::remove_file(socket) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", socket.display())),
-        }
-        let listener = UnixListener::bind(socket).with_context(|| format!("cannot listen on {}", socket.display()))?;
         let service = AgentServer::new(Service { hub: self.clone() })
             .max_decoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let incoming = UnixListenerStream::new(listener);
+        let (connections, incoming) = mpsc::channel::<std::io::Result<UnixStream>>(64);
         let task = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)
-                .serve_with_incoming_shutdown(incoming, async {
+                .serve_with_incoming_shutdown(ReceiverStream::new(incoming), async {
                     let _ = stop_rx.await;
                 })
                 .await;
@@ -362,7 +364,13 @@ impl Hub {
                 tracing::error!("agent server failed: {err}");
             }
         });
-        Ok(ServerHandle { hub: self.clone(), socket: socket.to_path_buf(), stop: Some(stop_tx), task: Some(task) })
+        Ok(ServerHandle {
+            hub: self.clone(),
+            connections,
+            listeners: Mutex::new(Vec::new()),
+            stop: Some(stop_tx),
+            task: Some(task),
+        })
     }
 
     /// Ends every session (agents will reconnect to whatever serves the socket next).
@@ -397,12 +405,13 @@ impl Hub {
         }
     }
 
-    /// Accepts or refuses a Hello; on success returns the session's generation and what to send.
+    /// Accepts or refuses a Hello; on success queues the Welcome and the pending commands on
+    /// `outbound` and returns the session's generation.
     fn accept(
         &self,
         hello: &sandbench_proto::v1::Hello,
         outbound: mpsc::Sender<Result<ControllerMessage, Status>>,
-    ) -> Result<(u64, u64, Vec<Command>), Refused> {
+    ) -> Result<u64, Refused> {
         let mut sandboxes = lock(&self.inner.sandboxes);
         let refusal = match sandboxes.get(&hello.sandbox_id) {
             // Ids are the controller's container names; a long one is not worth a lookup.
@@ -445,6 +454,20 @@ impl Hub {
         }
         state.generation.send_modify(|g| *g += 1);
         let generation = *state.generation.borrow();
+        // The Welcome and the pending commands are queued before the session is published: a
+        // command sent once the Hello is known must not overtake the Welcome.
+        let config = self.inner.config;
+        let welcome = Welcome {
+            acked_seq: state.persisted_seq,
+            heartbeat_interval_ms: config.heartbeat.as_millis() as u32,
+            dead_after_intervals: config.dead_after,
+            output_cap_bytes: config.output_cap_bytes,
+        };
+        let _ = outbound.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Welcome(welcome)) }));
+        for command in &state.pending {
+            let command = ControllerMessage { body: Some(controller_message::Body::Command(command.clone())) };
+            let _ = outbound.try_send(Ok(command));
+        }
         state.outbound = Some(outbound);
         let info = HelloInfo {
             boot_id: intake::text(hello.boot_id.clone(), MAX_NAME_BYTES),
@@ -462,7 +485,7 @@ impl Hub {
             s.last_hello = Some(info);
         });
         tracing::info!(sandbox = %hello.sandbox_id, boot = %hello.boot_id, acked = state.persisted_seq, "agent connected");
-        Ok((generation, state.persisted_seq, state.pending.clone()))
+        Ok(generation)
     }
 
     fn session_ended(&self, sandbox_id: &str, generation: u64) {
@@ -681,21 +704,85 @@ impl SandboxState {
     }
 }
 
-/// A running server; stop it explicitly.
+/// A running server, listening on any number of Unix sockets; stop it explicitly.
 pub struct ServerHandle {
     hub: Hub,
-    socket: PathBuf,
+    /// Connections accepted on any socket, handed to the one gRPC server.
+    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    listeners: Mutex<Vec<(PathBuf, tokio::task::JoinHandle<()>)>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ServerHandle {
-    pub fn socket(&self) -> &Path {
-        &self.socket
+    /// The first socket served (the only one, for a server started by [`Hub::serve`]).
+    pub fn socket(&self) -> PathBuf {
+        lock(&self.listeners).first().map(|(path, _)| path.clone()).unwrap_or_default()
     }
 
-    /// Stops accepting, ends every session, and removes the socket.
+    /// The sockets served now.
+    pub fn sockets(&self) -> Vec<PathBuf> {
+        lock(&self.listeners).iter().map(|(path, _)| path.clone()).collect()
+    }
+
+    /// Also accepts agents on `socket` (a stale socket file there is replaced). Serving a socket
+    /// already served does nothing.
+    pub fn listen(&self, socket: &Path) -> anyhow::Result<()> {
+        let mut listeners = lock(&self.listeners);
+        if listeners.iter().any(|(path, _)| path == socket) {
+            return Ok(());
+        }
+        // sun_path holds 108 bytes with its terminating NUL.
+        if socket.as_os_str().len() > 107 {
+            bail!(
+                "the socket path {} is {} bytes long, more than a Unix socket allows (107): use a shorter --out folder",
+                socket.display(),
+                socket.as_os_str().len()
+            );
+        }
+        match std::fs::remove_file(socket) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", socket.display())),
+        }
+        let listener = UnixListener::bind(socket).with_context(|| format!("cannot listen on {}", socket.display()))?;
+        let connections = self.connections.clone();
+        let path = socket.to_path_buf();
+        let accept = tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        if connections.send(Ok(stream)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!("cannot accept on {}: {err}", path.display());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+        listeners.push((socket.to_path_buf(), accept));
+        Ok(())
+    }
+
+    /// Stops accepting on `socket` and removes it; sessions already open go on.
+    pub fn unlisten(&self, socket: &Path) {
+        let mut listeners = lock(&self.listeners);
+        if let Some(at) = listeners.iter().position(|(path, _)| path == socket) {
+            let (path, accept) = listeners.remove(at);
+            accept.abort();
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// Stops accepting, ends every session, and removes the sockets.
     pub async fn stop(mut self) {
+        let listeners = std::mem::take(&mut *lock(&self.listeners));
+        for (_, accept) in &listeners {
+            accept.abort();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -705,7 +792,9 @@ impl ServerHandle {
         {
             task.abort();
         }
-        let _ = std::fs::remove_file(&self.socket);
+        for (path, _) in listeners {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -732,8 +821,8 @@ impl Agent for Service {
             return Err(Status::invalid_argument("the first message must be Hello"));
         };
         let (tx, rx) = mpsc::channel(256);
-        let (generation, acked_seq, pending) = match self.hub.accept(&hello, tx.clone()) {
-            Ok(accepted) => accepted,
+        let generation = match self.hub.accept(&hello, tx.clone()) {
+            Ok(generation) => generation,
             Err(Refused { status, late }) => {
                 if late {
                     // Refusals coming too fast: each costs the caller a wait.
@@ -742,16 +831,6 @@ impl Agent for Service {
                 return Err(status);
             }
         };
-        let welcome = Welcome {
-            acked_seq,
-            heartbeat_interval_ms: config.heartbeat.as_millis() as u32,
-            dead_after_intervals: config.dead_after,
-            output_cap_bytes: config.output_cap_bytes,
-        };
-        let _ = tx.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Welcome(welcome)) }));
-        for command in pending {
-            let _ = tx.try_send(Ok(ControllerMessage { body: Some(controller_message::Body::Command(command)) }));
-        }
         let hub = self.hub.clone();
         tokio::spawn(async move {
             let sandbox_id = hello.sandbox_id;

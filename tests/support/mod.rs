@@ -1,5 +1,6 @@
-//! Shared harness of the end-to-end tests: a real Docker engine, a real hub on a Unix socket,
-//! static test images built here, and cleanup that runs whether the test passed or panicked.
+//! Shared harness of the end-to-end tests: a real Docker engine, the run's station (a real hub
+//! serving each sandbox on its own Unix socket), static test images built here, and cleanup that
+//! runs whether the test passed or panicked.
 
 #![allow(dead_code)]
 
@@ -8,9 +9,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbench::provision::{AgentShipping, DockerProvisioner, Resources, SandboxRequest, labels};
-use sandbench::server::{Hub, HubConfig, ServerHandle};
-use tokio::sync::Mutex;
+use sandbench::provision::{AgentShipping, DockerProvisioner, Resources, Sandbox, SandboxRequest, labels};
+use sandbench::sandbox::{LiveSandbox, Teardown};
+use sandbench::server::{Hub, HubConfig};
+use sandbench::station::{Station, StationOptions};
 
 /// An image with nothing in it but empty folders: the agent brings everything it needs.
 pub const SCRATCH_IMAGE: &str = "sandbench-test/scratch:1";
@@ -20,62 +22,43 @@ pub const BUSYBOX_IMAGE: &str = "sandbench-test/busybox:1";
 pub const NODE_IMAGE: &str = "node:24-bookworm";
 
 pub struct Harness {
-    pub provisioner: DockerProvisioner,
+    /// The Docker backend itself, for what only the tests do (kill, wait, inspect settings).
+    pub provisioner: Arc<DockerProvisioner>,
+    pub station: Station,
     pub run_dir: tempfile::TempDir,
-    pub socket_dir: PathBuf,
     pub run_id: String,
-    pub agent: PathBuf,
-    pub hub: Mutex<Hub>,
-    pub server: Mutex<Option<ServerHandle>>,
 }
 
 impl Harness {
-    pub fn socket(&self) -> PathBuf {
-        self.socket_dir.join(sandbench_proto::SOCKET_NAME)
-    }
-
     pub async fn hub(&self) -> Hub {
-        self.hub.lock().await.clone()
+        self.station.hub()
     }
 
+    /// A request for a small sandbox of this test, its socket folder open.
     pub fn request(&self, role: &str, image: &str, shipping: AgentShipping) -> SandboxRequest {
-        SandboxRequest {
-            run_id: self.run_id.clone(),
-            role: role.to_string(),
-            image: image.to_string(),
-            resources: Resources { cpus: 1.0, cpuset: None, memory_bytes: 512 << 20, pids_limit: 256 },
-            network: false,
-            ttl: Duration::from_secs(900),
-            shipping,
-            agent_binary: self.agent.clone(),
-            socket_dir: self.socket_dir.clone(),
-            token: String::new(),
-            labels: Default::default(),
-        }
+        let mut request = self.station.request(role, image).expect("a sandbox request");
+        request.resources = Resources { cpus: 1.0, cpuset: None, memory_bytes: 512 << 20, pids_limit: 256 };
+        request.shipping = shipping;
+        request
+    }
+
+    pub async fn launch(&self, request: SandboxRequest) -> LiveSandbox {
+        self.station.launch(request, Duration::from_secs(60)).await.expect("launch the sandbox")
+    }
+
+    pub async fn teardown(&self, sandbox: &Sandbox) -> Teardown {
+        self.station.teardown(sandbox).await
     }
 
     /// Stops the server and closes the hub (as a crashing controller would lose them), then
-    /// reopens the hub from the run directory and serves again on the same socket.
+    /// reopens the hub from the run directory and serves again on the same sockets.
     pub async fn restart_server(&self) -> Hub {
-        if let Some(server) = self.server.lock().await.take() {
-            server.stop().await;
-        }
-        let mut hub = self.hub.lock().await;
-        hub.close().await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let reopened = Hub::open(self.run_dir.path(), hub.config()).expect("reopen the hub");
-        let server = reopened.serve(&self.socket()).await.expect("serve again");
-        *self.server.lock().await = Some(server);
-        *hub = reopened.clone();
-        reopened
+        self.station.restart_server().await.expect("restart the server")
     }
 
     /// Stops serving agents without restarting.
     pub async fn stop_server(&self) {
-        if let Some(server) = self.server.lock().await.take() {
-            server.stop().await;
-        }
-        self.hub.lock().await.close().await;
+        self.station.stop_server().await;
     }
 }
 
@@ -86,42 +69,31 @@ where
     F: FnOnce(Arc<Harness>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let provisioner = DockerProvisioner::connect(4)
-        .await
-        .expect("these tests need a Docker engine (images/ensure-docker.sh starts one)");
+    let provisioner = Arc::new(
+        DockerProvisioner::connect(4)
+            .await
+            .expect("these tests need a Docker engine (images/ensure-docker.sh starts one)"),
+    );
     ensure_scratch_image(&provisioner).await;
     let agent = agent();
     let run_dir = tempfile::Builder::new().prefix("sbt-").tempdir().expect("temp dir");
-    let socket_dir = run_dir.path().join("sock");
-    std::fs::create_dir(&socket_dir).expect("socket dir");
     let run_id = format!("t{}{}", name, std::process::id());
-    let hub = Hub::open(run_dir.path(), config).expect("open hub");
-    let server = hub.serve(&socket_dir.join(sandbench_proto::SOCKET_NAME)).await.expect("serve");
-    let harness = Arc::new(Harness {
-        provisioner,
-        run_dir,
-        socket_dir,
+    let options = StationOptions {
+        dir: run_dir.path().to_path_buf(),
         run_id: run_id.clone(),
-        agent,
-        hub: Mutex::new(hub),
-        server: Mutex::new(Some(server)),
-    });
+        image: None,
+        agent: Some(agent),
+        hub: config,
+    };
+    let station = Station::open(provisioner.clone(), options, &mut |_| {})
+        .await
+        .expect("open the station (build the agent first: cargo build-static --release)");
+    let harness = Arc::new(Harness { provisioner, station, run_dir, run_id: run_id.clone() });
 
     let outcome = tokio::spawn(body(harness.clone())).await;
 
     // Cleanup, layered: whatever the test did, remove its containers, then check.
-    let mut cleanup_errors = Vec::new();
-    match harness.provisioner.list(Some((labels::RUN, &run_id))).await {
-        Ok(containers) => {
-            for c in containers {
-                if let Err(err) = harness.provisioner.remove(&c.id).await {
-                    cleanup_errors.push(err.to_string());
-                }
-            }
-        }
-        Err(err) => cleanup_errors.push(err.to_string()),
-    }
-    harness.stop_server().await;
+    let cleanup_errors = harness.station.close().await;
     let left = harness.provisioner.list(Some((labels::RUN, &run_id))).await.expect("list containers");
     if let Err(panic) = outcome {
         if panic.is_panic() {

@@ -15,10 +15,13 @@ use bollard::query_parameters::{
     UploadToContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
 use tokio::sync::Semaphore;
 
-use super::{AgentShipping, Sandbox, SandboxRequest, labels};
+use super::{AgentShipping, Provisioner, Sandbox, SandboxRequest, Usage, labels};
+pub use super::{ContainerInfo, Reaped};
 
 /// Where the agent lives inside a sandbox.
 pub const AGENT_PATH_IN_SANDBOX: &str = "/sandbench/sandbox-agent";
@@ -64,18 +67,6 @@ pub enum ProvisionError {
     Wait { name: String, cause: bollard::errors::Error },
 }
 
-/// A sandbench container as listed by the engine.
-#[derive(Debug, Clone)]
-pub struct ContainerInfo {
-    pub id: String,
-    pub name: String,
-    pub state: String,
-    pub image: String,
-    /// Unix seconds.
-    pub created: i64,
-    pub labels: HashMap<String, String>,
-}
-
 /// A command running in a container with a terminal, attached to this process.
 pub struct ExecSession {
     pub id: String,
@@ -103,13 +94,6 @@ pub struct ContainerSettings {
     pub privileged: bool,
     pub security_opt: Vec<String>,
     pub binds: Vec<String>,
-}
-
-/// Why the reaper removed a container.
-#[derive(Debug, Clone)]
-pub struct Reaped {
-    pub name: String,
-    pub reason: String,
 }
 
 pub struct DockerProvisioner {
@@ -146,7 +130,11 @@ impl DockerProvisioner {
     }
 
     /// Makes sure `image` is present, pulling it (with progress) when it is not.
-    pub async fn ensure_image(&self, image: &str, progress: &mut dyn FnMut(&str)) -> Result<(), ProvisionError> {
+    pub async fn ensure_image(
+        &self,
+        image: &str,
+        progress: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<(), ProvisionError> {
         if self.docker.inspect_image(image).await.is_ok() {
             return Ok(());
         }
@@ -201,29 +189,7 @@ impl DockerProvisioner {
             (labels::EXPIRES_AT.to_string(), unix_secs(expires_at).to_string()),
         ]);
         container_labels.extend(request.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        // Docker takes a relative bind source for a volume name: bind absolute paths only.
-        let socket_dir = std::path::absolute(&request.socket_dir).unwrap_or_else(|_| request.socket_dir.clone());
-        let mut binds = vec![format!("{}:{}:rw", socket_dir.display(), SOCKET_DIR_IN_SANDBOX)];
-        if request.shipping == AgentShipping::Bind {
-            binds.push(format!("{}:{}:ro", request.agent_binary.display(), AGENT_PATH_IN_SANDBOX));
-        }
-        let resources = &request.resources;
-        let memory = i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX);
-        let host_config = HostConfig {
-            binds: Some(binds),
-            nano_cpus: Some((resources.cpus * 1e9).round() as i64),
-            cpuset_cpus: resources.cpuset.clone(),
-            memory: Some(memory),
-            memory_swap: Some(memory),
-            pids_limit: Some(resources.pids_limit),
-            network_mode: Some(if request.network { "bridge" } else { "none" }.to_string()),
-            cap_drop: Some(vec!["ALL".to_string()]),
-            cap_add: Some(CAPABILITIES.iter().map(|c| c.to_string()).collect()),
-            privileged: Some(false),
-            security_opt: Some(vec!["no-new-privileges:true".to_string()]),
-            init: Some(false),
-            ..Default::default()
-        };
+        let host_config = host_config(request);
         let body = ContainerCreateBody {
             image: Some(request.image.clone()),
             entrypoint: Some(vec![AGENT_PATH_IN_SANDBOX.to_string()]),
@@ -643,6 +609,98 @@ impl DockerProvisioner {
         .map(|_| begun.elapsed());
         self.remove(name).await?;
         result
+    }
+}
+
+impl Provisioner for DockerProvisioner {
+    fn describe(&self) -> String {
+        format!("Docker API {}", self.api_version)
+    }
+
+    fn ensure_image<'a>(
+        &'a self,
+        image: &'a str,
+        progress: &'a mut (dyn FnMut(&str) + Send),
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move { Ok(DockerProvisioner::ensure_image(self, image, progress).await?) })
+    }
+
+    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>> {
+        Box::pin(async move { Ok(DockerProvisioner::create(self, request).await?) })
+    }
+
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move { Ok(DockerProvisioner::start(self, id).await?) })
+    }
+
+    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<bool>> {
+        Box::pin(async move { Ok(DockerProvisioner::running(self, id).await?) })
+    }
+
+    fn exists<'a>(&'a self, id: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(DockerProvisioner::exists(self, id))
+    }
+
+    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<Option<Usage>>> {
+        Box::pin(async move {
+            let usage = DockerProvisioner::usage(self, id).await?;
+            Ok(usage.map(|(cpu_ns, memory_bytes)| Usage { cpu_ns, memory_bytes }))
+        })
+    }
+
+    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<String>> {
+        Box::pin(async move { Ok(DockerProvisioner::logs(self, id).await?) })
+    }
+
+    fn logs_follow(&self, id: &str) -> BoxStream<'static, anyhow::Result<String>> {
+        DockerProvisioner::logs_follow(self, id).map(|item| item.map_err(anyhow::Error::from)).boxed()
+    }
+
+    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>> {
+        Box::pin(async move { Ok(self.exec_capture(id, cmd).await?) })
+    }
+
+    fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move { Ok(DockerProvisioner::upload(self, id, tar).await?) })
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move { Ok(DockerProvisioner::remove(self, id).await?) })
+    }
+
+    fn list<'a>(&'a self, label: Option<(&'a str, &'a str)>) -> BoxFuture<'a, anyhow::Result<Vec<ContainerInfo>>> {
+        Box::pin(async move { Ok(DockerProvisioner::list(self, label).await?) })
+    }
+
+    fn reap(&self) -> BoxFuture<'_, anyhow::Result<Vec<Reaped>>> {
+        Box::pin(async move { Ok(DockerProvisioner::reap(self).await?) })
+    }
+}
+
+/// Limits, binds and lock-down of a sandbox's container.
+fn host_config(request: &SandboxRequest) -> HostConfig {
+    // Docker takes a relative bind source for a volume name: bind absolute paths only.
+    let socket_dir = std::path::absolute(&request.socket_dir).unwrap_or_else(|_| request.socket_dir.clone());
+    let mut binds = vec![format!("{}:{}:rw", socket_dir.display(), SOCKET_DIR_IN_SANDBOX)];
+    if request.shipping == AgentShipping::Bind {
+        binds.push(format!("{}:{}:ro", request.agent_binary.display(), AGENT_PATH_IN_SANDBOX));
+    }
+    let resources = &request.resources;
+    let memory = i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX);
+    HostConfig {
+        binds: Some(binds),
+        nano_cpus: Some((resources.cpus * 1e9).round() as i64),
+        cpuset_cpus: resources.cpuset.clone(),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        pids_limit: Some(resources.pids_limit),
+        network_mode: Some(if request.network { "bridge" } else { "none" }.to_string()),
+        cap_drop: Some(vec!["ALL".to_string()]),
+        cap_add: Some(CAPABILITIES.iter().map(|c| c.to_string()).collect()),
+        privileged: Some(false),
+        security_opt: Some(vec!["no-new-privileges:true".to_string()]),
+        init: Some(false),
+        ..Default::default()
     }
 }
 

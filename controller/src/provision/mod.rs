@@ -1,13 +1,105 @@
-//! Sandboxes: what the run logic asks for, independent of where sandboxes live. The Docker
-//! backend (the only code that talks to Docker) is in [`docker`].
+//! Sandboxes: what the run logic asks for ([`Provisioner`]), independent of where sandboxes
+//! live. The Docker backend (the only code that talks to Docker) is in [`docker`]; [`fake`] runs
+//! in-process agents that answer phases from a script, for deterministic tests of whole runs.
 
 pub mod docker;
+pub mod fake;
 pub mod lost;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+
 pub use docker::{DockerProvisioner, ProvisionError};
+pub use fake::FakeProvisioner;
+
+/// What orchestration (run, debug, bench) needs from where sandboxes live. Every sandbox is named
+/// by its id ([`SandboxRequest::sandbox_id`]); an absent sandbox is not an error for `running`
+/// (false), `remove` (done) or `usage` (None).
+pub trait Provisioner: Send + Sync {
+    /// The backend, for people: `Docker API 1.41`, `fake`.
+    fn describe(&self) -> String;
+
+    /// Whether sandboxes need the agent executable of this machine (Docker ships it; the fake
+    /// runs its agents in-process).
+    fn ships_agent(&self) -> bool {
+        true
+    }
+
+    /// Makes sure `image` is there, telling `progress` what it does (pulling, say).
+    fn ensure_image<'a>(
+        &'a self,
+        image: &'a str,
+        progress: &'a mut (dyn FnMut(&str) + Send),
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Creates a sandbox (not started), shipping the agent as asked.
+    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>>;
+
+    /// Starts a created sandbox: its agent dials the request's socket.
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Whether the sandbox exists and runs.
+    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<bool>>;
+
+    /// Whether the sandbox exists (running or not).
+    fn exists<'a>(&'a self, id: &'a str) -> BoxFuture<'a, bool>;
+
+    /// What the sandbox uses now; None when it does not run.
+    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<Option<Usage>>>;
+
+    /// The agent's log so far.
+    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<String>>;
+
+    /// The agent's log from the start, then as it is written, until the sandbox ends.
+    fn logs_follow(&self, id: &str) -> BoxStream<'static, anyhow::Result<String>>;
+
+    /// Runs a command in the sandbox to its end: its exit code and output.
+    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>>;
+
+    /// Unpacks a tar archive at the sandbox's root.
+    fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Removes the sandbox, running or not, with its volumes. Absent is fine.
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Sandbench sandboxes, optionally only those with `label=value`.
+    fn list<'a>(&'a self, label: Option<(&'a str, &'a str)>) -> BoxFuture<'a, anyhow::Result<Vec<ContainerInfo>>>;
+
+    /// Removes sandboxes that expired or whose controller is gone.
+    fn reap(&self) -> BoxFuture<'_, anyhow::Result<Vec<Reaped>>>;
+}
+
+/// What a sandbox uses at one moment, from its cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Cumulative CPU time.
+    pub cpu_ns: u64,
+    /// Memory in use, page cache that can be dropped excluded.
+    pub memory_bytes: u64,
+}
+
+/// A sandbench sandbox as listed by its backend.
+#[derive(Debug, Clone)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub state: String,
+    pub image: String,
+    /// Unix seconds.
+    pub created: i64,
+    pub labels: HashMap<String, String>,
+}
+
+/// Why the reaper removed a sandbox.
+#[derive(Debug, Clone)]
+pub struct Reaped {
+    pub name: String,
+    pub reason: String,
+}
 
 /// Labels every sandbench container carries.
 pub mod labels {
@@ -62,7 +154,8 @@ pub struct SandboxRequest {
     pub ttl: Duration,
     pub shipping: AgentShipping,
     pub agent_binary: PathBuf,
-    /// Host folder holding the controller's socket; mounted at `/run/sandbench`.
+    /// Host folder holding the controller's socket for this sandbox alone; mounted at
+    /// `/run/sandbench`.
     pub socket_dir: PathBuf,
     pub token: String,
     /// More labels (cost rate, debug control socket).

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 
-use super::SideRun;
+use super::walk::SideRun;
 use crate::report::{self, Report, Revision, Sample, Side, Status};
 use crate::spec::Plan;
 use crate::store::StoredBody;
@@ -22,7 +22,7 @@ const MAX_TRIAL: u32 = 100_000;
 /// are kept), and each side's facts.
 pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<String, Side>> {
     let role_of: BTreeMap<String, &str> =
-        sides.iter().filter_map(|s| s.live.as_ref().map(|l| (l.sandbox.id.clone(), s.role))).collect();
+        sides.iter().filter_map(|s| s.live.as_ref().map(|l| (l.sandbox.id.clone(), s.side.as_str()))).collect();
     let mut out: BTreeMap<String, Side> =
         BTreeMap::from([("base".to_string(), Side::default()), ("head".to_string(), Side::default())]);
     let log = dir.join(crate::store::OBSERVATIONS_FILE);
@@ -48,7 +48,7 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<
     for side in sides {
         if let Some(live) = &side.live {
             let f = &live.hello.facts;
-            let facts = &mut out.entry(side.role.to_string()).or_default().facts;
+            let facts = &mut out.entry(side.side.as_str().to_string()).or_default().facts;
             if facts.is_empty() {
                 *facts = BTreeMap::from([
                     ("kernel".to_string(), f.kernel.clone()),

@@ -1,6 +1,6 @@
 //! Each sandbox's life as cost sees it: the phases it went through (marks) and samples of its
-//! cgroup's CPU time and memory, taken every second by a background task through the Docker
-//! API.
+//! cgroup's CPU time and memory, taken every second by a background task through the
+//! provisioner.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::cost::{self, PhaseUsage};
-use crate::provision::DockerProvisioner;
+use crate::provision::{Provisioner, Usage};
 
 pub struct Meter {
     /// The create request (start of the lifetime).
@@ -42,7 +42,7 @@ impl Meter {
     }
 
     /// Samples the container every second until `stop_sampling` or it is gone.
-    pub fn sample(self: &Arc<Self>, provisioner: Arc<DockerProvisioner>, container: String) {
+    pub fn sample(self: &Arc<Self>, provisioner: Arc<dyn Provisioner>, container: String) {
         let meter = self.clone();
         let mut stop = self.stop.subscribe();
         tokio::spawn(async move {
@@ -54,7 +54,7 @@ impl Meter {
                     _ = stop.wait_for(|s| *s) => return,
                 }
                 match provisioner.usage(&container).await {
-                    Ok(Some((cpu_ns, memory))) => {
+                    Ok(Some(Usage { cpu_ns, memory_bytes: memory })) => {
                         let at = meter.start.elapsed().as_secs_f64();
                         meter.samples.lock().unwrap_or_else(PoisonError::into_inner).push((at, cpu_ns, memory));
                         meter.peak_memory_bytes.fetch_max(memory, Ordering::Relaxed);

@@ -1,0 +1,638 @@
+//! A provisioner without containers, for deterministic tests of whole runs (as hyperfine's
+//! `MockExecutor` is for its scheduler). Each "sandbox" is an in-process agent session that dials
+//! the run's real socket exactly as the real agent does — `Hello` with its token, events numbered
+//! from 1, heartbeats, one answer per command id — and answers phases from a [`Script`]:
+//! scripted values, failures and deaths, else deterministic synthetic values.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{FutureExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use sandbench_proto::plan::phase;
+use sandbench_proto::v1::agent_client::AgentClient;
+use sandbench_proto::v1::{
+    AgentMessage, Event, EventBatch, Facts, Heartbeat, Hello, Log, LogStream, Observation, PhaseDone, PhaseStarted,
+    PhaseStatus, RunPhase, agent_message, command, controller_message, event, observation,
+};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+
+use super::{ContainerInfo, Provisioner, Reaped, Sandbox, SandboxRequest, Usage, labels};
+use crate::spec::Plan;
+
+/// How a fake sandbox answers one phase command. Every rule that matches a command applies, in
+/// the order they were added.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The phase's synthetic values times this factor.
+    Scale(f64),
+    /// This raw value for this metric.
+    Value(String, f64),
+    /// The phase fails with this cause; each of its observations carries it as its error.
+    Fail(String),
+    /// The sandbox dies once the phase has started: no observation, no `PhaseDone`, and it no
+    /// longer runs.
+    Die,
+    /// The phase takes this long before it answers.
+    Delay(Duration),
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    /// A side (`base`, `head`: any pair's sandbox of that side) or one sandbox's role (`head1`).
+    role: String,
+    phase: String,
+    /// None: every trial.
+    trial: Option<u32>,
+    answer: Answer,
+}
+
+/// One metric a phase observes.
+#[derive(Debug, Clone)]
+struct ScriptMetric {
+    key: String,
+    unit: String,
+    /// Raw units per display unit (seconds per ms, say).
+    raw_per_display: f64,
+    /// Observed in trial 0 only (the footprint, the bundle).
+    once: bool,
+}
+
+/// What fake sandboxes observe in each phase, and the rules that change their answers.
+#[derive(Debug, Clone, Default)]
+pub struct Script {
+    metrics: BTreeMap<String, Vec<ScriptMetric>>,
+    rules: Vec<Rule>,
+}
+
+/// One observation a fake agent sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub metric: String,
+    pub trial: u32,
+    pub value: Result<f64, String>,
+    pub unit: String,
+}
+
+/// A phase command's whole answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseAnswer {
+    pub observations: Vec<Observed>,
+    /// The failure cause, if the phase fails.
+    pub error: Option<String>,
+    pub die: bool,
+    pub delay: Duration,
+}
+
+impl Script {
+    /// Observes, in each phase, the metrics `plan` expects of it, with their raw units.
+    pub fn for_plan(plan: &Plan) -> Script {
+        let mut script = Script::default();
+        for name in [phase::PREPARE, phase::INSTALL, phase::MEASURE, phase::RUNTIME] {
+            for key in plan.metrics_of_phase(name) {
+                let def = plan.metrics.iter().find(|m| m.key == key);
+                let scale = def.map_or(1.0, |d| d.scale);
+                let unit = match def.map(|d| d.unit.as_str()) {
+                    Some("ms" | "s" | "µs") => "s",
+                    Some("MB" | "KB" | "GB" | "B") => "bytes",
+                    Some(other) => other,
+                    None => "",
+                };
+                let once = name == phase::PREPARE || key == "disk";
+                let metric = ScriptMetric {
+                    key: key.clone(),
+                    unit: unit.to_string(),
+                    raw_per_display: if scale > 0.0 { 1.0 / scale } else { 1.0 },
+                    once,
+                };
+                script.metrics.entry(name.to_string()).or_default().push(metric);
+            }
+        }
+        script
+    }
+
+    /// Adds a rule for `role` (a side or one sandbox's role) in `phase`, one trial or all.
+    pub fn on(mut self, role: &str, phase: &str, trial: Option<u32>, answer: Answer) -> Script {
+        self.rules.push(Rule { role: role.to_string(), phase: phase.to_string(), trial, answer });
+        self
+    }
+
+    /// The answer of sandbox `role` to `phase` trial `trial`.
+    pub fn answer(&self, role: &str, phase: &str, trial: u32) -> PhaseAnswer {
+        let mut factor = 1.0;
+        let mut values = BTreeMap::new();
+        let mut answer = PhaseAnswer { observations: Vec::new(), error: None, die: false, delay: Duration::ZERO };
+        let rules = self
+            .rules
+            .iter()
+            .filter(|r| r.phase == phase && r.trial.is_none_or(|t| t == trial) && role_matches(&r.role, role));
+        for rule in rules {
+            match &rule.answer {
+                Answer::Scale(f) => factor *= f,
+                Answer::Value(metric, v) => {
+                    values.insert(metric.clone(), *v);
+                }
+                Answer::Fail(cause) => answer.error = Some(cause.clone()),
+                Answer::Die => answer.die = true,
+                Answer::Delay(d) => answer.delay += *d,
+            }
+        }
+        let metrics = self.metrics.get(phase).map(Vec::as_slice).unwrap_or_default();
+        for (index, m) in metrics.iter().enumerate() {
+            if m.once && trial != 0 {
+                continue;
+            }
+            let value = match &answer.error {
+                Some(cause) => Err(cause.clone()),
+                None => Ok(values.get(&m.key).copied().unwrap_or(synthetic(index, trial, m.raw_per_display) * factor)),
+            };
+            answer.observations.push(Observed { metric: m.key.clone(), trial, value, unit: m.unit.clone() });
+        }
+        answer
+    }
+}
+
+/// The deterministic value of the `index`-th metric of a phase in `trial`: 10, 20, 30… display
+/// units, varying by up to 3% from trial to trial.
+pub fn synthetic(index: usize, trial: u32, raw_per_display: f64) -> f64 {
+    10.0 * (index as f64 + 1.0) * (1.0 + 0.01 * f64::from(trial % 4)) * raw_per_display
+}
+
+/// `head` matches `head`, `head0`, `head1`…; `head1` only itself.
+fn role_matches(rule: &str, role: &str) -> bool {
+    role == rule || role.strip_prefix(rule).is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+struct FakeSandbox {
+    request: SandboxRequest,
+    sandbox: Sandbox,
+    created_unix: i64,
+    agent: Option<tokio::task::JoinHandle<()>>,
+    alive: Arc<AtomicBool>,
+    log: Arc<Mutex<String>>,
+}
+
+impl FakeSandbox {
+    fn running(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+}
+
+/// Sandboxes as in-process agents answering from a [`Script`].
+pub struct FakeProvisioner {
+    script: Arc<Script>,
+    sandboxes: Mutex<BTreeMap<String, FakeSandbox>>,
+}
+
+impl FakeProvisioner {
+    pub fn new(script: Script) -> FakeProvisioner {
+        FakeProvisioner { script: Arc::new(script), sandboxes: Mutex::default() }
+    }
+
+    fn sandboxes(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, FakeSandbox>> {
+        self.sandboxes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ends a sandbox's agent at once, as SIGKILL would.
+    pub fn kill(&self, id: &str) -> anyhow::Result<()> {
+        let mut sandboxes = self.sandboxes();
+        let sandbox = sandboxes.get_mut(id).with_context(|| format!("no fake sandbox {id}"))?;
+        if let Some(agent) = sandbox.agent.take() {
+            agent.abort();
+        }
+        sandbox.alive.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Provisioner for FakeProvisioner {
+    fn describe(&self) -> String {
+        "fake (in-process agents)".to_string()
+    }
+
+    fn ships_agent(&self) -> bool {
+        false
+    }
+
+    fn ensure_image<'a>(
+        &'a self,
+        _image: &'a str,
+        _progress: &'a mut (dyn FnMut(&str) + Send),
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        async { Ok(()) }.boxed()
+    }
+
+    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>> {
+        async move {
+            let id = request.sandbox_id();
+            let requested_at = SystemTime::now();
+            let sandbox = Sandbox {
+                id: id.clone(),
+                container_id: format!("fake-{id}"),
+                run_id: request.run_id.clone(),
+                role: request.role.clone(),
+                requested_at,
+                queued: Duration::ZERO,
+                expires_at: requested_at + request.ttl,
+            };
+            let mut sandboxes = self.sandboxes();
+            if sandboxes.contains_key(&id) {
+                bail!("cannot create sandbox {id}: the name is in use");
+            }
+            let fake = FakeSandbox {
+                request: request.clone(),
+                sandbox: sandbox.clone(),
+                created_unix: unix_secs(requested_at) as i64,
+                agent: None,
+                alive: Arc::new(AtomicBool::new(false)),
+                log: Arc::default(),
+            };
+            sandboxes.insert(id, fake);
+            Ok(sandbox)
+        }
+        .boxed()
+    }
+
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            let mut sandboxes = self.sandboxes();
+            let sandbox = sandboxes.get_mut(id).with_context(|| format!("cannot start {id}: no such fake sandbox"))?;
+            if sandbox.running() {
+                return Ok(());
+            }
+            sandbox.alive.store(true, Ordering::SeqCst);
+            let agent = FakeAgent {
+                request: sandbox.request.clone(),
+                script: self.script.clone(),
+                log: sandbox.log.clone(),
+                done: BTreeSet::new(),
+                installed: false,
+                seq: 0,
+            };
+            let alive = sandbox.alive.clone();
+            sandbox.agent = Some(tokio::spawn(async move {
+                let mut agent = agent;
+                let end = agent.session().await;
+                agent.note(&match end {
+                    Ok(why) => why,
+                    Err(err) => format!("session ended: {err:#}"),
+                });
+                alive.store(false, Ordering::SeqCst);
+            }));
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<bool>> {
+        async move { Ok(self.sandboxes().get(id).is_some_and(FakeSandbox::running)) }.boxed()
+    }
+
+    fn exists<'a>(&'a self, id: &'a str) -> BoxFuture<'a, bool> {
+        async move { self.sandboxes().contains_key(id) }.boxed()
+    }
+
+    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<Option<Usage>>> {
+        async move {
+            let running = self.sandboxes().get(id).is_some_and(FakeSandbox::running);
+            Ok(running.then_some(Usage { cpu_ns: 0, memory_bytes: 64 << 20 }))
+        }
+        .boxed()
+    }
+
+    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<String>> {
+        async move {
+            let sandboxes = self.sandboxes();
+            let sandbox =
+                sandboxes.get(id).with_context(|| format!("cannot read the logs of {id}: no such sandbox"))?;
+            Ok(sandbox.log.lock().unwrap_or_else(PoisonError::into_inner).clone())
+        }
+        .boxed()
+    }
+
+    fn logs_follow(&self, id: &str) -> BoxStream<'static, anyhow::Result<String>> {
+        let source = self.sandboxes().get(id).map(|s| (s.log.clone(), s.alive.clone()));
+        let Some((log, alive)) = source else {
+            let id = id.to_string();
+            return futures_util::stream::once(async move { Err(anyhow::anyhow!("no fake sandbox {id}")) }).boxed();
+        };
+        // Polls the log: what was added since the last look, until the agent has ended.
+        futures_util::stream::unfold((0usize, false), move |(sent, ended)| {
+            let (log, alive) = (log.clone(), alive.clone());
+            async move {
+                if ended {
+                    return None;
+                }
+                loop {
+                    let finished = !alive.load(Ordering::SeqCst);
+                    let text = log.lock().unwrap_or_else(PoisonError::into_inner)[sent..].to_string();
+                    if !text.is_empty() || finished {
+                        return Some((Ok(text.clone()), (sent + text.len(), finished)));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        })
+        .filter(|chunk| std::future::ready(!matches!(chunk, Ok(text) if text.is_empty())))
+        .boxed()
+    }
+
+    fn exec<'a>(&'a self, id: &'a str, _cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>> {
+        async move { bail!("cannot run a command in {id}: fake sandboxes run no commands") }.boxed()
+    }
+
+    fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            let sandboxes = self.sandboxes();
+            let sandbox = sandboxes.get(id).with_context(|| format!("cannot upload into {id}: no such sandbox"))?;
+            sandbox
+                .log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_str(&format!("received {} bytes\n", tar.len()));
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            if let Some(sandbox) = self.sandboxes().remove(id) {
+                if let Some(agent) = sandbox.agent {
+                    agent.abort();
+                }
+                sandbox.alive.store(false, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn list<'a>(&'a self, label: Option<(&'a str, &'a str)>) -> BoxFuture<'a, anyhow::Result<Vec<ContainerInfo>>> {
+        async move {
+            let all = self.sandboxes().values().map(info).collect::<Vec<_>>();
+            Ok(all
+                .into_iter()
+                .filter(|c| label.is_none_or(|(key, value)| c.labels.get(key).is_some_and(|v| v == value)))
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn reap(&self) -> BoxFuture<'_, anyhow::Result<Vec<Reaped>>> {
+        async move {
+            let now = SystemTime::now();
+            let expired: Vec<String> = self
+                .sandboxes()
+                .values()
+                .filter(|s| s.sandbox.expires_at <= now)
+                .map(|s| s.sandbox.id.clone())
+                .collect();
+            let mut reaped = Vec::new();
+            for id in expired {
+                self.remove(&id).await?;
+                reaped.push(Reaped { name: id, reason: "expired".to_string() });
+            }
+            Ok(reaped)
+        }
+        .boxed()
+    }
+}
+
+fn info(s: &FakeSandbox) -> ContainerInfo {
+    let mut container_labels: std::collections::HashMap<String, String> = [
+        (labels::OWNER, "fake".to_string()),
+        (labels::RUN, s.sandbox.run_id.clone()),
+        (labels::ROLE, s.sandbox.role.clone()),
+        (labels::EXPIRES_AT, unix_secs(s.sandbox.expires_at).to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    container_labels.extend(s.request.labels.clone());
+    ContainerInfo {
+        id: s.sandbox.container_id.clone(),
+        name: s.sandbox.id.clone(),
+        state: if s.running() { "running" } else { "exited" }.to_string(),
+        image: s.request.image.clone(),
+        created: s.created_unix,
+        labels: container_labels,
+    }
+}
+
+/// One fake agent process: its session with the controller and what it has done.
+struct FakeAgent {
+    request: SandboxRequest,
+    script: Arc<Script>,
+    log: Arc<Mutex<String>>,
+    /// Commands answered (a repeated command id is not run again).
+    done: BTreeSet<String>,
+    /// An installation succeeded (the real agent's measure user exists).
+    installed: bool,
+    /// The last event's sequence number.
+    seq: u64,
+}
+
+type Outbound = mpsc::Sender<AgentMessage>;
+
+impl FakeAgent {
+    fn note(&self, line: &str) {
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        log.push_str(line);
+        log.push('\n');
+    }
+
+    /// One session, to its end: why it ended.
+    async fn session(&mut self) -> anyhow::Result<String> {
+        let socket: PathBuf = self.request.socket_dir.join(sandbench_proto::SOCKET_NAME);
+        let channel = Endpoint::from_static("http://controller.invalid")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let socket = socket.clone();
+                async move { UnixStream::connect(socket).await.map(TokioIo::new) }
+            }))
+            .await
+            .context("cannot reach the controller")?;
+        let (tx, rx) = mpsc::channel::<AgentMessage>(64);
+        let resources = &self.request.resources;
+        let hello = Hello {
+            sandbox_id: self.request.sandbox_id(),
+            token: self.request.token.clone(),
+            boot_id: format!("fake-{}", self.request.sandbox_id()),
+            agent_version: "fake".to_string(),
+            facts: Some(Facts {
+                kernel: "fake".to_string(),
+                cpu_model: "fake CPU".to_string(),
+                cpus: resources.cpus.ceil() as u32,
+                memory_bytes: resources.memory_bytes,
+                os_release: "sandbench fake sandbox".to_string(),
+            }),
+            journal_seq: self.seq,
+        };
+        tx.send(message(agent_message::Body::Hello(hello))).await?;
+        let mut inbound = AgentClient::new(channel).session(ReceiverStream::new(rx)).await?.into_inner();
+        let welcome = match inbound.message().await?.and_then(|m| m.body) {
+            Some(controller_message::Body::Welcome(welcome)) => welcome,
+            other => bail!("expected Welcome, got {other:?}"),
+        };
+        self.note("connected");
+        self.seq = self.seq.max(welcome.acked_seq);
+        let mut heartbeat =
+            tokio::time::interval(Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(10))));
+        loop {
+            tokio::select! {
+                incoming = inbound.message() => {
+                    let Some(msg) = incoming? else { bail!("the controller closed the stream") };
+                    let Some(controller_message::Body::Command(cmd)) = msg.body else { continue };
+                    match cmd.body {
+                        Some(command::Body::RunPhase(run)) => {
+                            if !self.done.insert(cmd.command_id.clone()) {
+                                continue;
+                            }
+                            if self.run_phase(&cmd.command_id, &run, &tx).await? {
+                                return Ok(format!("died during {} trial {}", run.phase, run.trial));
+                            }
+                        }
+                        Some(command::Body::Shutdown(_)) => return Ok("shut down".to_string()),
+                        Some(command::Body::Cancel(_)) | None => {}
+                    }
+                }
+                _ = heartbeat.tick() => {
+                    let _ = tx.try_send(message(agent_message::Body::Heartbeat(Heartbeat { unix_ms: unix_ms() })));
+                }
+            }
+        }
+    }
+
+    /// Answers one phase command; true when the script says the sandbox dies in it.
+    async fn run_phase(&mut self, command_id: &str, run: &RunPhase, tx: &Outbound) -> anyhow::Result<bool> {
+        let role = self.request.role.clone();
+        let mut answer = self.script.answer(&role, &run.phase, run.trial);
+        let gated = run.phase == phase::MEASURE || run.phase == phase::RUNTIME;
+        if gated && !self.installed && answer.error.is_none() {
+            // As the real agent: no measure user before a successful installation.
+            let cause = "The first installation must succeed before interactive measurements".to_string();
+            for o in &mut answer.observations {
+                o.value = Err(cause.clone());
+            }
+            answer.error = Some(cause);
+        }
+        self.note(&format!("{} trial {}", run.phase, run.trial));
+        let started = PhaseStarted { command_id: command_id.to_string(), phase: run.phase.clone(), trial: run.trial };
+        self.send(tx, vec![event::Body::PhaseStarted(started)]).await?;
+        if !answer.delay.is_zero() {
+            tokio::time::sleep(answer.delay).await;
+        }
+        if answer.die {
+            return Ok(true);
+        }
+        let mut bodies = vec![event::Body::Log(Log {
+            command_id: command_id.to_string(),
+            stream: LogStream::Stdout as i32,
+            chunk: format!("fake {} trial {}\n", run.phase, run.trial).into_bytes(),
+        })];
+        for o in answer.observations {
+            let outcome = match o.value {
+                Ok(v) => observation::Outcome::Value(v),
+                Err(e) => observation::Outcome::Error(e),
+            };
+            bodies.push(event::Body::Observation(Observation {
+                command_id: command_id.to_string(),
+                metric: o.metric,
+                trial: o.trial,
+                outcome: Some(outcome),
+                unit: o.unit,
+            }));
+        }
+        if run.phase == phase::INSTALL && answer.error.is_none() {
+            self.installed = true;
+        }
+        let status = if answer.error.is_some() { PhaseStatus::Failed } else { PhaseStatus::Ok };
+        let done = PhaseDone {
+            command_id: command_id.to_string(),
+            status: status as i32,
+            error: answer.error.unwrap_or_default(),
+        };
+        bodies.push(event::Body::PhaseDone(done));
+        self.send(tx, bodies).await?;
+        Ok(false)
+    }
+
+    async fn send(&mut self, tx: &Outbound, bodies: Vec<event::Body>) -> anyhow::Result<()> {
+        let events = bodies
+            .into_iter()
+            .map(|body| {
+                self.seq += 1;
+                Event { seq: self.seq, unix_ms: unix_ms(), body: Some(body) }
+            })
+            .collect();
+        tx.send(message(agent_message::Body::Events(EventBatch { events })))
+            .await
+            .map_err(|_| anyhow::anyhow!("the stream to the controller closed"))
+    }
+}
+
+fn message(body: agent_message::Body) -> AgentMessage {
+    AgentMessage { body: Some(body) }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script() -> Script {
+        let metric = |key: &str, once| ScriptMetric { key: key.into(), unit: "s".into(), raw_per_display: 0.001, once };
+        let mut script = Script::default();
+        script.metrics.insert("measure".into(), vec![metric("cold", false), metric("disk", true)]);
+        script
+    }
+
+    #[test]
+    fn synthetic_answers_are_deterministic_and_once_metrics_come_in_trial_0_only() {
+        let s = script();
+        let first = s.answer("base", "measure", 0);
+        assert_eq!(first, s.answer("head", "measure", 0), "both sides alike by default");
+        let metrics: Vec<&str> = first.observations.iter().map(|o| o.metric.as_str()).collect();
+        assert_eq!(metrics, ["cold", "disk"]);
+        assert_eq!(first.observations[0].value, Ok(0.01));
+        let later = s.answer("base", "measure", 1);
+        assert_eq!(later.observations.len(), 1);
+        assert_eq!(later.observations[0].value, Ok(10.0 * 1.01 * 0.001));
+        assert_eq!(first.error, None);
+    }
+
+    #[test]
+    fn rules_match_side_or_sandbox_and_trial_and_compose() {
+        let s = script()
+            .on("head", "measure", None, Answer::Scale(2.0))
+            .on("head1", "measure", Some(2), Answer::Fail("boom".into()))
+            .on("base", "measure", Some(1), Answer::Value("cold".into(), 7.0))
+            .on("base0", "measure", Some(3), Answer::Die);
+        assert_eq!(s.answer("head0", "measure", 0).observations[0].value, Ok(0.02));
+        assert_eq!(s.answer("base0", "measure", 0).observations[0].value, Ok(0.01));
+        let failed = s.answer("head1", "measure", 2);
+        assert_eq!(failed.error.as_deref(), Some("boom"));
+        assert_eq!(failed.observations[0].value, Err("boom".into()));
+        assert_eq!(s.answer("head0", "measure", 2).error, None);
+        assert_eq!(s.answer("base1", "measure", 1).observations[0].value, Ok(7.0));
+        assert!(s.answer("base0", "measure", 3).die && !s.answer("base1", "measure", 3).die);
+        // `base` does not match `baseline`.
+        assert!(!role_matches("base", "baseline") && role_matches("base", "base12"));
+    }
+}

@@ -1,0 +1,225 @@
+//! Around the walk: open the station, name the sandboxes of every pair, watch for Ctrl-C, the run
+//! timeout and the budget while the walk goes, then tear every sandbox down and close the
+//! station, whatever happened, and say how the run ended.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+
+use super::gate::{Gates, Stop, over_budget};
+use super::output::collect;
+use super::schedule::{Side, label};
+use super::usage::Meter;
+use super::walk::{Run, SideRun};
+use super::{Display, RunOptions};
+use crate::provision::Provisioner;
+use crate::report::{self, Revision, SandboxRecord, Status};
+use crate::server::HubConfig;
+use crate::spec::Plan;
+use crate::station::{Station, StationOptions};
+
+/// What a run is executed with.
+pub(super) struct Setting<'a> {
+    pub plan: &'a Plan,
+    pub opts: &'a RunOptions,
+    pub dir: &'a Path,
+    pub display: &'a Display,
+    pub base: &'a Revision,
+    pub head: &'a Revision,
+}
+
+/// What `execute` ends with.
+pub(super) struct Finished {
+    pub status: Status,
+    /// Samples and facts per side (`base`, `head`).
+    pub sides: BTreeMap<String, report::Side>,
+    pub records: Vec<SandboxRecord>,
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+impl Finished {
+    pub fn failed(error: String) -> Finished {
+        Finished {
+            status: Status::Failed,
+            sides: BTreeMap::new(),
+            records: Vec::new(),
+            errors: vec![error],
+            warnings: Vec::new(),
+        }
+    }
+}
+
+pub(super) async fn execute(
+    setting: Setting<'_>,
+    cancel: watch::Receiver<bool>,
+    connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
+) -> anyhow::Result<Finished> {
+    let Setting { plan, opts, dir, display, base, head } = setting;
+    let provisioner = connect.await?;
+    let options = StationOptions {
+        dir: dir.to_path_buf(),
+        run_id: dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
+        image: Some(plan.sandbox.image.clone()),
+        agent: opts.agent.clone(),
+        hub: HubConfig::default(),
+    };
+    let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;
+    let pairs = opts.pairs as usize;
+    let run = Run {
+        plan: plan.clone(),
+        opts: opts.clone(),
+        station,
+        agent_plans: BTreeMap::from([
+            (Side::Base, plan.agent_plan(&base.commit)),
+            (Side::Head, plan.agent_plan(&head.commit)),
+        ]),
+        display: display.clone(),
+        errors: Mutex::new(Vec::new()),
+        gates: Mutex::new(Gates::new(pairs, plan.trials.failure_limit)),
+        halt: watch::Sender::new(None),
+    };
+    let mut sides: Vec<SideRun> = (0..pairs)
+        .flat_map(|pair| {
+            Side::BOTH.map(|side| SideRun {
+                side,
+                label: label(side, pair, pairs),
+                pair,
+                live: None,
+                meter: Meter::new(),
+            })
+        })
+        .collect();
+    let watchers = watch_for_stops(&run, &sides, cancel);
+    let stop = run.drive(&mut sides, &cpusets(pairs)).await;
+    for watcher in watchers {
+        watcher.abort();
+    }
+
+    // Teardown, whatever happened.
+    let (records, mut warnings) = teardown(&run, &sides).await;
+    warnings.extend(run.station.close().await);
+
+    let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
+    let sides_data = collect(dir, &sides)?;
+    let any_ready = {
+        let gates = run.gates();
+        sides.iter().any(|s| gates.is_ready(s.pair, s.side))
+    };
+    let status = match stop {
+        Some(Stop::Canceled(why)) => {
+            errors.push(why);
+            Status::Canceled
+        }
+        Some(Stop::Failed(why)) => {
+            errors.push(why);
+            Status::Failed
+        }
+        None if !any_ready => Status::Failed,
+        None => Status::Completed,
+    };
+    Ok(Finished { status, sides: sides_data, records, errors, warnings })
+}
+
+/// Ctrl-C / SIGTERM, the run timeout and the budget, watched continuously (not only between
+/// trials): each sets the run's halt, the first one winning.
+fn watch_for_stops(run: &Run, sides: &[SideRun], cancel: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+    let halt = run.halt.clone();
+    let mut cancel = cancel;
+    let timeout = run.opts.run_timeout;
+    let started = Instant::now();
+    let mut watchers = vec![tokio::spawn(async move {
+        let stop = tokio::select! {
+            // A dropped sender can cancel nothing any more: then only the timeout can stop.
+            _ = async { if cancel.wait_for(|c| *c).await.is_err() { std::future::pending::<()>().await } } => Stop::canceled(),
+            _ = tokio::time::sleep(timeout.saturating_sub(started.elapsed())) => Stop::timed_out(),
+        };
+        halt.send_if_modified(|h| first_stop(h, stop));
+    })];
+    if let Some(budget) = run.plan.cost.budget_usd {
+        let halt = run.halt.clone();
+        let meters: Vec<Arc<Meter>> = sides.iter().map(|s| s.meter.clone()).collect();
+        let hourly = run.plan.hourly_usd();
+        watchers.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                let lifetimes: Vec<f64> = meters.iter().map(|m| m.start.elapsed().as_secs_f64()).collect();
+                if over_budget(&lifetimes, hourly, budget) {
+                    halt.send_if_modified(|h| first_stop(h, Stop::over_budget()));
+                    return;
+                }
+            }
+        }));
+    }
+    watchers
+}
+
+/// Sets the stop unless there is one already.
+fn first_stop(halt: &mut Option<Stop>, stop: Stop) -> bool {
+    let first = halt.is_none();
+    if first {
+        *halt = Some(stop);
+    }
+    first
+}
+
+/// Ends every sandbox: its record (lifetime, cost) and what went wrong on the way.
+async fn teardown(run: &Run, sides: &[SideRun]) -> (Vec<SandboxRecord>, Vec<String>) {
+    let plan = &run.plan;
+    let mut records = Vec::new();
+    let mut warnings = Vec::new();
+    for side in sides {
+        let Some(live) = &side.live else { continue };
+        run.display.status(&side.label, "teardown");
+        side.meter.mark("teardown");
+        let down = run.station.teardown(&live.sandbox).await;
+        side.meter.stop_sampling();
+        let seconds = down.lifetime.as_secs_f64();
+        if let Some(err) = &down.removal_error {
+            warnings.push(format!("{}: sandbox cleanup failed: {err}", side.label));
+        }
+        let cost = crate::cost::sandbox_cost(
+            &plan.cost,
+            plan.allocation(),
+            side.meter.phases(),
+            down.removal_error.is_some(),
+            plan.sandbox.ttl.as_secs_f64(),
+        );
+        if down.log_path.is_none() {
+            warnings.push(format!("{}: cannot collect the agent log", side.label));
+        }
+        run.display.done(&side.label, if down.removal_error.is_none() { "removed" } else { "removal failed" });
+        records.push(SandboxRecord {
+            id: live.sandbox.id.clone(),
+            role: side.label.clone(),
+            created_at: report::timestamp(live.sandbox.requested_at),
+            removed_at: down.removal_error.is_none().then(|| report::timestamp(SystemTime::now())),
+            seconds: cost.charged_seconds.max(seconds),
+            deleted: down.removal_error.is_none(),
+            estimated_usd: cost.allocation_usd,
+            peak_memory_bytes: side.meter.peak_memory_bytes(),
+            cost: Some(cost),
+        });
+    }
+    (records, warnings)
+}
+
+/// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.
+fn cpusets(pairs: usize) -> Vec<Option<String>> {
+    if pairs <= 1 {
+        return vec![None];
+    }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let per = (cpus / pairs).max(1);
+    (0..pairs)
+        .map(|p| {
+            let first = (p * per) % cpus;
+            let last = (first + per - 1).min(cpus - 1);
+            Some(if first == last { first.to_string() } else { format!("{first}-{last}") })
+        })
+        .collect()
+}

@@ -1,0 +1,162 @@
+//! The order of a run's timed trials, as a value: which phase, trial, pair and side comes when.
+//! Pure, so the ABBA order and the split across pairs are tested without any sandbox.
+//!
+//! Phases follow each other (install → measure → runtime), each one a [`Stage`]. Within a stage
+//! the pairs run in parallel, each walking its own lane of slots: trial `t` goes to pair
+//! `t % pairs`, and each pair alternates its sides ABBA — base then head on its even rounds,
+//! head then base on its odd ones — so drift hits both sides alike.
+
+/// One side of a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Side {
+    Base,
+    Head,
+}
+
+impl Side {
+    pub const BOTH: [Side; 2] = [Side::Base, Side::Head];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Base => "base",
+            Side::Head => "head",
+        }
+    }
+}
+
+/// The name of a pair's sandbox of one side: `base`/`head` with one pair, `base0`, `head0`,
+/// `base1`… with several.
+pub fn label(side: Side, pair: usize, pairs: usize) -> String {
+    if pairs == 1 { side.as_str().to_string() } else { format!("{}{pair}", side.as_str()) }
+}
+
+/// One timed trial of one sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub phase: &'static str,
+    pub trial: u32,
+    pub pair: usize,
+    pub side: Side,
+}
+
+/// One phase's slots: one lane per pair, the lanes walked in parallel, each in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    pub phase: &'static str,
+    pub lanes: Vec<Vec<Slot>>,
+}
+
+/// The timed phases of a run, in the order given with their trial counts (`Plan::timed_phases`),
+/// and `pairs` pairs (at least one).
+pub fn build(phases: &[(&'static str, u32)], pairs: usize) -> Vec<Stage> {
+    let pairs = pairs.max(1);
+    phases
+        .iter()
+        .map(|&(name, count)| Stage {
+            phase: name,
+            lanes: (0..pairs).map(|pair| lane(name, count, pair, pairs)).collect(),
+        })
+        .collect()
+}
+
+fn lane(name: &'static str, count: u32, pair: usize, pairs: usize) -> Vec<Slot> {
+    let mine = (0..count).filter(|t| *t as usize % pairs == pair);
+    mine.enumerate()
+        .flat_map(|(round, trial)| {
+            let order = if round % 2 == 0 { [Side::Base, Side::Head] } else { [Side::Head, Side::Base] };
+            order.map(|side| Slot { phase: name, trial, pair, side })
+        })
+        .collect()
+}
+
+/// How many trials of the same side come after position `at` of a lane.
+pub fn remaining_after(lane: &[Slot], at: usize) -> u32 {
+    let side = lane[at].side;
+    lane[at + 1..].iter().filter(|s| s.side == side).count() as u32
+}
+
+/// The install trials a run with `pairs` pairs needs. Measure and runtime run as the user of
+/// the sandbox's own first installation (the agent keeps it per sandbox), so every pair's
+/// sandboxes need an install trial of their own: with more pairs than install trials, the count
+/// is raised to one per pair. Pairs run in parallel, so this costs no extra time.
+pub fn install_trials(asked: u32, pairs: usize) -> u32 {
+    asked.max(u32::try_from(pairs).unwrap_or(u32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbench_proto::plan::phase;
+
+    fn trials(install: u32, measure: u32, runtime: u32) -> [(&'static str, u32); 3] {
+        [(phase::INSTALL, install), (phase::MEASURE, measure), (phase::RUNTIME, runtime)]
+    }
+
+    fn order(lane: &[Slot]) -> Vec<(u32, &'static str)> {
+        lane.iter().map(|s| (s.trial, s.side.as_str())).collect()
+    }
+
+    #[test]
+    fn one_pair_walks_every_trial_abba() {
+        let stages = build(&trials(2, 4, 1), 1);
+        assert_eq!(stages.iter().map(|s| s.phase).collect::<Vec<_>>(), ["install", "measure", "runtime"]);
+        assert!(stages.iter().all(|s| s.lanes.len() == 1));
+        assert_eq!(order(&stages[0].lanes[0]), [(0, "base"), (0, "head"), (1, "head"), (1, "base")]);
+        assert_eq!(
+            order(&stages[1].lanes[0]),
+            [(0, "base"), (0, "head"), (1, "head"), (1, "base"), (2, "base"), (2, "head"), (3, "head"), (3, "base")]
+        );
+        // Each phase starts its ABBA afresh.
+        assert_eq!(order(&stages[2].lanes[0]), [(0, "base"), (0, "head")]);
+        assert!(stages.iter().flat_map(|s| &s.lanes[0]).all(|slot| slot.pair == 0));
+    }
+
+    #[test]
+    fn trials_are_split_across_pairs_each_pair_abba_on_its_own_rounds() {
+        let stages = build(&trials(3, 5, 0), 2);
+        let measure = &stages[1];
+        assert_eq!(
+            order(&measure.lanes[0]),
+            [(0, "base"), (0, "head"), (2, "head"), (2, "base"), (4, "base"), (4, "head")]
+        );
+        assert_eq!(order(&measure.lanes[1]), [(1, "base"), (1, "head"), (3, "head"), (3, "base")]);
+        assert!(measure.lanes[1].iter().all(|s| s.pair == 1 && s.phase == "measure"));
+        // Every trial once per side, whichever pair runs it.
+        for side in Side::BOTH {
+            let mut got: Vec<u32> =
+                measure.lanes.iter().flatten().filter(|s| s.side == side).map(|s| s.trial).collect();
+            got.sort();
+            assert_eq!(got, [0, 1, 2, 3, 4]);
+        }
+        assert!(stages[2].lanes.iter().all(Vec::is_empty), "no runtime trials");
+    }
+
+    #[test]
+    fn with_the_install_trials_raised_every_pair_installs_its_own_sandboxes() {
+        // The demo with --pairs 3: two install trials asked, three pairs.
+        assert_eq!(install_trials(2, 3), 3);
+        assert_eq!(install_trials(5, 3), 5);
+        let stages = build(&trials(install_trials(2, 3), 3, 3), 3);
+        for lane in &stages[0].lanes {
+            for side in Side::BOTH {
+                assert!(lane.iter().any(|s| s.side == side), "pair {} {side:?} has no install trial", lane[0].pair);
+            }
+        }
+        // Without the raise, the third pair would have none.
+        assert!(build(&trials(2, 3, 3), 3)[0].lanes[2].is_empty());
+    }
+
+    #[test]
+    fn remaining_counts_the_same_sides_later_trials_in_the_lane() {
+        let lane = &build(&trials(0, 3, 0), 1)[1].lanes[0];
+        // base0 head0 head1 base1 base2 head2
+        let remaining: Vec<u32> = (0..lane.len()).map(|i| remaining_after(lane, i)).collect();
+        assert_eq!(remaining, [2, 2, 1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn labels_name_pairs_only_when_there_are_several() {
+        assert_eq!(label(Side::Head, 0, 1), "head");
+        assert_eq!(label(Side::Base, 2, 3), "base2");
+    }
+}

@@ -1,0 +1,238 @@
+//! Whole runs on the fake provisioner: every part of the controller is real (spec, station, hub,
+//! gRPC over Unix sockets, schedule, gates, teardown, statistics, reports) but the sandboxes,
+//! which are in-process agents answering from a script. No Docker; deterministic.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{RunOptions, RunResult, run_on};
+use crate::provision::fake::{Answer, FakeProvisioner, Script};
+use crate::provision::{AgentShipping, Provisioner};
+use crate::report::{Report, Status};
+use crate::stats::Outcome;
+
+const SPEC: &str = r#"
+name = "fake-product"
+
+[sandbox]
+image = "fake:1"
+cpus = 2
+memory_gb = 2
+disk_gb = 10
+
+[trials]
+install = 2
+measure = 4
+runtime = 3
+failure_limit = 2
+
+[install]
+command = "sh install.sh"
+
+[measure]
+startup = ["product"]
+footprint = true
+
+[[runtime.command]]
+metric = "git_status"
+run = "git status --porcelain"
+repeat = 5
+aggregate = "mean"
+"#;
+
+/// A spec file in a temporary folder, its plan, and the options of a run of it.
+fn setup(pairs: u32) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bench.toml");
+    std::fs::write(&spec, SPEC).unwrap();
+    let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
+    let opts = RunOptions {
+        spec,
+        base: "v1".into(),
+        head: "v2".into(),
+        out: dir.path().join("runs"),
+        trials: None,
+        pairs,
+        budget_usd: None,
+        run_timeout: Duration::from_secs(120),
+        agent: None,
+        shipping: AgentShipping::Bind,
+        noise: None,
+        rates: Default::default(),
+        ledger: None,
+    };
+    (dir, plan, opts)
+}
+
+async fn run_fake(opts: RunOptions, fake: Arc<FakeProvisioner>, cancel: watch::Receiver<bool>) -> RunResult {
+    let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
+    run_on(opts, cancel, connect, "20260101-000000-fake".into()).await.unwrap()
+}
+
+fn not_canceled() -> watch::Receiver<bool> {
+    watch::channel(false).1
+}
+
+fn outcome(report: &Report, key: &str) -> Outcome {
+    report.comparisons.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no {key}")).comparison.outcome
+}
+
+/// Trials with a value, per side, of a metric.
+fn trials(report: &Report, head: bool, key: &str) -> Vec<u32> {
+    let side = if head { &report.head_side } else { &report.base_side };
+    side.metrics.get(key).into_iter().flatten().filter(|s| s.value.is_some()).map(|s| s.trial).collect()
+}
+
+/// Replaces what depends on the clock (times, lifetimes, the cost of those lifetimes, sampled
+/// memory) with fixed values: each phase of each sandbox lasted 10 s.
+fn normalize(report: &mut Report, plan: &crate::spec::Plan) {
+    report.started_at = "2026-01-01T00:00:00Z".into();
+    report.finished_at = Some("2026-01-01T00:05:00Z".into());
+    for sandbox in &mut report.sandboxes {
+        let cost = sandbox.cost.as_ref().expect("every sandbox's cost is recorded");
+        let phases = cost
+            .phases
+            .iter()
+            .map(|p| crate::cost::PhaseUsage {
+                phase: p.usage.phase.clone(),
+                seconds: 10.0,
+                cpu_seconds: 1.0,
+                memory_gib_seconds: 0.625,
+            })
+            .collect();
+        let cost = crate::cost::sandbox_cost(&plan.cost, plan.allocation(), phases, false, 0.0);
+        sandbox.created_at = "2026-01-01T00:00:01Z".into();
+        sandbox.removed_at = Some("2026-01-01T00:04:59Z".into());
+        sandbox.seconds = cost.charged_seconds;
+        sandbox.estimated_usd = cost.allocation_usd;
+        sandbox.peak_memory_bytes = 64 << 20;
+        sandbox.cost = Some(cost);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_run_on_the_fake_provisioner_gives_the_same_reports_every_time() {
+    let (_dir, plan, opts) = setup(1);
+    let script = Script::for_plan(&plan).on("head", "measure", None, Answer::Scale(30.0)).on(
+        "head",
+        "runtime",
+        None,
+        Answer::Value("git_status".into(), 0.001),
+    );
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    assert_eq!(outcome(report, "cold"), Outcome::Regressed);
+    assert_eq!(outcome(report, "git_status"), Outcome::Improved);
+    assert_eq!(outcome(report, "install"), Outcome::NoClearChange);
+    assert_eq!(trials(report, true, "cold"), [0, 1, 2, 3]);
+    assert_eq!(trials(report, false, "disk"), [0]);
+    assert!(report.sandboxes.iter().all(|s| s.deleted), "{:?}", report.sandboxes);
+    assert!(fake.list(None).await.unwrap().is_empty(), "every fake sandbox is removed");
+    assert!(!result.dir.join(crate::station::SOCKETS_DIR).exists(), "the socket folders are removed");
+
+    // The files the run wrote, with the clock taken out.
+    let written: Report = serde_json::from_slice(&std::fs::read(result.dir.join("report.json")).unwrap()).unwrap();
+    let mut normalized = written;
+    normalize(&mut normalized, &plan);
+    super::write_reports(&result.dir, &mut normalized).unwrap();
+    let json = std::fs::read_to_string(result.dir.join("report.json")).unwrap();
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    insta::assert_snapshot!("fake_run_report_json", json);
+    insta::assert_snapshot!("fake_run_report_md", markdown);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pairs_failures_never_block_another_pair_and_every_pair_installs() {
+    // The demo's shape with --pairs 3: two install trials asked for three pairs.
+    let (_dir, plan, mut opts) = setup(3);
+    opts.trials = Some(6);
+    let script = Script::for_plan(&plan).on("head2", "measure", None, Answer::Fail("no prompt".into()));
+    let result = run_fake(opts, Arc::new(FakeProvisioner::new(script)), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Partial, "errors: {:?}", report.errors);
+    assert!(report.warnings.iter().any(|w| w.contains("install trials raised from 2 to 3")), "{:?}", report.warnings);
+    assert_eq!(report.expected["install"], 3);
+    // Measure trials t go to pair t % 3: pair 2's head ran trials 2 and 5 only to fail them;
+    // every other sandbox measured all of its own.
+    assert_eq!(trials(report, false, "cold"), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(trials(report, true, "cold"), [0, 1, 3, 4]);
+    assert_eq!(trials(report, true, "git_status"), [0, 1, 2, 3, 4, 5], "runtime is not blocked by measure");
+    assert!(report.errors.iter().all(|e| e.starts_with("head2 measure")), "{:?}", report.errors);
+    let roles: Vec<&str> = report.sandboxes.iter().map(|s| s.role.as_str()).collect();
+    assert_eq!(roles, ["base0", "head0", "base1", "head1", "base2", "head2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_that_dies_mid_run_gives_a_partial_report_naming_it() {
+    let (_dir, plan, opts) = setup(1);
+    let script = Script::for_plan(&plan).on("head", "measure", Some(1), Answer::Die);
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Partial, "errors: {:?}", report.errors);
+    let head = "sandbench-20260101-000000-fake-head";
+    assert!(
+        report.errors.iter().any(|e| e.contains(head) && e.contains("stopped during measure trial 1")),
+        "{:?}",
+        report.errors
+    );
+    assert!(report.errors.iter().any(|e| e == "head: its sandbox stopped; no further trials for it"));
+    assert_eq!(trials(report, false, "cold"), [0, 1, 2, 3]);
+    assert_eq!(trials(report, true, "cold"), [0]);
+    assert_eq!(trials(report, true, "git_status"), Vec::<u32>::new());
+    assert!(matches!(outcome(report, "cold"), Outcome::Incomplete | Outcome::Unavailable));
+    assert!(fake.list(None).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_run_stops_at_once_tears_down_and_writes_its_report() {
+    let (dir, plan, opts) = setup(1);
+    // The first install trial (base's) would take a minute: the cancel must interrupt it.
+    let script = Script::for_plan(&plan).on("base", "install", Some(0), Answer::Delay(Duration::from_secs(60)));
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let (cancel_tx, cancel) = watch::channel(false);
+    let runs = dir.path().join("runs");
+    tokio::spawn(async move {
+        while !observed(&runs, "\"phase\":\"install\"") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = cancel_tx.send(true);
+    });
+    let begun = std::time::Instant::now();
+    let result = run_fake(opts, fake.clone(), cancel).await;
+    assert!(begun.elapsed() < Duration::from_secs(30), "took {:?}", begun.elapsed());
+    assert_eq!(result.status, Status::Canceled);
+    assert_eq!(result.report.errors, ["The run was canceled"]);
+    assert!(trials(&result.report, false, "install").is_empty() && trials(&result.report, true, "install").is_empty());
+    assert_eq!(result.report.sandboxes.len(), 2, "both sandboxes' lifetimes are recorded");
+    assert!(result.report.sandboxes.iter().all(|s| s.deleted));
+    assert!(fake.list(None).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_out_of_budget_stops_and_fails() {
+    let (_dir, plan, mut opts) = setup(1);
+    // Two sandboxes spend this in about two seconds; install would take a minute.
+    opts.budget_usd = Some(plan.hourly_usd() * 2.0 * 2.0 / 3600.0);
+    let script = Script::for_plan(&plan).on("base", "install", None, Answer::Delay(Duration::from_secs(60)));
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let begun = std::time::Instant::now();
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    assert!(begun.elapsed() < Duration::from_secs(30), "took {:?}", begun.elapsed());
+    assert_eq!(result.status, Status::Failed);
+    assert_eq!(result.report.errors, ["Reached the estimated run budget"]);
+    assert_eq!(result.report.sandboxes.len(), 2);
+    assert!(result.report.sandboxes.iter().all(|s| s.deleted && s.estimated_usd > 0.0));
+    assert!(fake.list(None).await.unwrap().is_empty());
+}
+
+/// Whether the run's event log (the only run in `runs`) holds `needle`.
+fn observed(runs: &Path, needle: &str) -> bool {
+    let Some(Ok(entry)) = std::fs::read_dir(runs).into_iter().flatten().next() else { return false };
+    std::fs::read_to_string(entry.path().join("observations.jsonl")).is_ok_and(|log| log.contains(needle))
+}

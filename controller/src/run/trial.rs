@@ -1,0 +1,80 @@
+//! One trial of one sandbox: send the phase command, wait for the agent to report it done
+//! within the step timeout while watching that the sandbox still runs, and say how it ended.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use sandbench_proto::plan::phase;
+use sandbench_proto::v1::PhaseStatus;
+
+use super::gate::TrialResult;
+use super::schedule::Slot;
+use super::walk::{Run, SideRun};
+use crate::sandbox;
+
+impl Run {
+    /// Runs one timed trial; a failure says whether its sandbox is lost.
+    pub(super) async fn trial(&self, side: &SideRun, slot: &Slot) -> TrialResult {
+        self.display.status(&side.label, &format!("{} trial {}", slot.phase, slot.trial));
+        let result = self.wait_phase(side, slot.phase, slot.trial, self.phase_timeout(slot.phase)).await;
+        let cause = match result {
+            Ok((PhaseStatus::Ok, _, observation_errors)) if observation_errors.is_empty() => return TrialResult::Ok,
+            Ok((_, error, observation_errors)) => {
+                if error.is_empty() {
+                    observation_errors.join("; ")
+                } else {
+                    error
+                }
+            }
+            Err(err) => format!("{err:#}"),
+        };
+        let id = side.live.as_ref().map(|l| l.sandbox.id.clone()).unwrap_or_default();
+        let lost = matches!(self.station.provisioner().running(&id).await, Ok(false));
+        TrialResult::Failed { cause, lost }
+    }
+
+    /// A trial's step timeout: every step at its own timeout, plus room for the agent's work.
+    pub(super) fn phase_timeout(&self, name: &str) -> Duration {
+        let margin = match name {
+            phase::PREPARE => 600.0,
+            phase::MEASURE => 180.0,
+            _ => 120.0,
+        };
+        Duration::from_secs_f64(self.plan.phase_limit_s(name) + margin)
+    }
+
+    /// Runs a phase and waits for it, noticing a sandbox that died on the way: the phase's
+    /// status, its error, and the errors of its observations.
+    pub(super) async fn wait_phase(
+        &self,
+        side: &SideRun,
+        name: &str,
+        trial: u32,
+        timeout: Duration,
+    ) -> anyhow::Result<(PhaseStatus, String, Vec<String>)> {
+        let live = side.live.as_ref().context("no sandbox")?;
+        let id = live.sandbox.id.clone();
+        let plan = &self.agent_plans[&side.side];
+        let hub = self.station.hub();
+        let run = sandbox::run_phase(&hub, &id, plan, name, trial, timeout);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                done = &mut run => {
+                    let done = done?;
+                    let errors = hub
+                        .status(&id)
+                        .and_then(|s| s.borrow().observation_errors.get(&sandbox::command_id(name, trial)).cloned())
+                        .unwrap_or_default();
+                    return Ok((done.status, done.error, errors));
+                }
+                _ = tick.tick() => {
+                    if let Ok(false) = self.station.provisioner().running(&id).await {
+                        bail!("sandbox {id} stopped during {name} trial {trial}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! The walk: provision every sandbox concurrently, prepare them in parallel (untimed), then the
+//! timed stages of the [`schedule`](super::schedule), the pairs' lanes in parallel, each slot
+//! passed through the [`gates`](super::gate) first. A stop (Ctrl-C, timeout, budget) interrupts
+//! whatever is in flight.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::bail;
+use sandbench_proto::plan::{AgentPlan, phase};
+use sandbench_proto::v1::PhaseStatus;
+use tokio::sync::watch;
+
+use super::gate::{Decision, Gates, Stop};
+use super::schedule::{self, Side, Slot, remaining_after};
+use super::usage::Meter;
+use super::{Display, MAX_ERRORS, RunOptions};
+use crate::provision::{Resources, labels};
+use crate::sandbox::{self, LiveSandbox};
+use crate::spec::Plan;
+use crate::station::Station;
+
+/// One sandbox of a pair and what it went through.
+pub(super) struct SideRun {
+    pub side: Side,
+    pub label: String,
+    pub pair: usize,
+    pub live: Option<LiveSandbox>,
+    pub meter: Arc<Meter>,
+}
+
+/// A run being walked.
+pub(super) struct Run {
+    pub plan: Plan,
+    pub opts: RunOptions,
+    pub station: Station,
+    pub agent_plans: BTreeMap<Side, AgentPlan>,
+    pub display: Display,
+    pub errors: Mutex<Vec<String>>,
+    pub gates: Mutex<Gates>,
+    /// Set once the run must stop: canceled, out of time or out of budget.
+    pub halt: watch::Sender<Option<Stop>>,
+}
+
+impl Run {
+    pub fn error(&self, text: String) {
+        tracing::warn!("{text}");
+        self.display.line(&format!("error: {text}"));
+        if let Ok(mut errors) = self.errors.lock()
+            && errors.len() < MAX_ERRORS
+        {
+            errors.push(text.chars().take(500).collect());
+        }
+    }
+
+    pub fn gates(&self) -> MutexGuard<'_, Gates> {
+        self.gates.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check(&self) -> Option<Stop> {
+        self.halt.borrow().clone()
+    }
+
+    /// Walks the whole run; the stop, if it ended early.
+    pub async fn drive(&self, sides: &mut [SideRun], cpusets: &[Option<String>]) -> Option<Stop> {
+        if let Some(stop) = self.provision(sides, cpusets).await {
+            return Some(stop);
+        }
+        if let Some(stop) = self.prepare(sides).await {
+            return Some(stop);
+        }
+        let stages = schedule::build(&self.plan.timed_phases(), self.opts.pairs as usize);
+        // A phase the spec does not have (no trials) takes no time and is not charged.
+        for stage in stages.into_iter().filter(|s| s.lanes.iter().any(|lane| !lane.is_empty())) {
+            for side in sides.iter().filter(|s| s.live.is_some()) {
+                side.meter.mark(stage.phase);
+            }
+            let lanes = stage.lanes.iter().map(|lane| self.walk_lane(sides, lane));
+            let stops = tokio::select! {
+                s = futures_util::future::join_all(lanes) => s,
+                stop = halted(self.halt.subscribe()) => return Some(stop),
+            };
+            if let Some(stop) = stops.into_iter().flatten().next() {
+                return Some(stop);
+            }
+        }
+        None
+    }
+
+    /// Creates every sandbox concurrently and waits for their agents.
+    async fn provision(&self, sides: &mut [SideRun], cpusets: &[Option<String>]) -> Option<Stop> {
+        self.display.line(&format!("provisioning {} sandboxes", sides.len()));
+        let launches = sides.iter().map(|side| async move {
+            let sandbox = &self.plan.sandbox;
+            let mut request = self.station.request(&side.label, &sandbox.image)?;
+            request.resources = Resources {
+                cpus: sandbox.cpus,
+                cpuset: cpusets[side.pair].clone().or(sandbox.cpuset.clone()),
+                memory_bytes: sandbox.memory_bytes,
+                pids_limit: sandbox.pids_limit,
+            };
+            request.network = sandbox.network;
+            request.ttl = sandbox.ttl;
+            request.shipping = self.opts.shipping;
+            request.labels = [(labels::USD_PER_HOUR.to_string(), format!("{:.6}", self.plan.hourly_usd()))].into();
+            self.station.launch(request, Duration::from_secs(120)).await
+        });
+        let launched = tokio::select! {
+            l = futures_util::future::join_all(launches) => l,
+            stop = halted(self.halt.subscribe()) => return Some(stop),
+        };
+        for (side, result) in sides.iter_mut().zip(launched) {
+            match result {
+                Ok(live) => {
+                    let ready =
+                        format!("sandbox {} ready in {:.2} s", live.sandbox.id, live.provision_to_hello.as_secs_f64());
+                    self.display.status(&side.label, &ready);
+                    side.meter.sample(self.station.provisioner().clone(), live.sandbox.id.clone());
+                    side.live = Some(live);
+                }
+                Err(err) => self.error(format!("{} setup: {err:#}", side.label)),
+            }
+        }
+        self.check()
+    }
+
+    /// Delivers the source and runs prepare (untimed) on every sandbox in parallel.
+    async fn prepare(&self, sides: &[SideRun]) -> Option<Stop> {
+        let prepares = sides.iter().map(|side| async move {
+            let live = side.live.as_ref()?;
+            let plan = &self.agent_plans[&side.side];
+            self.display.status(&side.label, "prepare (untimed)");
+            side.meter.mark(phase::PREPARE);
+            let result = async {
+                sandbox::deliver_source(&**self.station.provisioner(), &self.plan, &live.sandbox, plan).await?;
+                let (status, error, _) =
+                    self.wait_phase(side, phase::PREPARE, 0, self.phase_timeout(phase::PREPARE)).await?;
+                if status != PhaseStatus::Ok {
+                    bail!("prepare failed: {error}");
+                }
+                anyhow::Ok(())
+            }
+            .await;
+            Some(result)
+        });
+        let prepared = tokio::select! {
+            p = futures_util::future::join_all(prepares) => p,
+            stop = halted(self.halt.subscribe()) => return Some(stop),
+        };
+        for (side, result) in sides.iter().zip(prepared) {
+            match result {
+                Some(Ok(())) => self.gates().ready(side.pair, side.side),
+                Some(Err(err)) => self.error(format!("{} setup: {err:#}", side.label)),
+                None => {}
+            }
+        }
+        self.check()
+    }
+
+    /// One pair's lane of a stage, slot after slot, as the gates allow.
+    async fn walk_lane(&self, sides: &[SideRun], lane: &[Slot]) -> Option<Stop> {
+        for (at, slot) in lane.iter().enumerate() {
+            let stop = self.check();
+            let (decision, error) = self.gates().decide(slot, stop.as_ref());
+            if let Some(error) = error {
+                self.error(error);
+            }
+            match decision {
+                Decision::Run => {}
+                Decision::Skip => continue,
+                Decision::Stop(stop) => return Some(stop),
+            }
+            let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) else { continue };
+            let result = self.trial(side, slot).await;
+            let errors = self.gates().record(slot, &result, remaining_after(lane, at));
+            for error in errors {
+                self.error(error);
+            }
+        }
+        None
+    }
+}
+
+/// Resolves with the reason once the run must stop.
+async fn halted(mut halt: watch::Receiver<Option<Stop>>) -> Stop {
+    match halt.wait_for(Option::is_some).await {
+        Ok(stop) => stop.clone().unwrap_or(Stop::Failed("stopped".into())),
+        // The sender lives as long as the run: never resolve.
+        Err(_) => std::future::pending().await,
+    }
+}

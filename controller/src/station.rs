@@ -1,0 +1,233 @@
+//! A run's station: what every way of driving sandboxes — `run`, `debug`, `bench` and the
+//! end-to-end tests — sets up alike and tears down alike. It owns the provisioner (leftovers
+//! reaped and the image present at opening, the agent located), the run directory with its hub
+//! and gRPC server, one socket folder per sandbox (`sock/<role>/agent.sock`, so a sandbox can
+//! reach no other sandbox's socket), and the teardown of each sandbox and of the whole station.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::provision::{AgentShipping, Provisioner, Resources, Sandbox, SandboxRequest, labels};
+use crate::sandbox::{self, LiveSandbox, Teardown};
+use crate::server::{Hub, HubConfig, ServerHandle};
+
+/// The folder of the per-sandbox socket folders, in the run directory.
+pub const SOCKETS_DIR: &str = "sock";
+
+/// What a station is opened with.
+#[derive(Debug, Clone)]
+pub struct StationOptions {
+    /// The run directory (made when missing).
+    pub dir: PathBuf,
+    /// Part of every sandbox's name and its `io.sandbench.run` label.
+    pub run_id: String,
+    /// The image sandboxes will run, made present at opening (None: checked by nobody).
+    pub image: Option<String>,
+    /// The agent executable to ship (None: beside this executable, or `$SANDBENCH_AGENT`).
+    pub agent: Option<PathBuf>,
+    pub hub: HubConfig,
+}
+
+pub struct Station {
+    provisioner: Arc<dyn Provisioner>,
+    dir: PathBuf,
+    run_id: String,
+    agent: PathBuf,
+    hub: Mutex<Hub>,
+    server: Mutex<Option<ServerHandle>>,
+    /// Roles whose socket folder is open.
+    sockets: Mutex<BTreeSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Station {
+    /// Reaps leftover sandboxes, makes the image present, locates the agent, and starts serving
+    /// agents from the run directory. `progress` hears what is done on the way.
+    pub async fn open(
+        provisioner: Arc<dyn Provisioner>,
+        options: StationOptions,
+        progress: &mut (dyn FnMut(&str) + Send),
+    ) -> anyhow::Result<Station> {
+        for reaped in provisioner.reap().await? {
+            progress(&format!("removed leftover sandbox {} ({})", reaped.name, reaped.reason));
+        }
+        if let Some(image) = &options.image {
+            provisioner.ensure_image(image, progress).await?;
+        }
+        let agent = match provisioner.ships_agent() {
+            true => crate::agent_binary::locate(options.agent.as_deref())?,
+            false => PathBuf::new(),
+        };
+        let dir = run_dir(&options.dir)?;
+        private_dir(&dir.join(SOCKETS_DIR))?;
+        let hub = Hub::open(&dir, options.hub)?;
+        let server = hub.start_server()?;
+        Ok(Station {
+            provisioner,
+            dir,
+            run_id: options.run_id,
+            agent,
+            hub: Mutex::new(hub),
+            server: Mutex::new(Some(server)),
+            sockets: Mutex::default(),
+        })
+    }
+
+    pub fn provisioner(&self) -> &Arc<dyn Provisioner> {
+        &self.provisioner
+    }
+
+    /// The run directory (absolute).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The agent executable shipped (empty when the provisioner ships none).
+    pub fn agent(&self) -> &Path {
+        &self.agent
+    }
+
+    /// The hub agents talk to (a new one after [`Station::restart_server`]).
+    pub fn hub(&self) -> Hub {
+        lock(&self.hub).clone()
+    }
+
+    /// The socket folder of the sandbox with this role.
+    pub fn socket_dir(&self, role: &str) -> PathBuf {
+        self.dir.join(SOCKETS_DIR).join(role)
+    }
+
+    /// Makes the sandbox's own socket folder and serves agents in it. Opening one already open
+    /// does nothing.
+    pub fn open_socket(&self, role: &str) -> anyhow::Result<PathBuf> {
+        if role.is_empty()
+            || role.starts_with('.')
+            || !role.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            bail!("invalid sandbox role {role:?}: letters, digits, '-', '_' and '.' only");
+        }
+        let dir = self.socket_dir(role);
+        private_dir(&dir)?;
+        let server = lock(&self.server);
+        let server = server.as_ref().context("the station's server is stopped")?;
+        server.listen(&dir.join(sandbench_proto::SOCKET_NAME))?;
+        lock(&self.sockets).insert(role.to_string());
+        Ok(dir)
+    }
+
+    fn close_socket(&self, role: &str) {
+        if !lock(&self.sockets).remove(role) {
+            return;
+        }
+        let dir = self.socket_dir(role);
+        if let Some(server) = lock(&self.server).as_ref() {
+            server.unlisten(&dir.join(sandbench_proto::SOCKET_NAME));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A request for a sandbox of this run, with its socket folder open: default resources, no
+    /// network, 15 minutes to live, the agent bind-mounted. Adjust the fields as needed.
+    pub fn request(&self, role: &str, image: &str) -> anyhow::Result<SandboxRequest> {
+        Ok(SandboxRequest {
+            run_id: self.run_id.clone(),
+            role: role.to_string(),
+            image: image.to_string(),
+            resources: Resources::default(),
+            network: false,
+            ttl: Duration::from_secs(900),
+            shipping: AgentShipping::Bind,
+            agent_binary: self.agent.clone(),
+            socket_dir: self.open_socket(role)?,
+            token: String::new(),
+            labels: Default::default(),
+        })
+    }
+
+    /// Creates and starts a sandbox and waits for its agent's Hello (see [`sandbox::launch`]).
+    pub async fn launch(&self, mut request: SandboxRequest, hello_timeout: Duration) -> anyhow::Result<LiveSandbox> {
+        request.socket_dir = self.open_socket(&request.role)?;
+        let role = request.role.clone();
+        let launched = sandbox::launch(&*self.provisioner, &self.hub(), request, hello_timeout).await;
+        if launched.is_err() {
+            self.close_socket(&role);
+        }
+        launched
+    }
+
+    /// Ends one sandbox (see [`sandbox::teardown`]) and closes its socket folder.
+    pub async fn teardown(&self, sandbox: &Sandbox) -> Teardown {
+        let down = sandbox::teardown(&*self.provisioner, &self.hub(), &self.dir, sandbox).await;
+        self.close_socket(&sandbox.role);
+        down
+    }
+
+    /// Stops serving and closes the hub, as a crashing controller would lose them, then reopens
+    /// the hub from the run directory and serves every open socket folder again.
+    pub async fn restart_server(&self) -> anyhow::Result<Hub> {
+        self.stop_server().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let hub = Hub::open(&self.dir, self.hub().config())?;
+        let server = hub.start_server()?;
+        for role in lock(&self.sockets).iter() {
+            server.listen(&self.socket_dir(role).join(sandbench_proto::SOCKET_NAME))?;
+        }
+        *lock(&self.server) = Some(server);
+        *lock(&self.hub) = hub.clone();
+        Ok(hub)
+    }
+
+    /// Stops serving agents and closes the hub (everything accepted is on disk).
+    pub async fn stop_server(&self) {
+        let server = lock(&self.server).take();
+        if let Some(server) = server {
+            server.stop().await;
+        }
+        self.hub().close().await;
+    }
+
+    /// The end of every path: removes whatever sandbox of this run is left, stops serving, closes
+    /// the hub and removes the socket folders. Returns what could not be cleaned up.
+    pub async fn close(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        match self.provisioner.list(Some((labels::RUN, &self.run_id))).await {
+            Ok(leftovers) => {
+                for leftover in leftovers {
+                    if let Err(err) = self.provisioner.remove(&leftover.name).await {
+                        warnings.push(format!("{}: sandbox cleanup failed: {err:#}", leftover.name));
+                    }
+                }
+            }
+            Err(err) => warnings.push(format!("cannot list the run's sandboxes for cleanup: {err:#}")),
+        }
+        self.stop_server().await;
+        lock(&self.sockets).clear();
+        let _ = std::fs::remove_dir_all(self.dir.join(SOCKETS_DIR));
+        warnings
+    }
+}
+
+/// Makes the run directory and returns its absolute path (sockets are bind-mounted by path).
+pub fn run_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    dir.canonicalize().with_context(|| format!("cannot resolve {}", dir.display()))
+}
+
+/// A folder only its owner (the controller; root in the sandbox) can enter.
+fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot restrict {}", dir.display()))
+}

@@ -24,8 +24,3 @@ pub mod spec;
 pub mod station;
 pub mod stats;
 pub mod store;
-
-/// The cost ledger under its former path, for the callers in `run/` until they name
-/// [`cost::ledger`].
-#[doc(hidden)]
-pub use cost::ledger;

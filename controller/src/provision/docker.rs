@@ -675,6 +675,12 @@ impl Provisioner for DockerProvisioner {
     fn reap(&self) -> BoxFuture<'_, anyhow::Result<Vec<Reaped>>> {
         Box::pin(async move { Ok(DockerProvisioner::reap(self).await?) })
     }
+
+    fn lost_cause<'a>(&'a self, id: &'a str) -> BoxFuture<'a, String> {
+        Box::pin(async move {
+            DockerProvisioner::lost_cause(self, id).await.unwrap_or_else(|err| format!("stopped ({err})"))
+        })
+    }
 }
 
 /// Limits, binds and lock-down of a sandbox's container.

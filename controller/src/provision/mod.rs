@@ -71,6 +71,12 @@ pub trait Provisioner: Send + Sync {
 
     /// Removes sandboxes that expired or whose controller is gone.
     fn reap(&self) -> BoxFuture<'_, anyhow::Result<Vec<Reaped>>>;
+
+    /// Why a sandbox that is no longer running stopped (killed by a signal, exited, the agent
+    /// lost its controller, the engine restarted, OOM-killed), as far as the backend can tell.
+    fn lost_cause<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, String> {
+        Box::pin(async { "stopped".to_string() })
+    }
 }
 
 /// What a sandbox uses at one moment, from its cgroup.

@@ -95,7 +95,8 @@ pub(super) async fn execute(
         })
         .collect();
     let watchers = watch_for_stops(&run, &sides, cancel);
-    let stop = run.drive(&mut sides, &cpusets(pairs)).await;
+    let cpusets = cpusets(pairs);
+    let stop = run.drive(&mut sides, &cpusets).await;
     for watcher in watchers {
         watcher.abort();
     }
@@ -105,7 +106,15 @@ pub(super) async fn execute(
     warnings.extend(run.station.close().await);
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
-    let sides_data = collect(dir, &sides)?;
+    let mut sides_data = collect(dir, &sides)?;
+    // The CPUs each sandbox was given, as provisioned (quota and pinning).
+    for side in sides.iter().filter(|s| s.live.is_some()) {
+        let cpuset = cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();
+        let nano_cpus = (run.plan.sandbox.cpus * 1e9).round() as i64;
+        if let Some(data) = sides_data.get_mut(side.side.as_str()) {
+            data.cpus.push(report::SandboxCpus::provisioned(&side.label, nano_cpus, &cpuset));
+        }
+    }
     let any_ready = {
         let gates = run.gates();
         sides.iter().any(|s| gates.is_ready(s.pair, s.side))
@@ -175,7 +184,7 @@ async fn teardown(run: &Run, sides: &[SideRun]) -> (Vec<SandboxRecord>, Vec<Stri
     for side in sides {
         let Some(live) = &side.live else { continue };
         run.display.status(&side.label, "teardown");
-        side.meter.mark("teardown");
+        side.meter.mark(crate::cost::stretch::TEARDOWN);
         let down = run.station.teardown(&live.sandbox).await;
         side.meter.stop_sampling();
         let seconds = down.lifetime.as_secs_f64();

@@ -35,7 +35,7 @@ pub use display::Display;
 use output::skeleton;
 pub use output::{NoiseProfile, rerender, write_reports};
 
-use crate::ledger::Ledger;
+use crate::cost::ledger::Ledger;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::{self, Report, Revision, Status};
 use crate::spec::{Plan, SourceSettings};
@@ -223,7 +223,7 @@ fn begin_ledger(opts: &RunOptions, plan: &Plan, report: &Report, dir: &Path) -> 
         SourceSettings::Url { url } => url.clone(),
         SourceSettings::None => String::new(),
     };
-    ledger.begin_run(&crate::ledger::RunStart {
+    ledger.begin_run(&crate::cost::ledger::RunStart {
         run_id: report.run_id.clone(),
         spec: plan.name.clone(),
         repository,
@@ -246,10 +246,10 @@ fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>) 
     report.warnings = notes.into_iter().chain(warnings).collect();
     report.sandboxes = records;
     report.finished_at = Some(report::timestamp(SystemTime::now()));
-    if let Some(side) = sides.remove("base") {
+    if let Some(side) = sides.remove(sandbench_proto::Side::Base.as_str()) {
         report.base_side = side;
     }
-    if let Some(side) = sides.remove("head") {
+    if let Some(side) = sides.remove(sandbench_proto::Side::Head.as_str()) {
         report.head_side = side;
     }
     if report.status == Status::Completed && !report.complete() {

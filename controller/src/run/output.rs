@@ -24,7 +24,7 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<
     let role_of: BTreeMap<String, &str> =
         sides.iter().filter_map(|s| s.live.as_ref().map(|l| (l.sandbox.id.clone(), s.side.as_str()))).collect();
     let mut out: BTreeMap<String, Side> =
-        BTreeMap::from([("base".to_string(), Side::default()), ("head".to_string(), Side::default())]);
+        BTreeMap::from(sandbench_proto::Side::BOTH.map(|s| (s.as_str().to_string(), Side::default())));
     let log = dir.join(crate::store::OBSERVATIONS_FILE);
     if log.exists() {
         for event in crate::store::events(&log)? {
@@ -73,9 +73,9 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<
 
 pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Report {
     let mut expected = BTreeMap::new();
-    for (name, n) in std::iter::once(("prepare", 1)).chain(plan.timed_phases()) {
+    for (name, n) in std::iter::once((sandbench_proto::phase::PREPARE, 1)).chain(plan.timed_phases()) {
         for m in plan.metrics_of_phase(name) {
-            expected.insert(m.clone(), if m == "disk" { 1 } else { n });
+            expected.insert(m.clone(), if m == sandbench_proto::metric::DISK { 1 } else { n });
         }
     }
     Report {

@@ -6,23 +6,7 @@
 //! `t % pairs`, and each pair alternates its sides ABBA — base then head on its even rounds,
 //! head then base on its odd ones — so drift hits both sides alike.
 
-/// One side of a comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Side {
-    Base,
-    Head,
-}
-
-impl Side {
-    pub const BOTH: [Side; 2] = [Side::Base, Side::Head];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Side::Base => "base",
-            Side::Head => "head",
-        }
-    }
-}
+pub use sandbench_proto::Side;
 
 /// The name of a pair's sandbox of one side: `base`/`head` with one pair, `base0`, `head0`,
 /// `base1`… with several.

@@ -71,7 +71,8 @@ impl Run {
                 }
                 _ = tick.tick() => {
                     if let Ok(false) = self.station.provisioner().running(&id).await {
-                        bail!("sandbox {id} stopped during {name} trial {trial}");
+                        let cause = self.station.provisioner().lost_cause(&id).await;
+                        bail!("sandbox {id} stopped during {name} trial {trial}: {cause}");
                     }
                 }
             }

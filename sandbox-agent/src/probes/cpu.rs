@@ -5,26 +5,23 @@
 
 use std::path::Path;
 
+use procfs::process::{Process, Stat};
+
 use super::processes;
 
-/// utime + stime (clock ticks) of `/proc/PID/stat`, fields 14 and 15.
-pub fn parse_own_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the command, field 3 of the file (state) is the first: utime is 14, stime 15.
-    (11..13).map(|i| fields.get(i)?.parse::<u64>().ok()).sum()
+/// utime + stime (clock ticks) of a process, without the children it waited for.
+pub fn own_ticks(stat: &Stat) -> u64 {
+    stat.utime + stat.stime
 }
 
 /// CPU seconds the live processes of `uid` have used, read from `proc` (normally `/proc`).
 pub fn live_seconds(proc: &Path, uid: u32) -> f64 {
-    // SAFETY: sysconf with a valid name.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let ticks: u64 = processes::of_user(proc, uid)
         .iter()
-        .filter_map(|p| std::fs::read_to_string(proc.join(p.pid.to_string()).join("stat")).ok())
-        .filter_map(|stat| parse_own_ticks(&stat))
+        .filter_map(|p| Process::new_with_root(proc.join(p.pid.to_string())).and_then(|p| p.stat()).ok())
+        .map(|stat| own_ticks(&stat))
         .sum();
-    ticks as f64 / ticks_per_second
+    ticks as f64 / procfs::ticks_per_second().max(1) as f64
 }
 
 /// The CPU an interaction cost: after minus before, never negative.
@@ -35,31 +32,39 @@ pub fn delta(before: f64, after: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probes::processes::{parse_stat, tests::status_text};
 
     #[test]
     fn counts_user_and_system_time_but_not_waited_children() {
         // pid (comm with ) spaces) state ppid … utime=7 stime=3 cutime=100 cstime=50
-        let stat = "42 (node ) x) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 100 50 20 0 1 0 5 0 0";
-        assert_eq!(parse_own_ticks(stat), Some(10));
-        assert_eq!(parse_own_ticks("garbage"), None);
+        let stat = "42 (node ) x) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 100 50 20 0 1 0 5 1 1 1 1 1 1 1 1 0 0 0 0 0 0 0";
+        assert_eq!(parse_stat(stat).map(|s| own_ticks(&s)), Some(10));
+        assert!(parse_stat("garbage").is_none());
     }
 
     #[test]
     fn sums_live_processes_of_the_user_only() {
         let dir = tempfile::tempdir().unwrap();
-        for (pid, uid, state, utime) in
-            [(10, 2001, 'S', 30), (11, 2001, 'Z', 500), (12, 0, 'S', 700), (13, 2001, 'R', 20)]
-        {
+        let tps = procfs::ticks_per_second() as u64;
+        for (pid, uid, state, utime) in [
+            (10, 2001, "S (sleeping)", 3 * tps),
+            (11, 2001, "Z (zombie)", 50 * tps),
+            (12, 0, "S (sleeping)", 70 * tps),
+            (13, 2001, "R (running)", 2 * tps),
+        ] {
             let p = dir.path().join(pid.to_string());
             std::fs::create_dir_all(&p).unwrap();
-            std::fs::write(p.join("status"), format!("Name:\tp\nState:\t{state}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"))
-                .unwrap();
-            std::fs::write(p.join("stat"), format!("{pid} (p) {state} 1 1 1 0 -1 0 0 0 0 0 {utime} 0 9 9 20 0 1 0 5"))
-                .unwrap();
+            std::fs::write(p.join("status"), status_text(pid, "p", state, uid, Some(1))).unwrap();
+            let s = state.chars().next().unwrap();
+            std::fs::write(
+                p.join("stat"),
+                format!(
+                    "{pid} (p) {s} 1 {pid} {pid} 0 -1 0 0 0 0 0 {utime} 0 9 9 20 0 1 0 5 1 1 1 1 1 1 1 1 0 0 0 0 0 0 0"
+                ),
+            )
+            .unwrap();
         }
-        // SAFETY: sysconf with a valid name.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        assert!((live_seconds(dir.path(), 2001) - 50.0 / hz).abs() < 1e-9);
+        assert_eq!(live_seconds(dir.path(), 2001), 5.0);
         assert_eq!(delta(2.0, 1.5), 0.0);
         assert!((delta(1.0, 1.25) - 0.25).abs() < 1e-12);
     }

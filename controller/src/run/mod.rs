@@ -22,7 +22,7 @@ use sandbench_proto::v1::PhaseStatus;
 use tokio::sync::watch;
 
 pub use display::Display;
-pub use output::{NoiseProfile, rerender, write_reports};
+pub use output::{NoiseProfile, agent_warnings, rerender, write_reports};
 use output::{collect, skeleton};
 use usage::Meter;
 
@@ -228,6 +228,7 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
     report.status = status;
     report.errors = errors;
     report.warnings = warnings;
+    report.warnings.extend(output::agent_warnings(&dir));
     report.sandboxes = records;
     report.finished_at = Some(report::timestamp(SystemTime::now()));
     if let Some(side) = sides.get("base") {

@@ -169,11 +169,11 @@ name = "fixtures"
 SPEC_VAR = "from-spec"
 [install]
 # Records its environment and ids, and leaves a process that ignores SIGTERM behind.
-command = "env | sort > /tmp/env-$(id -u); id >> /tmp/env-$(id -u); ls -A ~ >> /tmp/env-$(id -u); touch ~/mark; (trap '' TERM; sleep 1000) & echo installed"
+command = "env | sort > ~/env; id >> ~/env; ls -A ~ >> ~/env; touch ~/mark; (trap '' TERM; sleep 1000) & echo installed"
 env = { STEP_VAR = "from-step" }
 checks = [ { output = "echo hello", contains = "hello" }, { file_exists = "~/mark" }, { file_starts_with = "/bin/busybox", prefix = "\\x7fELF" } ]
 [measure]
-startup = ["/usr/local/bin/pty-fixture", "--raw-after-ms", "RAW_AFTER", "--log", "/tmp/pty-RAW_AFTER.log"]
+startup = ["/usr/local/bin/pty-fixture", "--raw-after-ms", "RAW_AFTER", "--log", "/home/benchmark1/pty-RAW_AFTER.log"]
 settle_s = 0.2
 [[runtime.scenario]]
 name = "kernel"
@@ -232,7 +232,7 @@ timeout_s = 10
   metric = "t_rss"
 [[runtime.script]]
 name = "no-enter"
-run = "for f in /tmp/pty-*.log; do tr -cd '\\r\\n' < $f; done | wc -c | sed 's/ //g; s/.*/RESULT {\"enter_bytes\": &}/'"
+run = "for f in /home/benchmark1/pty-*.log; do tr -cd '\\r\\n' < $f; done | wc -c | sed 's/ //g; s/.*/RESULT {\"enter_bytes\": &}/'"
 metrics = ["enter_bytes"]
 [metrics.k_start]
 title = "start"
@@ -281,7 +281,7 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
             (phase::MEASURE, 1, fast.as_str()),
             (phase::RUNTIME, 0, slow.as_str()),
         ];
-        let run = run_on_busybox(&h, "bb", &specs, &["/tmp/env-2001", "/tmp/env-2002"]).await;
+        let run = run_on_busybox(&h, "bb", &specs, &["/home/benchmark1/env", "/home/benchmark2/env"]).await;
         for (name, trial, status, error) in &run.outcomes {
             assert_eq!(*status, PhaseStatus::Ok, "{name} {trial}: {error} (errors: {:?})", run.errors);
         }
@@ -289,7 +289,7 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
 
         // Fresh users with their own uid and home, and exactly the environment built for them.
         for (uid, user) in [(2001, "benchmark1"), (2002, "benchmark2")] {
-            let text = String::from_utf8(run.files[&format!("/tmp/env-{uid}")].clone()).unwrap();
+            let text = String::from_utf8(run.files[&format!("/home/{user}/env")].clone()).unwrap();
             let mut keys: Vec<&str> = text
                 .lines()
                 .filter_map(|l| l.split_once('=').map(|(k, _)| k))
@@ -310,9 +310,15 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
                     "SPEC_VAR",
                     "STEP_VAR",
                     "TERM",
+                    "TMPDIR",
                     "USER",
                     "UV_CACHE_DIR",
-                    "UV_LINK_MODE"
+                    "UV_LINK_MODE",
+                    "XDG_CACHE_HOME",
+                    "XDG_CONFIG_HOME",
+                    "XDG_DATA_HOME",
+                    "XDG_RUNTIME_DIR",
+                    "XDG_STATE_HOME"
                 ],
                 "{text}"
             );
@@ -321,6 +327,7 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
                 "{text}"
             );
             assert!(text.contains(&format!("PATH=/home/{user}/.local/bin:/usr/local/bin:/usr/bin:/bin\n")), "{text}");
+            assert!(text.contains(&format!("TMPDIR=/tmp/sandbench-{user}\n")), "{text}");
             // Supplementary groups dropped: only the user's own group.
             let id_line = text.lines().find(|l| l.starts_with("uid=")).unwrap_or_default();
             assert!(

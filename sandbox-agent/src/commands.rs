@@ -29,6 +29,8 @@ pub struct PhaseContext {
     pub emit: Emit,
     /// The agent's state folder (journal, phase state, transcripts).
     pub state_dir: PathBuf,
+    /// Observations held back until the trial's window proved clean ([`PhaseContext::hold`]).
+    pub held: std::sync::Mutex<Option<Vec<Observation>>>,
 }
 
 impl PhaseContext {
@@ -44,13 +46,34 @@ impl PhaseContext {
     }
 
     fn observation(&self, metric: &str, trial: u32, outcome: observation::Outcome, unit: &str) -> bool {
-        self.emit(event::Body::Observation(Observation {
+        let observation = Observation {
             command_id: self.command_id.clone(),
             metric: metric.to_string(),
             trial,
             outcome: Some(outcome),
             unit: unit.to_string(),
-        }))
+        };
+        if let Some(held) = lock(&self.held).as_mut() {
+            held.push(observation);
+            return true;
+        }
+        self.emit(event::Body::Observation(observation))
+    }
+
+    /// Holds every observation back until [`PhaseContext::release`]: a sample counts only once
+    /// the check after its timed window found no foreign process of the user.
+    pub fn hold(&self) {
+        lock(&self.held).get_or_insert_with(Vec::new);
+    }
+
+    /// Sends the held observations; when the check after the window failed (`survivors`), each
+    /// held metric gets that error instead of its samples.
+    pub fn release(&self, survivors: Option<&anyhow::Error>) {
+        let Some(held) = lock(&self.held).take() else { return };
+        for mut observation in discard_if(held, survivors) {
+            observation.command_id = self.command_id.clone();
+            self.emit(event::Body::Observation(observation));
+        }
     }
 
     /// Streams process output (or the agent's own notes) to the controller.
@@ -92,6 +115,23 @@ impl PhaseContext {
     pub fn canceled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
+}
+
+/// The held observations as sent: unchanged, or, when processes survived the window, one
+/// error per metric and trial saying why its samples were discarded.
+pub fn discard_if(held: Vec<Observation>, survivors: Option<&anyhow::Error>) -> Vec<Observation> {
+    let Some(err) = survivors else { return held };
+    let reason: String = format!("discarded: processes of the user were present during the timed window ({err:#})")
+        .chars()
+        .take(500)
+        .collect();
+    let mut out: Vec<Observation> = Vec::new();
+    for observation in held {
+        if !out.iter().any(|o| o.metric == observation.metric && o.trial == observation.trial) {
+            out.push(Observation { outcome: Some(observation::Outcome::Error(reason.clone())), ..observation });
+        }
+    }
+    out
 }
 
 /// The command running now (or last run): id, phase, trial, running.
@@ -150,6 +190,7 @@ impl Workloads {
             cancel,
             emit: self.emit.clone(),
             state_dir: self.state_dir.clone(),
+            held: Default::default(),
         };
         let phase = run.phase;
         *lock(&self.current) = Some((ctx.command_id.clone(), phase.clone(), ctx.trial, true));
@@ -186,5 +227,61 @@ impl Workloads {
         if let Err(err) = spawned {
             tracing::error!("cannot start a thread for phase: {err}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(metric: &str, trial: u32, v: f64) -> Observation {
+        Observation {
+            command_id: "c".into(),
+            metric: metric.into(),
+            trial,
+            outcome: Some(observation::Outcome::Value(v)),
+            unit: "s".into(),
+        }
+    }
+
+    #[test]
+    fn held_samples_pass_or_become_one_error_per_metric() {
+        let held = vec![value("cold", 0, 0.5), value("rss", 0, 1e6), value("cold", 0, 0.6)];
+        assert_eq!(discard_if(held.clone(), None), held);
+        let err = anyhow::anyhow!("Processes remain for benchmark1: 12 (sleep)");
+        let out = discard_if(held, Some(&err));
+        assert_eq!(out.iter().map(|o| o.metric.as_str()).collect::<Vec<_>>(), ["cold", "rss"]);
+        assert_eq!(
+            out[0].outcome,
+            Some(observation::Outcome::Error(
+                "discarded: processes of the user were present during the timed window (Processes remain for \
+                 benchmark1: 12 (sleep))"
+                    .into()
+            ))
+        );
+        assert_eq!(out[1].unit, "s");
+    }
+
+    #[test]
+    fn a_held_context_sends_nothing_until_released() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let ctx = PhaseContext {
+            command_id: "c".into(),
+            trial: 0,
+            plan: Vec::new(),
+            resume_observations: 0,
+            cancel: Default::default(),
+            emit: tx,
+            state_dir: PathBuf::new(),
+            held: Default::default(),
+        };
+        ctx.hold();
+        ctx.value("cold", 0, 0.5, "s");
+        assert!(rx.try_recv().is_err(), "held back");
+        ctx.release(Some(&anyhow::anyhow!("survivors")));
+        let Ok(event::Body::Observation(o)) = rx.try_recv() else { panic!("no observation") };
+        assert!(matches!(o.outcome, Some(observation::Outcome::Error(ref e)) if e.contains("survivors")));
+        ctx.value("warm", 0, 0.1, "s");
+        assert!(matches!(rx.try_recv(), Ok(event::Body::Observation(o)) if o.metric == "warm"), "no longer held");
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod commands;
 pub mod facts;
+pub mod isolation;
 pub mod journal;
 pub mod logging;
 pub mod origin;

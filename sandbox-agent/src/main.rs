@@ -117,6 +117,9 @@ fn run_as(args: &[String]) -> ExitCode {
         _ => vec![user.shell.clone(), "-l".to_string()],
     };
     let env = sandbox_agent::users::environment(&user, &Default::default());
+    if let Err(err) = sandbox_agent::isolation::ensure_scratch(std::path::Path::new("/"), &user) {
+        eprintln!("sandbox-agent: cannot make the scratch folder of {name}: {err:#}");
+    }
     let err = std::process::Command::new(&command[0])
         .args(&command[1..])
         .env_clear()

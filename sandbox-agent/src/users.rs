@@ -202,6 +202,14 @@ pub fn environment(user: &User, extra: &BTreeMap<String, String>) -> BTreeMap<St
         ("NPM_CONFIG_CACHE".to_string(), format!("{home}/.npm")),
         ("UV_CACHE_DIR".to_string(), format!("{home}/.cache/uv")),
         ("UV_LINK_MODE".to_string(), "copy".to_string()),
+        // Places of the user's own: temporary files in its scratch folder (emptied after every
+        // trial), the XDG folders in its home, so nothing another user created is shared.
+        ("TMPDIR".to_string(), crate::isolation::scratch_dir(user).display().to_string()),
+        ("XDG_RUNTIME_DIR".to_string(), crate::isolation::runtime_dir(user).display().to_string()),
+        ("XDG_CACHE_HOME".to_string(), format!("{home}/.cache")),
+        ("XDG_CONFIG_HOME".to_string(), format!("{home}/.config")),
+        ("XDG_DATA_HOME".to_string(), format!("{home}/.local/share")),
+        ("XDG_STATE_HOME".to_string(), format!("{home}/.local/state")),
     ]);
     env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
@@ -281,7 +289,11 @@ mod tests {
         assert_eq!(env["NPM_CONFIG_PREFIX"], "/home/benchmark2/.local");
         assert_eq!(env["UV_CACHE_DIR"], "/home/benchmark2/.cache/uv");
         assert_eq!(env["LANG"], "en_US.UTF-8");
-        assert_eq!(env.len(), 13);
+        assert_eq!(env["TMPDIR"], "/tmp/sandbench-benchmark2");
+        assert_eq!(env["XDG_RUNTIME_DIR"], "/tmp/sandbench-benchmark2/run");
+        assert_eq!(env["XDG_CACHE_HOME"], "/home/benchmark2/.cache");
+        assert_eq!(env["XDG_STATE_HOME"], "/home/benchmark2/.local/state");
+        assert_eq!(env.len(), 19);
         assert!(!env.contains_key("SANDBENCH_TOKEN"));
     }
 }

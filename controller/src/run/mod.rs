@@ -33,7 +33,7 @@ use tokio::sync::watch;
 
 pub use display::Display;
 use output::skeleton;
-pub use output::{NoiseProfile, rerender, write_reports};
+pub use output::{NoiseProfile, agent_warnings, rerender, write_reports};
 
 use crate::cost::ledger::Ledger;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
@@ -127,7 +127,7 @@ pub async fn run_on(
         Ok(finished) => finished,
         Err(err) => execute::Finished::failed(format!("{err:#}")),
     };
-    finish(&mut report, finished, notes);
+    finish(&mut report, finished, notes, &dir);
     if let Some(ledger) = ledger.as_mut()
         && let Err(err) = ledger.finish_run(
             &run_id,
@@ -238,12 +238,13 @@ fn begin_ledger(opts: &RunOptions, plan: &Plan, report: &Report, dir: &Path) -> 
 }
 
 /// Puts what the run ended with into the report.
-fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>) {
+fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, dir: &Path) {
     let execute::Finished { status, mut sides, records, mut errors, warnings } = finished;
     errors.truncate(MAX_ERRORS);
     report.status = status;
     report.errors = errors;
     report.warnings = notes.into_iter().chain(warnings).collect();
+    report.warnings.extend(output::agent_warnings(dir));
     report.sandboxes = records;
     report.finished_at = Some(report::timestamp(SystemTime::now()));
     if let Some(side) = sides.remove(sandbench_proto::Side::Base.as_str()) {

@@ -71,6 +71,37 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<
     Ok(out)
 }
 
+/// Most warnings the agents' isolation reports are taken (each bounded in length).
+const MAX_AGENT_WARNINGS: usize = 200;
+const MAX_WARNING_CHARS: usize = 500;
+
+/// The warnings the agents sent about isolation between trials (`warnings/*.txt` in each
+/// sandbox's folder of the run directory: what they removed from the shared places, what
+/// survived), prefixed with the sandbox, in order of sandbox, phase file and line.
+pub fn agent_warnings(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(sandboxes) = std::fs::read_dir(dir.join("sandboxes")) else { return out };
+    let mut sandboxes: Vec<_> = sandboxes.flatten().map(|e| e.path()).collect();
+    sandboxes.sort();
+    for sandbox in sandboxes {
+        let Ok(files) = std::fs::read_dir(sandbox.join("warnings")) else { continue };
+        let mut files: Vec<_> = files.flatten().map(|e| e.path()).collect();
+        files.sort();
+        let name = sandbox.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        for file in files {
+            let Ok(text) = std::fs::read_to_string(&file) else { continue };
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                if out.len() >= MAX_AGENT_WARNINGS {
+                    out.push(format!("more isolation warnings in {}", dir.join("sandboxes").display()));
+                    return out;
+                }
+                out.push(format!("{name}: {}", line.chars().take(MAX_WARNING_CHARS).collect::<String>()));
+            }
+        }
+    }
+    out
+}
+
 pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Report {
     let mut expected = BTreeMap::new();
     for (name, n) in std::iter::once((sandbench_proto::phase::PREPARE, 1)).chain(plan.timed_phases()) {
@@ -144,4 +175,29 @@ pub fn rerender(dir: &Path) -> anyhow::Result<Report> {
         serde_json::from_slice(&bytes).with_context(|| format!("{} is not a sandbench report", path.display()))?;
     write_reports(dir, &mut report)?;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn agent_warnings_are_read_per_sandbox_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().join("sandboxes/sb-base-1/warnings");
+        std::fs::create_dir_all(&w).unwrap();
+        std::fs::write(w.join("measure-0.txt"), "measure trial 0: removed \"/tmp/x\" (owner uid 2001)\n\n").unwrap();
+        std::fs::write(w.join("install-0.txt"), "install trial 0: removed \"/dev/shm/y\"\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("sandboxes/sb-head-1")).unwrap();
+        assert_eq!(
+            super::agent_warnings(dir.path()),
+            [
+                "sb-base-1: install trial 0: removed \"/dev/shm/y\"",
+                "sb-base-1: measure trial 0: removed \"/tmp/x\" (owner uid 2001)"
+            ]
+        );
+        std::fs::write(w.join("z.txt"), "x\n".repeat(500)).unwrap();
+        let many = super::agent_warnings(dir.path());
+        assert_eq!(many.len(), super::MAX_AGENT_WARNINGS + 1);
+        assert!(many.last().unwrap().starts_with("more isolation warnings"));
+        assert!(super::agent_warnings(&dir.path().join("missing")).is_empty());
+    }
 }

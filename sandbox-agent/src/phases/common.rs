@@ -106,6 +106,11 @@ pub fn user_env(
     plan_env: &BTreeMap<String, String>,
     step_env: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
+    // Its private TMPDIR must exist before anything runs with it; a failure shows when the
+    // process cannot write there, and the sweep reports what it wrote elsewhere.
+    if let Err(err) = crate::isolation::ensure_scratch(Path::new("/"), user) {
+        tracing::warn!("cannot make the scratch folder of {}: {err:#}", user.name);
+    }
     let mut extra = plan_env.clone();
     extra.extend(step_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     users::environment(user, &extra)

@@ -26,12 +26,17 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
         }
     };
     common::hygiene(&user)?;
+    // The samples count only if no process of the user survives the window: a service
+    // respawning them could have been there all along (checked again after, race-free).
+    ctx.hold();
     let mut cold_ok = false;
     let result = match &plan.measure.startup {
         Some(startup) => startups(ctx, plan, startup, &user, trial, &mut cold_ok),
         None => Ok(()),
     };
     let cleanup = common::hygiene(&user);
+    ctx.release(cleanup.as_ref().err());
+    cold_ok &= cleanup.is_ok();
     if trial == 0 && plan.measure.footprint && (cold_ok || plan.measure.startup.is_none()) {
         let footprint = state
             .home_before_install_bytes

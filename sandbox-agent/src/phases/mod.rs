@@ -10,10 +10,15 @@ mod synthetic;
 pub mod transport;
 pub mod ui;
 
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context, bail};
-use sandbench_proto::plan::{AgentPlan, phase};
+use sandbench_proto::plan::{AgentPlan, BUILDER_USER, phase};
 
 use crate::commands::PhaseContext;
+use crate::isolation;
+use crate::probes::processes::of_user;
 
 pub use common::restore_origin;
 
@@ -25,13 +30,48 @@ pub fn run(name: &str, ctx: &PhaseContext) -> anyhow::Result<()> {
     let plan: AgentPlan =
         serde_json::from_slice(&ctx.plan).with_context(|| format!("invalid plan for phase {name}"))?;
     harness::write(&plan).context("cannot write the harness files")?;
+    let before = isolation::snapshot(&isolation::RealFs, &isolation::SHARED_PLACES);
+    let result = dispatch(name, ctx, &plan);
+    let cleanup = isolate(ctx, name, &before);
+    result.and(cleanup)
+}
+
+/// After a phase: the builder's processes stopped (prepare's, and any a later phase started),
+/// what non-root users left in the shared places removed, and what was removed or survived
+/// sent as the trial's warnings (`warnings/<phase>-<trial>.txt`, which the controller adds to
+/// the report's warnings).
+fn isolate(ctx: &PhaseContext, name: &str, before: &BTreeSet<PathBuf>) -> anyhow::Result<()> {
+    let accounts = common::accounts();
+    let stopped = match accounts.find(BUILDER_USER) {
+        Ok(Some(builder)) if name == phase::PREPARE || !of_user(Path::new("/proc"), builder.uid).is_empty() => {
+            common::hygiene(&builder)
+        }
+        _ => Ok(()),
+    };
+    let users = std::fs::read_to_string("/etc/passwd").map(|t| crate::users::parse_passwd(&t)).unwrap_or_default();
+    let quiet: BTreeSet<PathBuf> = users.iter().map(isolation::scratch_dir).collect();
+    let fs = isolation::RealFs;
+    let swept = isolation::sweep(&fs, &isolation::SHARED_PLACES, &quiet);
+    let after = isolation::snapshot(&fs, &isolation::SHARED_PLACES);
+    let warnings = isolation::warnings(name, ctx.trial, &swept, before, &after);
+    if !warnings.is_empty() {
+        for warning in &warnings {
+            ctx.note(warning);
+        }
+        let text: String = warnings.iter().map(|w| format!("{w}\n")).collect();
+        ctx.file(&format!("warnings/{name}-{}.txt", ctx.trial), text.as_bytes());
+    }
+    stopped
+}
+
+fn dispatch(name: &str, ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
     match name {
-        phase::PREPARE => prepare::run(ctx, &plan),
-        phase::INSTALL => install::run(ctx, &plan, ctx.trial),
-        phase::MEASURE => measure::run(ctx, &plan, ctx.trial),
-        phase::RUNTIME => runtime::run(ctx, &plan, ctx.trial),
-        phase::TRANSPORT => transport::run(ctx, &plan, ctx.trial),
-        phase::UI => ui::run(ctx, &plan, ctx.trial),
+        phase::PREPARE => prepare::run(ctx, plan),
+        phase::INSTALL => install::run(ctx, plan, ctx.trial),
+        phase::MEASURE => measure::run(ctx, plan, ctx.trial),
+        phase::RUNTIME => runtime::run(ctx, plan, ctx.trial),
+        phase::TRANSPORT => transport::run(ctx, plan, ctx.trial),
+        phase::UI => ui::run(ctx, plan, ctx.trial),
         other => bail!(
             "unknown phase {other:?} (this agent knows: {}, {}, {}, {}, {}, {}, {})",
             phase::PREPARE,

@@ -43,6 +43,8 @@ pub fn run_section(
     trial: u32,
 ) -> anyhow::Result<()> {
     common::hygiene(user)?;
+    // Samples are held until the hygiene after their window found the user's table empty.
+    ctx.hold();
     let mut failures = Vec::new();
     for scenario in &section.scenarios {
         if ctx.canceled() {
@@ -71,7 +73,8 @@ pub fn run_section(
             failures.push(format!("{}: {err:#}", scenario.name));
         }
         engine.close(&format!("{}-{trial}", scenario.name));
-        common::hygiene(user)?;
+        checked(ctx, user)?;
+        ctx.hold();
     }
     for repeated in &section.commands {
         if let Err(err) = repeat_command(ctx, plan, user, base, trial, repeated) {
@@ -84,11 +87,19 @@ pub fn run_section(
             failures.push(format!("{}: {err:#}", script.name));
         }
     }
-    common::hygiene(user)?;
+    checked(ctx, user)?;
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
     }
     Ok(())
+}
+
+/// Stops the user's processes and sends the held samples — or, when some survived, an error
+/// on each of their metrics instead.
+fn checked(ctx: &PhaseContext, user: &User) -> anyhow::Result<()> {
+    let cleanup = common::hygiene(user);
+    ctx.release(cleanup.as_ref().err());
+    cleanup
 }
 
 fn repeat_command(

@@ -131,7 +131,11 @@ async fn four_sandboxes_lose_nothing_when_the_server_restarts_mid_stream() {
         for id in &ids {
             let outcome = hub.wait_done(id, &format!("{id}-stream"), Duration::from_secs(120)).await.unwrap();
             assert_eq!(outcome.status, PhaseStatus::Ok, "{id}: {}", outcome.error);
-            let status = hub.status(id).unwrap().borrow().clone();
+            // A stream that ended before the restart is done at once (the log says so): wait
+            // for its agent to come back too before counting its boots.
+            let mut status = hub.status(id).unwrap();
+            let back = tokio::time::timeout(Duration::from_secs(30), status.wait_for(|s| s.sessions > 0)).await;
+            let status = back.expect("the agent reconnected to the restarted server").unwrap().clone();
             assert_eq!(status.boots, 1, "{id}: the agent kept running");
             assert!(status.observations < OBSERVATIONS, "{id}: the restart came after the stream ended");
         }

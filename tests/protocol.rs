@@ -379,3 +379,36 @@ async fn a_command_sent_the_moment_an_agent_says_hello_comes_after_the_welcome()
         }
     }
 }
+
+#[tokio::test]
+async fn commands_finished_before_a_controller_restart_stay_finished_after_it() {
+    let config = HubConfig::default();
+    let f = fixture_with(config).await;
+    let token = f.hub.register("sb").unwrap();
+    let mut s = open(&f, "sb", &token).await.unwrap();
+    let failed = PhaseDone { command_id: "c1".into(), status: PhaseStatus::Failed as i32, error: "boom".into() };
+    let mut events = observations(1..=3);
+    events.push(Event { seq: 4, unix_ms: 1, body: Some(event::Body::PhaseDone(failed)) });
+    events.push(done_event(5, "c2"));
+    s.send(events).await;
+    assert_eq!(s.ack().await, 5);
+    drop(s);
+    // The controller goes away after the PhaseDones were acknowledged: the agent holds nothing
+    // more to send, so only the log can tell the reopened hub that the commands finished.
+    let Fixture { _dir: dir, hub, server } = f;
+    server.stop().await;
+    hub.close().await;
+    let hub = Hub::open(dir.path(), config).unwrap();
+    let server = hub.serve(&dir.path().join("agent.sock")).await.unwrap();
+    let f2 = Fixture { _dir: dir, hub, server };
+    let outcome = f2.hub.wait_done("sb", "c1", Duration::from_secs(2)).await.expect("c1 is known to be done");
+    assert_eq!((outcome.status, outcome.error.as_str()), (PhaseStatus::Failed, "boom"));
+    let outcome = f2.hub.wait_done("sb", "c2", Duration::from_secs(2)).await.expect("c2 is known to be done");
+    assert_eq!((outcome.status, outcome.error.as_str()), (PhaseStatus::Ok, ""));
+    // Re-issued by the restarted controller, they are not kept pending for the next session.
+    f2.hub.send("sb", run_phase("c1")).await.unwrap();
+    let mut s = open(&f2, "sb", &token).await.unwrap();
+    assert_eq!(s.welcome.acked_seq, 5);
+    assert_eq!(s.next(Duration::from_millis(700)).await, None);
+    f2.hub.close().await;
+}

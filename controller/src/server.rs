@@ -183,6 +183,7 @@ impl Hub {
             .into_iter()
             .map(|(sandbox, sizes)| (sandbox, Files::recovered(sizes)))
             .collect();
+        let mut done = per_sandbox(recovered.done);
         let last_seqs = recovered.last_seqs;
         let tokens: HashMap<String, TokenRecord> = match std::fs::read(run_dir.join(TOKENS_FILE)) {
             Ok(bytes) => serde_json::from_slice(&bytes).context("corrupt agent token file")?,
@@ -193,7 +194,14 @@ impl Hub {
             .into_iter()
             .map(|(id, record)| {
                 let seq = last_seqs.get(&id).copied().unwrap_or(0);
-                (id, SandboxState::new(record.token, record.retired, seq))
+                let state = SandboxState::new(record.token, record.retired, seq);
+                // Commands that finished before a restart stay finished: their PhaseDone is
+                // acknowledged, so the agent will never send it again.
+                let finished = done.remove(&id).unwrap_or_default().into_iter().map(|(command, (status, error))| {
+                    (command, PhaseOutcome { status: status_from_name(&status), error })
+                });
+                state.status.send_modify(|s| s.done.extend(finished));
+                (id, state)
             })
             .collect();
         Ok(Hub {

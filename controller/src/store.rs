@@ -217,6 +217,8 @@ pub struct Recovered {
     pub output_bytes: HashMap<(String, String), u64>,
     /// The size of every file a sandbox sent, per (sandbox, path), as written.
     pub file_sizes: HashMap<(String, String), u64>,
+    /// Commands finished per (sandbox, command): the status and error of their `phase_done`.
+    pub done: HashMap<(String, String), (String, String)>,
 }
 
 impl Recovered {
@@ -237,6 +239,8 @@ impl Recovered {
             #[serde(default)]
             bytes: u64,
             refused: Option<String>,
+            status: Option<String>,
+            error: Option<String>,
         }
         let Ok(key) = serde_json::from_slice::<Key>(line) else { return false };
         let seq = self.last_seqs.entry(key.sandbox.clone()).or_default();
@@ -249,6 +253,10 @@ impl Recovered {
             "file" if key.refused.is_none() => {
                 let size = self.file_sizes.entry((key.sandbox, key.path.unwrap_or_default())).or_default();
                 *size = (*size).max(key.offset.saturating_add(key.bytes));
+            }
+            "phase_done" => {
+                let outcome = (key.status.unwrap_or_default(), key.error.unwrap_or_default());
+                self.done.insert((key.sandbox, key.command_id), outcome);
             }
             _ => {}
         }

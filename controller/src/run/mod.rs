@@ -228,6 +228,10 @@ pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Res
     report.status = status;
     report.errors = errors;
     report.warnings = warnings;
+    // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
+    report
+        .warnings
+        .insert(0, format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb));
     report.sandboxes = records;
     report.finished_at = Some(report::timestamp(SystemTime::now()));
     if let Some(side) = sides.get("base") {

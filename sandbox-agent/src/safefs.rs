@@ -14,7 +14,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path};
 
-use rustix::fs::{AtFlags, CWD, FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
+use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
 use rustix::io::Errno;
 
 /// How anything below a base is resolved: no link of any kind, never above the base.
@@ -193,7 +193,7 @@ mod tests {
         symlink("../../outside/secret", base.join("release/relative")).unwrap();
         symlink(dir.path().join("outside"), base.join("linked")).unwrap();
         symlink("/proc/self/environ", base.join("release/environ")).unwrap();
-        rustix::fs::mkfifoat(CWD, base.join("release/fifo"), Mode::from_raw_mode(0o644)).unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, base.join("release/fifo"), Mode::from_raw_mode(0o644)).unwrap();
         let fd = open_dir(&base).unwrap();
         (dir, fd)
     }

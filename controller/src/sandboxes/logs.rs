@@ -45,7 +45,7 @@ pub async fn logs(provisioner: &DockerProvisioner, id: &str, lines: Option<usize
     let skip = lines.map_or(0, |n| all.len().saturating_sub(n));
     let mut stdout = std::io::stdout();
     for (_, text) in &all[skip..] {
-        let _ = writeln!(stdout, "{}", crate::sanitize::terminal(&text));
+        let _ = writeln!(stdout, "{}", crate::sanitize::terminal(text));
     }
     let _ = stdout.flush();
     if follow {

@@ -1,11 +1,16 @@
 //! Runs the controller's commands. Commands are idempotent by `command_id`: one that is running,
 //! or that the journal shows finished, is not started again; one that a killed agent left half
 //! done resumes from what the journal holds.
+//!
+//! A command's output is sent up to the controller's cap (`Welcome.output_cap_bytes`): its
+//! first half as it comes, then only its last bytes are held and sent when the command ends,
+//! after a marker saying how many were cut ([`OutputCap`]). A flood fills neither the journal
+//! nor the stream.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use sandbench_proto::v1::{
     FileChunk, Log, LogStream, Observation, PhaseDone, PhaseStarted, PhaseStatus, RunPhase, command, event, observation,
@@ -17,6 +22,82 @@ use crate::phases;
 
 /// Where phases put their events: the journal writer's queue.
 pub type Emit = mpsc::Sender<event::Body>;
+
+/// Output bytes sent per command, from the controller's Welcome (0: no cap).
+static OUTPUT_CAP_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Room kept in the controller's tail for the agent's own marker.
+const MARKER_ROOM: u64 = 256;
+
+/// Sets the per-command output cap (the session does, from each Welcome).
+pub fn set_output_cap(bytes: u64) {
+    OUTPUT_CAP_BYTES.store(bytes, Ordering::Relaxed);
+}
+
+/// One command's output against the cap: the head passes, the tail waits, the middle is counted.
+#[derive(Debug)]
+pub struct OutputCap {
+    cap: u64,
+    head_left: u64,
+    tail_cap: u64,
+    tail: VecDeque<(LogStream, Vec<u8>)>,
+    tail_bytes: u64,
+    cut: u64,
+}
+
+impl OutputCap {
+    pub fn new(cap: u64) -> OutputCap {
+        let tail_cap = (cap / 2).saturating_sub(MARKER_ROOM);
+        OutputCap { cap, head_left: cap - cap / 2, tail_cap, tail: VecDeque::new(), tail_bytes: 0, cut: 0 }
+    }
+
+    /// The part of `bytes` to send now; the rest is held in the tail (whose oldest bytes are cut).
+    pub fn admit<'a>(&mut self, stream: LogStream, bytes: &'a [u8]) -> &'a [u8] {
+        if self.cap == 0 {
+            return bytes;
+        }
+        let now = (self.head_left.min(bytes.len() as u64)) as usize;
+        self.head_left -= now as u64;
+        let rest = &bytes[now..];
+        if !rest.is_empty() {
+            // Only the last tail_cap bytes of what is left can be kept.
+            let keep = rest.len().min(self.tail_cap as usize);
+            self.cut += (rest.len() - keep) as u64;
+            if keep > 0 {
+                self.tail.push_back((stream, rest[rest.len() - keep..].to_vec()));
+                self.tail_bytes += keep as u64;
+            }
+            while self.tail_bytes > self.tail_cap {
+                let excess = (self.tail_bytes - self.tail_cap) as usize;
+                let Some(front) = self.tail.front_mut() else { break };
+                let drop = excess.min(front.1.len());
+                front.1.drain(..drop);
+                if front.1.is_empty() {
+                    self.tail.pop_front();
+                }
+                self.tail_bytes -= drop as u64;
+                self.cut += drop as u64;
+            }
+        }
+        &bytes[..now]
+    }
+
+    /// What is still to send when the command ends: a marker when bytes were cut, then the tail.
+    pub fn finish(&mut self) -> Vec<(LogStream, Vec<u8>)> {
+        let mut out = Vec::new();
+        if self.cut > 0 {
+            let marker = format!(
+                "\n[sandbox-agent: {} bytes of output cut here (cap {} bytes); the last {} bytes follow]\n",
+                self.cut, self.cap, self.tail_bytes
+            );
+            out.push((LogStream::Agent, marker.into_bytes()));
+        }
+        out.extend(self.tail.drain(..));
+        self.tail_bytes = 0;
+        self.cut = 0;
+        out
+    }
+}
 
 /// What a phase gets to do its work.
 pub struct PhaseContext {
@@ -31,6 +112,8 @@ pub struct PhaseContext {
     pub state_dir: PathBuf,
     /// Observations held back until the trial's window proved clean ([`PhaseContext::hold`]).
     pub held: std::sync::Mutex<Option<Vec<Observation>>>,
+    /// This command's output against the controller's cap.
+    pub output: Mutex<OutputCap>,
 }
 
 impl PhaseContext {
@@ -76,8 +159,27 @@ impl PhaseContext {
         }
     }
 
-    /// Streams process output (or the agent's own notes) to the controller.
+    /// Streams process output (or the agent's own notes) to the controller, up to the cap.
     pub fn log(&self, stream: LogStream, bytes: &[u8]) {
+        if stream == LogStream::Agent {
+            return self.send_log(stream, bytes);
+        }
+        let mut output = lock(&self.output);
+        let now = output.admit(stream, bytes);
+        if !now.is_empty() {
+            self.send_log(stream, now);
+        }
+    }
+
+    /// Sends the output held back by the cap (the command is ending).
+    pub fn finish_output(&self) {
+        let held = lock(&self.output).finish();
+        for (stream, bytes) in held {
+            self.send_log(stream, &bytes);
+        }
+    }
+
+    fn send_log(&self, stream: LogStream, bytes: &[u8]) {
         for chunk in bytes.chunks(sandbench_proto::MAX_CHUNK_BYTES) {
             self.emit(event::Body::Log(Log {
                 command_id: self.command_id.clone(),
@@ -191,6 +293,7 @@ impl Workloads {
             emit: self.emit.clone(),
             state_dir: self.state_dir.clone(),
             held: Default::default(),
+            output: Mutex::new(OutputCap::new(OUTPUT_CAP_BYTES.load(Ordering::Relaxed))),
         };
         let phase = run.phase;
         *lock(&self.current) = Some((ctx.command_id.clone(), phase.clone(), ctx.trial, true));
@@ -218,6 +321,7 @@ impl Workloads {
                 Ok(()) => (PhaseStatus::Ok, String::new()),
                 Err(err) => (PhaseStatus::Failed, format!("{err:#}")),
             };
+            ctx.finish_output();
             let done = PhaseDone { command_id: ctx.command_id.clone(), status: status as i32, error };
             ctx.emit(event::Body::PhaseDone(done));
             if let Some(c) = lock(&current).as_mut().filter(|c| c.0 == ctx.command_id) {
@@ -274,6 +378,7 @@ mod tests {
             emit: tx,
             state_dir: PathBuf::new(),
             held: Default::default(),
+            output: Mutex::new(OutputCap::new(1 << 20)),
         };
         ctx.hold();
         ctx.value("cold", 0, 0.5, "s");
@@ -283,5 +388,46 @@ mod tests {
         assert!(matches!(o.outcome, Some(observation::Outcome::Error(ref e)) if e.contains("survivors")));
         ctx.value("warm", 0, 0.1, "s");
         assert!(matches!(rx.try_recv(), Ok(event::Body::Observation(o)) if o.metric == "warm"), "no longer held");
+    }
+
+    fn sent(cap: &mut OutputCap, pieces: &[&[u8]]) -> (Vec<u8>, Vec<(LogStream, Vec<u8>)>) {
+        let mut now = Vec::new();
+        for piece in pieces {
+            now.extend_from_slice(cap.admit(LogStream::Stdout, piece));
+        }
+        (now, cap.finish())
+    }
+
+    #[test]
+    fn output_past_the_cap_keeps_head_and_tail_with_a_marker() {
+        let mut cap = OutputCap::new(2 * 1024);
+        let flood: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let (head, rest) = sent(&mut cap, &[&flood[..3000], &flood[3000..3001], &flood[3001..]]);
+        assert_eq!(head, &flood[..1024]);
+        let tail_cap = 1024 - MARKER_ROOM as usize;
+        let marker = String::from_utf8(rest[0].1.clone()).unwrap();
+        assert_eq!(rest[0].0, LogStream::Agent);
+        let cut = 10_000 - 1024 - tail_cap;
+        assert!(marker.contains(&format!("{cut} bytes of output cut")), "{marker}");
+        let tail: Vec<u8> = rest[1..].iter().flat_map(|(_, b)| b.clone()).collect();
+        assert_eq!(tail, &flood[10_000 - tail_cap..]);
+        assert!(marker.len() as u64 <= MARKER_ROOM);
+    }
+
+    #[test]
+    fn output_under_the_cap_or_uncapped_passes_whole() {
+        let mut cap = OutputCap::new(2 * 1024);
+        let (now, rest) = sent(&mut cap, &[b"hello", b" world"]);
+        assert_eq!((now.as_slice(), rest.len()), (&b"hello world"[..], 0));
+        let mut cap = OutputCap::new(0);
+        let big = vec![b'y'; 1 << 20];
+        let (now, rest) = sent(&mut cap, &[&big]);
+        assert_eq!((now.len(), rest.len()), (1 << 20, 0));
+        // Between head and cap: the rest comes at the end, with no marker.
+        let mut cap = OutputCap::new(2 * 1024);
+        let (now, rest) = sent(&mut cap, &[&[b'a'; 1500]]);
+        assert_eq!(now.len(), 1024);
+        assert_eq!(rest.iter().map(|(_, b)| b.len()).sum::<usize>(), 476);
+        assert!(rest.iter().all(|(s, _)| *s == LogStream::Stdout));
     }
 }

@@ -4,6 +4,11 @@
 //! Record layout: `len: u32 LE | crc32(payload): u32 LE | payload` where the payload is a
 //! protobuf-encoded `Event`. Sequence numbers are contiguous from 1. A torn or corrupt tail (a
 //! crash in the middle of a write) is cut off when the journal is opened.
+//!
+//! The journal's size is bounded ([`MAX_JOURNAL_BYTES`]): past it, output and files are dropped
+//! (after one note saying so) and only the small events (phases, observations) are still kept;
+//! past a further margin appends fail, and the agent stops with an error rather than fill the
+//! sandbox's disk.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -18,6 +23,11 @@ use sandbench_proto::v1::{Event, event};
 const HEADER_BYTES: usize = 8;
 /// Largest record accepted when reading back; anything bigger is corruption.
 const MAX_RECORD_BYTES: usize = 2 * sandbench_proto::MAX_CHUNK_BYTES;
+/// Journal size past which output and files are no longer recorded.
+pub const MAX_JOURNAL_BYTES: u64 = 512 << 20;
+/// Room past [`MAX_JOURNAL_BYTES`] for phase events and observations, after which appends fail.
+const SMALL_EVENTS_ROOM: u64 = 64 << 20;
+
 /// One file offset is remembered for every this many events, to find a seq quickly on replay.
 const INDEX_STRIDE: u64 = 1024;
 
@@ -45,6 +55,10 @@ pub struct Journal {
     index: SeqIndex,
     progress: Progress,
     buf: Vec<u8>,
+    /// Size past which output and files are dropped.
+    limit: u64,
+    /// Output and file events dropped for the size bound.
+    dropped: u64,
 }
 
 impl Journal {
@@ -79,7 +93,53 @@ impl Journal {
             index: Arc::new(Mutex::new(index)),
             progress: Arc::new(Mutex::new(progress)),
             buf: Vec::with_capacity(64 * 1024),
+            limit: MAX_JOURNAL_BYTES,
+            dropped: 0,
         })
+    }
+
+    /// Sets the size past which output and files are dropped (tests use a small one).
+    pub fn with_limit(mut self, limit: u64) -> Journal {
+        self.limit = limit;
+        self
+    }
+
+    /// Past the size bound: drops output and files (noting it once), and refuses everything
+    /// past the margin kept for the small events.
+    fn bound(&mut self, bodies: Vec<event::Body>) -> io::Result<Vec<event::Body>> {
+        if self.len < self.limit {
+            return Ok(bodies);
+        }
+        if self.len >= self.limit + SMALL_EVENTS_ROOM {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("the journal holds {} bytes, past its bound of {} bytes", self.len, self.limit),
+            ));
+        }
+        let mut kept = Vec::with_capacity(bodies.len());
+        for body in bodies {
+            let command_id = match &body {
+                event::Body::Log(log) => log.command_id.clone(),
+                event::Body::File(file) => file.command_id.clone(),
+                _ => {
+                    kept.push(body);
+                    continue;
+                }
+            };
+            if self.dropped == 0 {
+                let note = format!(
+                    "[sandbox-agent: the journal passed {} bytes; output and files are no longer recorded]\n",
+                    self.limit
+                );
+                kept.push(event::Body::Log(sandbench_proto::v1::Log {
+                    command_id,
+                    stream: sandbench_proto::v1::LogStream::Agent as i32,
+                    chunk: note.into_bytes(),
+                }));
+            }
+            self.dropped += 1;
+        }
+        Ok(kept)
     }
 
     pub fn last_seq(&self) -> u64 {
@@ -98,6 +158,7 @@ impl Journal {
     /// Appends events, assigning consecutive seqs, and makes them durable (one fdatasync for the
     /// whole batch). Returns the last seq written.
     pub fn append(&mut self, bodies: Vec<event::Body>) -> io::Result<u64> {
+        let bodies = self.bound(bodies)?;
         if bodies.is_empty() {
             return Ok(self.last_seq);
         }
@@ -321,6 +382,41 @@ mod tests {
             outcome: Some(observation::Outcome::Value(trial as f64)),
             unit: String::new(),
         })
+    }
+
+    fn log(command: &str, bytes: usize) -> event::Body {
+        event::Body::Log(sandbench_proto::v1::Log { command_id: command.into(), stream: 1, chunk: vec![b'y'; bytes] })
+    }
+
+    #[test]
+    fn past_its_bound_the_journal_drops_output_with_a_note_and_keeps_observations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let mut journal = Journal::open(&path).unwrap().with_limit(10_000);
+        for _ in 0..20 {
+            journal.append(vec![log("c", 1000)]).unwrap();
+        }
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len < 12_000, "{len} bytes");
+        let seq = journal.append(vec![log("c", 1000), obs("c", 1), log("c", 10)]).unwrap();
+        let events = journal.source().reader_at(1).unwrap().read_batch(seq, usize::MAX, usize::MAX).unwrap();
+        let notes: Vec<_> = events
+            .iter()
+            .filter_map(|e| match &e.body {
+                Some(event::Body::Log(l)) if l.stream == sandbench_proto::v1::LogStream::Agent as i32 => {
+                    Some(String::from_utf8_lossy(&l.chunk).to_string())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("no longer recorded"), "{notes:?}");
+        assert!(matches!(events.last().unwrap().body, Some(event::Body::Observation(_))));
+        // Past the margin for small events, appends fail instead of filling the disk.
+        let mut journal = Journal::open(&path).unwrap().with_limit(0);
+        journal.len = SMALL_EVENTS_ROOM;
+        let err = journal.append(vec![obs("c", 2)]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod origin;
 pub mod phases;
 pub mod probes;
 pub mod reaper;
+pub mod safefs;
 pub mod session;
 pub mod status;
 pub mod users;

@@ -1,6 +1,7 @@
 //! The loopback HTTP origin: serves the release folder made by prepare to the installer on
-//! `127.0.0.1:<port>`, until the sandbox ends. GET and HEAD of files only; nothing outside the
-//! folder is reachable.
+//! `127.0.0.1:<port>`, until the sandbox ends. GET and HEAD of regular files only, reached
+//! without following any link ([`crate::safefs`]): the builder made the folder, and a link it
+//! planted (`x -> /proc/1/environ`) must not hand root's files to the workload.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
@@ -70,14 +71,10 @@ fn handle(mut stream: TcpStream, root: &Path) -> std::io::Result<()> {
     if method != "GET" && method != "HEAD" {
         return respond(&mut stream, "405 Method Not Allowed", b"", method == "HEAD");
     }
-    let Some(path) = resolve(root, target) else {
-        return respond(&mut stream, "404 Not Found", b"not found\n", method == "HEAD");
-    };
-    match std::fs::File::open(&path).and_then(|f| f.metadata().map(|m| (f, m))) {
-        Ok((mut file, meta)) if meta.is_file() => {
+    match open(root, target) {
+        Some((mut file, len)) => {
             let header = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
-                meta.len()
+                "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
             );
             stream.write_all(header.as_bytes())?;
             if method == "GET" {
@@ -92,8 +89,21 @@ fn handle(mut stream: TcpStream, root: &Path) -> std::io::Result<()> {
             }
             stream.flush()
         }
-        _ => respond(&mut stream, "404 Not Found", b"not found\n", method == "HEAD"),
+        None => respond(&mut stream, "404 Not Found", b"not found\n", method == "HEAD"),
     }
+}
+
+/// The regular file a request target names under `root` and its size: reached through no link,
+/// and not a hard link to a file of someone else than the builder (or root, for SHA256SUMS).
+fn open(root: &Path, target: &str) -> Option<(std::fs::File, u64)> {
+    let relative = resolve(Path::new(""), target)?;
+    let dir = crate::safefs::open_dir(root).ok()?;
+    let (file, stat) = crate::safefs::open_regular(&dir, &relative).ok()?;
+    let owners = [0, sandbench_proto::plan::BUILDER_UID];
+    if stat.st_nlink > 1 && !owners.contains(&stat.st_uid) {
+        return None;
+    }
+    Some((file, stat.st_size as u64))
 }
 
 fn respond(stream: &mut TcpStream, status: &str, body: &[u8], head: bool) -> std::io::Result<()> {
@@ -164,5 +174,24 @@ mod tests {
         assert!(ok.starts_with("HTTP/1.1 200 OK") && ok.ends_with("\r\n\r\ntarball"), "{ok}");
         assert!(get("/v1/missing").starts_with("HTTP/1.1 404"));
         assert!(get("/v1").starts_with("HTTP/1.1 404"));
+    }
+
+    #[test]
+    fn serves_nothing_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let release = dir.path().join("release");
+        std::fs::create_dir_all(&release).unwrap();
+        std::fs::write(dir.path().join("secret"), b"SANDBENCH_TOKEN=abc").unwrap();
+        std::os::unix::fs::symlink("/proc/1/environ", release.join("x")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), release.join("y")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), release.join("up")).unwrap();
+        std::fs::write(release.join("ok"), b"fine").unwrap();
+        for target in ["/x", "/y", "/up/secret", "/..%2fsecret"] {
+            assert!(open(&release, target).is_none(), "{target} was served");
+        }
+        assert_eq!(open(&release, "/ok").map(|(_, len)| len), Some(4));
+        // A release folder that is itself a link serves nothing.
+        std::os::unix::fs::symlink(&release, dir.path().join("linked")).unwrap();
+        assert!(open(&dir.path().join("linked"), "/ok").is_none());
     }
 }

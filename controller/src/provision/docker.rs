@@ -687,7 +687,10 @@ impl Provisioner for DockerProvisioner {
 fn host_config(request: &SandboxRequest) -> HostConfig {
     // Docker takes a relative bind source for a volume name: bind absolute paths only.
     let socket_dir = std::path::absolute(&request.socket_dir).unwrap_or_else(|_| request.socket_dir.clone());
-    let mut binds = vec![format!("{}:{}:rw", socket_dir.display(), SOCKET_DIR_IN_SANDBOX)];
+    // Read-only: the agent only connects to the socket there (connect(2) needs no write on
+    // the mount), and root in the sandbox must not plant, delete or replace anything in a
+    // folder of the host's. Nothing writable on the host is mounted into a sandbox.
+    let mut binds = vec![format!("{}:{}:ro", socket_dir.display(), SOCKET_DIR_IN_SANDBOX)];
     if request.shipping == AgentShipping::Bind {
         binds.push(format!("{}:{}:ro", request.agent_binary.display(), AGENT_PATH_IN_SANDBOX));
     }

@@ -212,7 +212,7 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
     let r = &report.resources;
     let _ = writeln!(
         out,
-        "Linux x64 sandboxes, {} vCPU, {:.1} GB RAM, {} GB disk.",
+        "Linux x64 sandboxes, {} vCPU, {:.1} GB RAM, {} GB disk (not enforced).",
         r.cpus,
         r.memory_bytes as f64 / 1e9,
         r.disk_gb

@@ -127,7 +127,9 @@ pub async fn run_on(
         Ok(finished) => finished,
         Err(err) => execute::Finished::failed(format!("{err:#}")),
     };
-    finish(&mut report, finished, notes, &dir);
+    // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
+    let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
+    finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
     if let Some(ledger) = ledger.as_mut()
         && let Err(err) = ledger.finish_run(
             &run_id,

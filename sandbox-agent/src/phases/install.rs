@@ -1,8 +1,9 @@
 //! install (timed, metric `install` in seconds): a fresh user per trial (`benchmark<t+1>`, uid
 //! 2001+t), the install command timed from just before it starts to its exit, then untimed
 //! checks; the sandbox's first install trial (0 unless trials are split across sandbox pairs)
-//! also records the footprint baseline and lays the fixture workspace. Process
-//! hygiene before and after; survivors fail the trial.
+//! also records the footprint baseline and lays the fixture workspace, after the hygiene that
+//! ends the user's processes and without following any link the install planted
+//! ([`crate::safefs`]). Process hygiene before and after; survivors fail the trial.
 
 use std::path::Path;
 
@@ -12,7 +13,8 @@ use sandbench_proto::plan::{AgentPlan, Check, Fixture, Step, benchmark_user};
 use super::common::{self, AgentState};
 use crate::commands::PhaseContext;
 use crate::probes::disk;
-use crate::users::{User, chown_tree};
+use crate::safefs;
+use crate::users::User;
 
 pub const METRIC: &str = sandbench_proto::metric::INSTALL;
 
@@ -26,8 +28,14 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
         Some(user) => common::hygiene(user),
         None => Ok(()),
     };
-    match (outcome, cleanup) {
-        (Ok(seconds), Ok(())) => {
+    // Root lays the fixture only once no process of the user is left to race it.
+    let outcome = match (outcome, cleanup, &user) {
+        (Ok((seconds, true)), Ok(()), Some(user)) => fixture_after_hygiene(ctx, plan, user).map(|()| seconds),
+        (Ok((seconds, _)), Ok(()), _) => Ok(seconds),
+        (Err(err), ..) | (Ok(_), Err(err), _) => Err(err),
+    };
+    match outcome {
+        Ok(seconds) => {
             ctx.value(METRIC, trial, seconds, "s");
             let mut state = AgentState::load(&ctx.state_dir)?;
             if state.first_install_trial == Some(trial) {
@@ -36,14 +44,16 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
             }
             Ok(())
         }
-        (Err(err), _) | (Ok(_), Err(err)) => {
+        Err(err) => {
             ctx.error(METRIC, trial, &err, "s");
             Err(err)
         }
     }
 }
 
-fn install(ctx: &PhaseContext, plan: &AgentPlan, trial: u32, name: &str, uid: u32) -> anyhow::Result<f64> {
+/// The timed install and its checks: the seconds, and whether this is the sandbox's first
+/// installation (whose user gets the fixture).
+fn install(ctx: &PhaseContext, plan: &AgentPlan, trial: u32, name: &str, uid: u32) -> anyhow::Result<(f64, bool)> {
     let user = common::accounts().create_fresh(name, uid)?;
     let excludes = &plan.install.footprint_excludes;
     let before = disk::apparent_size(&user.home, excludes)?;
@@ -55,17 +65,24 @@ fn install(ctx: &PhaseContext, plan: &AgentPlan, trial: u32, name: &str, uid: u3
         verify(ctx, plan, &user, check)?;
     }
     let mut state = AgentState::load(&ctx.state_dir)?;
-    if state.first_install_trial.is_none_or(|first| first == trial) {
+    let first = state.first_install_trial.is_none_or(|first| first == trial);
+    if first {
         // This sandbox's first installation: its user is the one later phases use.
         state.first_install_trial = Some(trial);
         state.home_before_install_bytes = Some(before);
         state.first_install_ok = false;
         state.save(&ctx.state_dir)?;
-        if let Some(fixture) = &plan.install.fixture {
-            lay_fixture(ctx, plan, &user, fixture)?;
-        }
     }
-    Ok(seconds)
+    Ok((seconds, first))
+}
+
+/// Lays the fixture (when the plan has one) for the user whose processes hygiene just ended,
+/// then ends again whatever the fixture's git step left running.
+fn fixture_after_hygiene(ctx: &PhaseContext, plan: &AgentPlan, user: &User) -> anyhow::Result<()> {
+    let Some(fixture) = &plan.install.fixture else { return Ok(()) };
+    let laid = lay_fixture(ctx, plan, user, fixture);
+    let cleanup = common::hygiene(user);
+    laid.and(cleanup)
 }
 
 fn verify(ctx: &PhaseContext, plan: &AgentPlan, user: &User, check: &Check) -> anyhow::Result<()> {
@@ -99,15 +116,22 @@ fn verify(ctx: &PhaseContext, plan: &AgentPlan, user: &User, check: &Check) -> a
 /// The files of the fixture, as a git repository with one commit by a fixed author at a fixed
 /// date when asked, so every trial sees the same workspace.
 fn lay_fixture(ctx: &PhaseContext, plan: &AgentPlan, user: &User, fixture: &Fixture) -> anyhow::Result<()> {
+    // The user's home is theirs: its contents are reached through no link they planted, and
+    // what root makes there is chowned through its descriptor.
+    let home = safefs::open_dir(&user.home)?;
+    let owner = Some((user.uid, user.gid));
     for (path, text) in &fixture.home_files {
-        write_owned(user, &user.home.join(path), text)?;
+        safefs::write_beneath(&home, Path::new(path), text.as_bytes(), owner)
+            .with_context(|| format!("cannot lay the fixture file ~/{path}"))?;
     }
-    let dir = user.home.join(&fixture.dir);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let relative = Path::new(&fixture.dir);
+    safefs::create_dirs(&home, relative, owner)
+        .with_context(|| format!("cannot create the fixture folder ~/{}", fixture.dir))?;
     for (path, text) in &fixture.files {
-        write_owned(user, &dir.join(path), text)?;
+        safefs::write_beneath(&home, &relative.join(path), text.as_bytes(), owner)
+            .with_context(|| format!("cannot lay the fixture file ~/{}/{path}", fixture.dir))?;
     }
-    chown_tree(&dir, user.uid, user.gid)?;
+    let dir = user.home.join(relative);
     if fixture.git {
         let step = Step {
             run: "git init --quiet --initial-branch=main && git add -A && git -c user.name=Benchmark \
@@ -123,15 +147,5 @@ fn lay_fixture(ctx: &PhaseContext, plan: &AgentPlan, user: &User, fixture: &Fixt
         };
         common::run_step(ctx, &step, user, &dir, &plan.env)?.success("creating the fixture repository")?;
     }
-    Ok(())
-}
-
-fn write_owned(user: &User, path: &Path, text: &str) -> anyhow::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-        std::os::unix::fs::lchown(parent, Some(user.uid), Some(user.gid))?;
-    }
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    std::os::unix::fs::lchown(path, Some(user.uid), Some(user.gid))?;
     Ok(())
 }

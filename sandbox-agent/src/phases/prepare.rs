@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::common::{self, AgentState};
 use crate::commands::PhaseContext;
+use crate::safefs;
 use crate::users::chown_tree;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
@@ -66,16 +67,24 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
         Some(dir) => source.join(dir),
         None => artifacts[0].parent().context("artifact without a folder")?.to_path_buf(),
     };
+    // The builder made everything below the source folder: root reads and writes there through
+    // no link it may have planted.
+    let base = safefs::open_dir(&source).with_context(|| format!("cannot open {SOURCE_DIR}"))?;
     let mut sums = String::new();
     let mut total = 0u64;
     for path in &artifacts {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let relative = path.strip_prefix(&source).context("an artifact outside the source folder")?;
+        let bytes = safefs::read_beneath(&base, relative)
+            .with_context(|| format!("cannot read the artifact {}", path.display()))?;
         total += bytes.len() as u64;
         let name = path.file_name().context("artifact without a name")?.to_string_lossy();
         sums.push_str(&sha256sums_line(&bytes, &name));
         ctx.note(&format!("artifact {} ({} bytes)", path.display(), bytes.len()));
     }
-    std::fs::write(release_dir.join("SHA256SUMS"), sums).context("cannot write SHA256SUMS")?;
+    let sums_path = release_dir.strip_prefix(&source).context("a release folder outside the source folder")?;
+    let owner = Some((builder.uid, builder.gid));
+    safefs::write_beneath(&base, &sums_path.join("SHA256SUMS"), sums.as_bytes(), owner)
+        .context("cannot write SHA256SUMS")?;
     ctx.value(sandbench_proto::metric::BUNDLE, 0, total as f64, "bytes");
     let mut state = AgentState::load(&ctx.state_dir)?;
     if let Some(port) = plan.prepare.origin_port {
@@ -135,7 +144,9 @@ pub fn glob_paths(root: &Path, pattern: &str) -> anyhow::Result<Vec<PathBuf>> {
     };
     let matches = glob::glob_with(&full, options).with_context(|| format!("invalid artifact pattern {pattern:?}"))?;
     // Folders that cannot be read hold no artifact.
-    let mut found: Vec<PathBuf> = matches.flatten().filter(|p| p.is_file()).collect();
+    // Links are no artifacts (reading one fails later, with an error saying so).
+    let mut found: Vec<PathBuf> =
+        matches.flatten().filter(|p| p.symlink_metadata().is_ok_and(|m| !m.is_dir())).collect();
     found.sort();
     Ok(found)
 }
@@ -166,6 +177,9 @@ mod tests {
         assert_eq!(glob_paths(dir.path(), "**/[ab].tgz").unwrap(), vec![rel.join("a.tgz"), rel.join("b.tgz")]);
         assert!(glob_paths(dir.path(), "pkg/*.tgz").unwrap().is_empty(), "a * stays within one name");
         assert!(glob_paths(dir.path(), "pkg/*").unwrap().is_empty(), "folders are no artifacts");
+        std::os::unix::fs::symlink(dir.path(), rel.join("up")).unwrap();
+        // A link is found (and reading it fails, saying so), never skipped in silence.
+        assert_eq!(glob_paths(dir.path(), "pkg/release/up").unwrap(), vec![rel.join("up")]);
         assert!(glob_paths(dir.path(), "pkg/../x").is_err());
         assert!(glob_paths(dir.path(), "nothing/*.tgz").unwrap().is_empty());
         let err = glob_paths(dir.path(), "pkg/[").unwrap_err().to_string();

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use sandbench_proto::v1::event::Body;
 use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
@@ -137,22 +138,12 @@ fn required_env(name: &str) -> anyhow::Result<String> {
 }
 
 fn run() -> anyhow::Result<ExitCode> {
-    let identity = Identity {
-        sandbox_id: required_env(env::SANDBOX_ID)?,
-        token: required_env(env::TOKEN)?,
-        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/uuid")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| format!("pid{}-{}", std::process::id(), journal::now_unix_ms())),
-        socket: std::env::var_os(env::SOCKET)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(SOCKET_DIR_IN_SANDBOX).join(SOCKET_NAME)),
-    };
-    let state_dir =
-        std::env::var_os(env::STATE_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let identity = identity()?;
+    let state_dir = state_dir();
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
     set_private(&state_dir);
     let journal_path = state_dir.join("journal");
-    let mut journal =
+    let journal =
         Journal::open(&journal_path).with_context(|| format!("cannot open the journal {}", journal_path.display()))?;
     reaper::become_subreaper();
     sandbox_agent::phases::restore_origin(&state_dir);
@@ -163,12 +154,50 @@ fn run() -> anyhow::Result<ExitCode> {
         journal.last_seq()
     );
 
-    let (emit_tx, mut emit_rx) = mpsc::channel(EMIT_QUEUE);
+    let (emit_tx, emit_rx) = mpsc::channel(EMIT_QUEUE);
     let (durable_tx, durable_rx) = watch::channel(journal.last_seq());
     let source = journal.source();
     let workloads = Workloads::new(journal.progress(), emit_tx, state_dir.clone());
+    spawn_journal_writer(journal, emit_rx, durable_tx)?;
 
-    // The journal writer: a plain thread, so fdatasync never stalls the connection.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let exit = runtime.block_on(async move {
+        tokio::spawn(reaper::run());
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        tokio::spawn(stop_on_signal(stop_tx));
+        let mut session = Session::new(identity, state_dir.clone(), source, durable_rx, workloads);
+        let exit = session.run(&mut stop_rx).await;
+        session.workloads.cancel_all();
+        exit
+    });
+    let code = exit_code(exit);
+    // Give phase threads a moment to see their cancel flag; the process exit ends them anyway.
+    std::thread::sleep(Duration::from_millis(10));
+    Ok(code)
+}
+
+/// Who this agent is: the controller's sandbox id and token, this boot, and the socket.
+fn identity() -> anyhow::Result<Identity> {
+    Ok(Identity {
+        sandbox_id: required_env(env::SANDBOX_ID)?,
+        token: required_env(env::TOKEN)?,
+        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| format!("pid{}-{}", std::process::id(), journal::now_unix_ms())),
+        socket: std::env::var_os(env::SOCKET)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(SOCKET_DIR_IN_SANDBOX).join(SOCKET_NAME)),
+    })
+}
+
+/// The journal writer: a plain thread, so fdatasync never stalls the connection. It appends
+/// events in batches and publishes the last durable sequence number; a write failure ends
+/// the agent.
+fn spawn_journal_writer(
+    mut journal: Journal,
+    mut emit_rx: mpsc::Receiver<Body>,
+    durable_tx: watch::Sender<u64>,
+) -> std::io::Result<()> {
     std::thread::Builder::new().name("journal".into()).spawn(move || {
         let mut batch = Vec::new();
         while let Some(first) = emit_rx.blocking_recv() {
@@ -190,24 +219,21 @@ fn run() -> anyhow::Result<ExitCode> {
             }
         }
     })?;
+    Ok(())
+}
 
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let exit = runtime.block_on(async move {
-        tokio::spawn(reaper::run());
-        let (stop_tx, mut stop_rx) = watch::channel(false);
-        tokio::spawn(async move {
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-                return;
-            };
-            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-            let _ = stop_tx.send(true);
-        });
-        let mut session = Session::new(identity, state_dir.clone(), source, durable_rx, workloads);
-        let exit = session.run(&mut stop_rx).await;
-        session.workloads.cancel_all();
-        exit
-    });
-    let code = match exit {
+/// Sets the stop flag on SIGTERM or SIGINT.
+async fn stop_on_signal(stop_tx: watch::Sender<bool>) {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    let _ = stop_tx.send(true);
+}
+
+/// Logs why the session ended and picks the exit code that says it.
+fn exit_code(exit: Exit) -> ExitCode {
+    match exit {
         Exit::Shutdown => {
             tracing::info!("shutting down at the controller's request");
             ExitCode::SUCCESS
@@ -224,10 +250,7 @@ fn run() -> anyhow::Result<ExitCode> {
             tracing::error!("no word from the controller for {:.1} s; workload stopped, exiting", silent.as_secs_f64());
             ExitCode::from(EXIT_CONTROLLER_LOST)
         }
-    };
-    // Give phase threads a moment to see their cancel flag; the process exit ends them anyway.
-    std::thread::sleep(Duration::from_millis(10));
-    Ok(code)
+    }
 }
 
 fn set_private(dir: &std::path::Path) {

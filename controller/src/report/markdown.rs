@@ -21,8 +21,29 @@ use crate::stats::{Outcome, Verdict};
 const MAX_ERRORS_SHOWN: usize = 3;
 const MAX_FAILURES_LISTED: usize = 30;
 
+/// The comment for `report`, as `report.md` holds it.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
+    header(&mut out, report);
+    if report.status == Status::Running {
+        let _ = writeln!(out, "Benchmarking the head revision. Results will appear here when this run finishes.\n");
+        let _ = writeln!(out, "Local run; raw results are stored beside this report.");
+        return out;
+    }
+    let errors = report.all_errors();
+    diagnostics(&mut out, report, &errors);
+    let comparisons = report.analyze();
+    let defs = report.metric_defs();
+    overall_lines(&mut out, report, &defs, &comparisons);
+    tables(&mut out, report, &defs, &comparisons);
+    cost_line(&mut out, report);
+    let _ = writeln!(out, "Local run; raw results are stored beside this report.\n");
+    details(&mut out, report, &comparisons, &errors);
+    out
+}
+
+/// The three markers, the title with the status, and which commits are compared.
+fn header(out: &mut String, report: &Report) {
     let status = report.status.as_str();
     let _ = writeln!(out, "<!-- sandbench:v1 -->");
     let _ = writeln!(
@@ -40,12 +61,10 @@ pub fn render(report: &Report) -> String {
         escape(short(&report.head.commit)),
         escape(short(&report.base.commit))
     );
-    if report.status == Status::Running {
-        let _ = writeln!(out, "Benchmarking the head revision. Results will appear here when this run finishes.\n");
-        let _ = writeln!(out, "Local run; raw results are stored beside this report.");
-        return out;
-    }
-    let errors = report.all_errors();
+}
+
+/// The incomplete-run warning, the first errors, and the operational warnings.
+fn diagnostics(out: &mut String, report: &Report, errors: &[String]) {
     if report.status != Status::Completed {
         let _ = writeln!(
             out,
@@ -66,21 +85,28 @@ pub fn render(report: &Report) -> String {
         }
         let _ = writeln!(out, "\nThese warnings do not change measurement completeness.\n");
     }
-    let comparisons = report.analyze();
-    let defs = report.metric_defs();
+}
+
+/// The overall line of the report's rule (and, under the paired rule, the CPU line when any).
+fn overall_lines(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
     match report.rule {
         Rule::Reference => {
-            let _ = writeln!(out, "{}\n", overall(&comparisons));
+            let _ = writeln!(out, "{}\n", overall(comparisons));
         }
         Rule::Paired => {
-            let _ = writeln!(out, "{}\n", overall_paired(&comparisons));
-            if let Some(line) = cpu_line(&defs, &comparisons) {
+            let _ = writeln!(out, "{}\n", overall_paired(comparisons));
+            if let Some(line) = cpu_line(defs, comparisons) {
                 let _ = writeln!(out, "{line}\n");
             }
         }
     }
+}
+
+/// One four-column table per group, in the order the groups first appear; every group but the
+/// first under its bold name.
+fn tables(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
     let mut groups: Vec<&str> = Vec::new();
-    for def in &defs {
+    for def in defs {
         if !groups.contains(&def.group.as_str()) {
             groups.push(&def.group);
         }
@@ -91,7 +117,7 @@ pub fn render(report: &Report) -> String {
         }
         let _ = writeln!(out, "| Metric | Base | Head | Change |");
         let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
-        for (def, cmp) in defs.iter().zip(&comparisons).filter(|(d, _)| d.group == *group) {
+        for (def, cmp) in defs.iter().zip(comparisons).filter(|(d, _)| d.group == *group) {
             let median = |m: Option<f64>| m.map_or("—".to_string(), |v| escape(&value(v, def)));
             let cell = match report.rule {
                 Rule::Reference => change(&cmp.comparison, def),
@@ -108,6 +134,10 @@ pub fn render(report: &Report) -> String {
         }
         let _ = writeln!(out);
     }
+}
+
+/// The sandboxes' total cost, or why there is none yet.
+fn cost_line(out: &mut String, report: &Report) {
     match report.total_cost_usd() {
         Some(usd) => {
             let _ = writeln!(out, "**Sandbox cost: ~${usd:.4}**\n");
@@ -116,9 +146,6 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(out, "Cost pending or unavailable; sandbox usage has not been collected.\n");
         }
     }
-    let _ = writeln!(out, "Local run; raw results are stored beside this report.\n");
-    details(&mut out, report, &comparisons, &errors);
-    out
 }
 
 fn short(commit: &str) -> &str {

@@ -379,67 +379,13 @@ impl Engine<'_> {
                 self.socket_requests(metric.as_deref(), send, *repeat, *aggregate, expect)?;
             }
             ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes } => {
-                let mut total = Duration::ZERO;
-                for i in 0..*repeat as usize {
-                    let send = match send {
-                        Value::Array(items) if !items.is_empty() => &items[i % items.len()],
-                        single => single,
-                    };
-                    let (took, output) = self.request(send, expect)?;
-                    if let Some(bytes) = output_bytes
-                        && output.len() as u64 != *bytes
-                    {
-                        bail!("output was truncated or missing: {} bytes instead of {bytes}", output.len());
-                    }
-                    total += took;
-                }
-                if let Some(metric) = metric {
-                    let value = match aggregate {
-                        Aggregate::Mean => total.as_secs_f64() / f64::from((*repeat).max(1)),
-                        Aggregate::Total => total.as_secs_f64(),
-                    };
-                    self.record(metric, value, "s");
-                }
+                self.requests(metric.as_deref(), send, *repeat, *aggregate, expect, *output_bytes)?;
             }
             ScenarioStep::Interrupt { metric, send, marker, interrupt, expect } => {
-                let id = self.send_request(send)?;
-                let deadline = Instant::now() + self.timeout();
-                loop {
-                    let event = self.child()?.next_event(deadline).context("waiting for the interrupt marker")?;
-                    if event[jsonl::ID] != id.as_str() {
-                        continue;
-                    }
-                    if event[jsonl::EVENT] == jsonl::DONE {
-                        bail!("the request finished before it could be interrupted: {event}");
-                    }
-                    if event.get(jsonl::TEXT).and_then(Value::as_str).is_some_and(|t| t.contains(marker.as_str())) {
-                        break;
-                    }
-                }
-                let mut request = object(interrupt)?;
-                request.insert(jsonl::ID.into(), Value::String(id.clone()));
-                let started = Instant::now();
-                self.child()?.send(&Value::Object(request))?;
-                let (done, _) = self.wait_done(&id, started + self.timeout())?;
-                let took = started.elapsed();
-                check_expect(&done, expect).context("the interrupt was not acknowledged")?;
-                self.record(metric, took.as_secs_f64(), "s");
+                self.interrupt(metric, send, marker, interrupt, expect)?;
             }
-            ScenarioStep::Memory { metric } => {
-                let sample = memory::sample(Path::new("/proc"), self.user.uid);
-                if sample.processes.is_empty() {
-                    bail!("No owned processes found for memory measurement");
-                }
-                self.record(metric, sample.rss_bytes as f64, "bytes");
-            }
-            ScenarioStep::Restart { metric } => {
-                // Whatever the channel, the old child stops (its transcripts kept) first.
-                self.close(&format!("{}-{}-before-restart", self.scenario.name, self.trial));
-                let started = self.start(1)?;
-                if let Some(metric) = metric {
-                    self.record(metric, started.as_secs_f64(), "s");
-                }
-            }
+            ScenarioStep::Memory { metric } => self.memory(metric)?,
+            ScenarioStep::Restart { metric } => self.restart(metric.as_deref())?,
             ScenarioStep::Settle { seconds } => match self.term.as_mut() {
                 // A terminal keeps being read, so the program never blocks on its output.
                 Some(term) => term.settle(Duration::from_secs_f64(*seconds))?,
@@ -449,22 +395,8 @@ impl Engine<'_> {
                 let used = processes::cpu_seconds(Path::new("/proc"), self.user.uid) - self.cpu_at_start;
                 self.record(metric, used.max(0.0), "s");
             }
-            ScenarioStep::Ready { metric } => {
-                let timeout = self.timeout();
-                let term = self.terminal()?;
-                let took = readiness::ready(term, timeout)?;
-                self.last_echo = Some(term.started + took);
-                if let Some(metric) = metric {
-                    self.record(metric, took.as_secs_f64(), "s");
-                }
-            }
-            ScenarioStep::Type { text } => {
-                let term = self.terminal()?;
-                let before = keys::Snapshot::of(term);
-                term.send(text.as_bytes())?;
-                self.at_action = before;
-                self.last_action = Instant::now();
-            }
+            ScenarioStep::Ready { metric } => self.ready(metric.as_deref())?,
+            ScenarioStep::Type { text } => self.type_text(text)?,
             ScenarioStep::WaitFor { .. } | ScenarioStep::Keys { .. } => self.screen_step(step)?,
             ScenarioStep::Retry { attempts, steps } => self.retry(*attempts, steps)?,
             ScenarioStep::StartTimer { metric, cpu_metric, from_spawn } => {
@@ -474,6 +406,119 @@ impl Engine<'_> {
             ScenarioStep::Send { send, repeat, tag } => self.socket_send(send, *repeat, tag)?,
             ScenarioStep::Collect { tag, expect } => self.socket_collect(tag, expect)?,
         }
+        Ok(())
+    }
+
+    /// JSON lines: `repeat` requests (cycling through `send` when it is a list), each output
+    /// checked against `output_bytes`; the metric gets their mean or total time.
+    fn requests(
+        &mut self,
+        metric: Option<&str>,
+        send: &Value,
+        repeat: u32,
+        aggregate: Aggregate,
+        expect: &Map<String, Value>,
+        output_bytes: Option<u64>,
+    ) -> anyhow::Result<()> {
+        let mut total = Duration::ZERO;
+        for i in 0..repeat as usize {
+            let send = match send {
+                Value::Array(items) if !items.is_empty() => &items[i % items.len()],
+                single => single,
+            };
+            let (took, output) = self.request(send, expect)?;
+            if let Some(bytes) = output_bytes
+                && output.len() as u64 != bytes
+            {
+                bail!("output was truncated or missing: {} bytes instead of {bytes}", output.len());
+            }
+            total += took;
+        }
+        if let Some(metric) = metric {
+            let value = match aggregate {
+                Aggregate::Mean => total.as_secs_f64() / f64::from(repeat.max(1)),
+                Aggregate::Total => total.as_secs_f64(),
+            };
+            self.record(metric, value, "s");
+        }
+        Ok(())
+    }
+
+    /// JSON lines: sends `send`, waits for output of it containing `marker`, then times
+    /// `interrupt` (same id) until its done event.
+    fn interrupt(
+        &mut self,
+        metric: &str,
+        send: &Value,
+        marker: &str,
+        interrupt: &Value,
+        expect: &Map<String, Value>,
+    ) -> anyhow::Result<()> {
+        let id = self.send_request(send)?;
+        let deadline = Instant::now() + self.timeout();
+        loop {
+            let event = self.child()?.next_event(deadline).context("waiting for the interrupt marker")?;
+            if event[jsonl::ID] != id.as_str() {
+                continue;
+            }
+            if event[jsonl::EVENT] == jsonl::DONE {
+                bail!("the request finished before it could be interrupted: {event}");
+            }
+            if event.get(jsonl::TEXT).and_then(Value::as_str).is_some_and(|t| t.contains(marker)) {
+                break;
+            }
+        }
+        let mut request = object(interrupt)?;
+        request.insert(jsonl::ID.into(), Value::String(id.clone()));
+        let started = Instant::now();
+        self.child()?.send(&Value::Object(request))?;
+        let (done, _) = self.wait_done(&id, started + self.timeout())?;
+        let took = started.elapsed();
+        check_expect(&done, expect).context("the interrupt was not acknowledged")?;
+        self.record(metric, took.as_secs_f64(), "s");
+        Ok(())
+    }
+
+    /// The summed RSS of the user's processes.
+    fn memory(&mut self, metric: &str) -> anyhow::Result<()> {
+        let sample = memory::sample(Path::new("/proc"), self.user.uid);
+        if sample.processes.is_empty() {
+            bail!("No owned processes found for memory measurement");
+        }
+        self.record(metric, sample.rss_bytes as f64, "bytes");
+        Ok(())
+    }
+
+    /// Stops the child and starts it again; the metric is the second start's time.
+    fn restart(&mut self, metric: Option<&str>) -> anyhow::Result<()> {
+        // Whatever the channel, the old child stops (its transcripts kept) first.
+        self.close(&format!("{}-{}-before-restart", self.scenario.name, self.trial));
+        let started = self.start(1)?;
+        if let Some(metric) = metric {
+            self.record(metric, started.as_secs_f64(), "s");
+        }
+        Ok(())
+    }
+
+    /// Terminal: typed-probe readiness; the metric is spawn → ready.
+    fn ready(&mut self, metric: Option<&str>) -> anyhow::Result<()> {
+        let timeout = self.timeout();
+        let term = self.terminal()?;
+        let took = readiness::ready(term, timeout)?;
+        self.last_echo = Some(term.started + took);
+        if let Some(metric) = metric {
+            self.record(metric, took.as_secs_f64(), "s");
+        }
+        Ok(())
+    }
+
+    /// Terminal: sends `text` as keystrokes, remembering the screen just before.
+    fn type_text(&mut self, text: &str) -> anyhow::Result<()> {
+        let term = self.terminal()?;
+        let before = keys::Snapshot::of(term);
+        term.send(text.as_bytes())?;
+        self.at_action = before;
+        self.last_action = Instant::now();
         Ok(())
     }
 

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -65,6 +66,40 @@ pub fn describe(status: ExitStatus) -> String {
 
 /// Runs the command to completion (or its timeout), calling `sink` with every chunk of output.
 pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> anyhow::Result<Finished> {
+    let mut cmd = shell_command(command);
+    let started = Instant::now();
+    let mut child = crate::reaper::spawn_owned(&mut cmd)
+        .with_context(|| format!("cannot start `{}` in {}", command.run, command.cwd.display()))?;
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel::<(LogStream, Vec<u8>)>();
+    let readers = spawn_readers(&mut child, &tx);
+    drop(tx);
+    let (waiter, done_rx) = spawn_waiter(child);
+    let mut output = Vec::new();
+    let pumped = pump(&rx, &done_rx, pid, started + command.timeout, &mut |stream, chunk| {
+        keep(&mut output, sink, stream, chunk);
+    });
+    // The child's process group: a timeout, or leftovers after the exit.
+    super::processes::kill_group(pid);
+    let status = waiter.join().map_err(|_| anyhow::anyhow!("waiter thread panicked"))?;
+    crate::reaper::disown(pid);
+    // Drain what the readers still hold.
+    while let Ok((stream, chunk)) = rx.recv_timeout(Duration::from_millis(50)) {
+        keep(&mut output, sink, stream, &chunk);
+    }
+    let status = status.context("cannot wait for the command")?;
+    if pumped.timed_out {
+        bail!("`{}` timed out after {:.0} s", command.run, command.timeout.as_secs_f64());
+    }
+    let elapsed = pumped.exited_at.unwrap_or_else(Instant::now).saturating_duration_since(started);
+    // Readers end when the last holder of the pipes is gone; one held open by a process that
+    // escaped the group is not waited for.
+    drop(readers);
+    Ok(Finished { status, output, elapsed })
+}
+
+/// `/bin/sh -c` with only the given environment, in its own process group, as the user.
+fn shell_command(command: &ShellCommand) -> Command {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(&command.run)
@@ -78,11 +113,11 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
     if let Some((uid, gid)) = command.user {
         cmd.uid(uid).gid(gid);
     }
-    let started = Instant::now();
-    let mut child = crate::reaper::spawn_owned(&mut cmd)
-        .with_context(|| format!("cannot start `{}` in {}", command.run, command.cwd.display()))?;
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel::<(LogStream, Vec<u8>)>();
+    cmd
+}
+
+/// One thread per output pipe of `child`, sending each chunk read to `tx` until the pipe ends.
+fn spawn_readers(child: &mut Child, tx: &mpsc::Sender<(LogStream, Vec<u8>)>) -> Vec<JoinHandle<()>> {
     let mut readers = Vec::new();
     for (stream, pipe) in [
         (LogStream::Stdout, child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
@@ -104,7 +139,11 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
             }
         }));
     }
-    drop(tx);
+    readers
+}
+
+/// A thread that waits for `child`; the receiver gets the moment it exited.
+fn spawn_waiter(mut child: Child) -> (JoinHandle<std::io::Result<ExitStatus>>, mpsc::Receiver<Instant>) {
     let (done_tx, done_rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {
         let status = child.wait();
@@ -112,8 +151,31 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
         let _ = done_tx.send(Instant::now());
         status
     });
-    let deadline = started + command.timeout;
-    let mut output = Vec::new();
+    (waiter, done_rx)
+}
+
+/// Passes a chunk to `sink` and keeps what fits under [`KEEP_BYTES`].
+fn keep(output: &mut Vec<u8>, sink: &mut dyn FnMut(LogStream, &[u8]), stream: LogStream, chunk: &[u8]) {
+    sink(stream, chunk);
+    let room = KEEP_BYTES.saturating_sub(output.len());
+    output.extend_from_slice(&chunk[..chunk.len().min(room)]);
+}
+
+/// How the command's output stopped being pumped.
+struct Pumped {
+    exited_at: Option<Instant>,
+    timed_out: bool,
+}
+
+/// Hands output chunks to `take` until the pipes close, a moment after the exit, or the
+/// deadline; kills the process group as soon as the command exits.
+fn pump(
+    rx: &mpsc::Receiver<(LogStream, Vec<u8>)>,
+    done_rx: &mpsc::Receiver<Instant>,
+    pid: u32,
+    deadline: Instant,
+    take: &mut dyn FnMut(LogStream, &[u8]),
+) -> Pumped {
     let mut timed_out = false;
     let mut exited_at: Option<Instant> = None;
     // After the exit, output still in the pipes is read for a moment; a process that escaped
@@ -121,11 +183,7 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
     let mut grace_until: Option<Instant> = None;
     loop {
         match rx.recv_timeout(Duration::from_millis(5)) {
-            Ok((stream, chunk)) => {
-                sink(stream, &chunk);
-                let room = KEEP_BYTES.saturating_sub(output.len());
-                output.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
+            Ok((stream, chunk)) => take(stream, &chunk),
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 if exited_at.is_none() {
                     match done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -153,25 +211,7 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
             break;
         }
     }
-    // The child's process group: a timeout, or leftovers after the exit.
-    super::processes::kill_group(pid);
-    let status = waiter.join().map_err(|_| anyhow::anyhow!("waiter thread panicked"))?;
-    crate::reaper::disown(pid);
-    // Drain what the readers still hold.
-    while let Ok((stream, chunk)) = rx.recv_timeout(Duration::from_millis(50)) {
-        sink(stream, &chunk);
-        let room = KEEP_BYTES.saturating_sub(output.len());
-        output.extend_from_slice(&chunk[..chunk.len().min(room)]);
-    }
-    let status = status.context("cannot wait for the command")?;
-    if timed_out {
-        bail!("`{}` timed out after {:.0} s", command.run, command.timeout.as_secs_f64());
-    }
-    let elapsed = exited_at.unwrap_or_else(Instant::now).saturating_duration_since(started);
-    // Readers end when the last holder of the pipes is gone; one held open by a process that
-    // escaped the group is not waited for.
-    drop(readers);
-    Ok(Finished { status, output, elapsed })
+    Pumped { exited_at, timed_out }
 }
 
 #[cfg(test)]

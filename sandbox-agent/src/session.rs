@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use hyper_util::rt::TokioIo;
 use sandbench_proto::v1::agent_client::AgentClient;
-use sandbench_proto::v1::{AgentMessage, EventBatch, Heartbeat, Hello, agent_message, command, controller_message};
+use sandbench_proto::v1::{
+    AgentMessage, EventBatch, Heartbeat, Hello, Welcome, agent_message, command, controller_message,
+};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -140,7 +142,8 @@ impl Session {
         }
     }
 
-    async fn session(&mut self, connected_once: &mut bool) -> anyhow::Result<Exit> {
+    /// Dials the controller's socket.
+    async fn connect(&self) -> anyhow::Result<AgentClient<tonic::transport::Channel>> {
         let socket = self.identity.socket.clone();
         // The URI is never resolved: the connector dials the Unix socket (no DNS, no NSS).
         let channel = Endpoint::from_static("http://controller.invalid")
@@ -151,10 +154,43 @@ impl Session {
             }))
             .await
             .with_context(|| format!("cannot reach the controller at {}", self.identity.socket.display()))?;
-        let mut client = AgentClient::new(channel)
+        Ok(AgentClient::new(channel)
             .max_decoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES);
+            .max_encoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES))
+    }
 
+    /// Takes the controller's heartbeat, dead-man window and output cap from its Welcome.
+    fn welcomed(&mut self, welcome: &Welcome, connected_once: &mut bool) {
+        self.last_heard = Instant::now();
+        self.heartbeat = Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(10)));
+        self.dead_after = welcome.dead_after_intervals.max(2);
+        crate::commands::set_output_cap(welcome.output_cap_bytes);
+        if *connected_once {
+            tracing::info!("reconnected; resending from seq {}", welcome.acked_seq + 1);
+        }
+        *connected_once = true;
+    }
+
+    /// One message from the controller: an acknowledgement (never past what was sent), a
+    /// command, or word that it is alive.
+    fn on_message(&mut self, body: Option<controller_message::Body>, acked: &mut u64, sent: u64) {
+        self.last_heard = Instant::now();
+        match body {
+            Some(controller_message::Body::Ack(ack)) => *acked = (*acked).max(ack.seq.min(sent)),
+            Some(controller_message::Body::Command(cmd)) => match cmd.body {
+                Some(command::Body::Shutdown(_)) => {
+                    self.shutting_down = true;
+                    self.workloads.cancel_all();
+                }
+                Some(body) => self.workloads.handle(cmd.command_id, body),
+                None => {}
+            },
+            Some(controller_message::Body::Heartbeat(_)) | Some(controller_message::Body::Welcome(_)) | None => {}
+        }
+    }
+
+    async fn session(&mut self, connected_once: &mut bool) -> anyhow::Result<Exit> {
+        let mut client = self.connect().await?;
         let (tx, rx) = mpsc::channel::<AgentMessage>(16);
         let hello = Hello {
             sandbox_id: self.identity.sandbox_id.clone(),
@@ -175,14 +211,7 @@ impl Session {
             Some(controller_message::Body::Welcome(welcome)) => welcome,
             other => bail!("expected Welcome, got {other:?}"),
         };
-        self.last_heard = Instant::now();
-        self.heartbeat = Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(10)));
-        self.dead_after = welcome.dead_after_intervals.max(2);
-        crate::commands::set_output_cap(welcome.output_cap_bytes);
-        if *connected_once {
-            tracing::info!("reconnected; resending from seq {}", welcome.acked_seq + 1);
-        }
-        *connected_once = true;
+        self.welcomed(&welcome, connected_once);
 
         let mut acked = welcome.acked_seq;
         let mut reader = self.journal.reader_at(acked + 1).context("cannot read the journal")?;
@@ -208,19 +237,7 @@ impl Session {
                     let Some(msg) = incoming.map_err(refusal_or_error)? else {
                         bail!("the controller closed the stream");
                     };
-                    self.last_heard = Instant::now();
-                    match msg.body {
-                        Some(controller_message::Body::Ack(ack)) => acked = acked.max(ack.seq.min(sent)),
-                        Some(controller_message::Body::Command(cmd)) => match cmd.body {
-                            Some(command::Body::Shutdown(_)) => {
-                                self.shutting_down = true;
-                                self.workloads.cancel_all();
-                            }
-                            Some(body) => self.workloads.handle(cmd.command_id, body),
-                            None => {}
-                        },
-                        Some(controller_message::Body::Heartbeat(_)) | Some(controller_message::Body::Welcome(_)) | None => {}
-                    }
+                    self.on_message(msg.body, &mut acked, sent);
                 }
                 permit = tx.reserve(), if have_events && window_open => {
                     let permit = permit.map_err(|_| anyhow!("stream closed"))?;

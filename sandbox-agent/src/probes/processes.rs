@@ -76,8 +76,13 @@ pub fn cpu_seconds(proc: &Path, uid: u32) -> f64 {
 /// Sends SIGKILL to the process group `pgid` (a child started as the leader of its own group);
 /// a group already gone is no error.
 pub fn kill_group(pgid: u32) {
+    signal_group(pgid, Signal::KILL);
+}
+
+/// Sends `signal` to the process group `pgid`; a group that is gone is no error.
+pub fn signal_group(pgid: u32, signal: Signal) {
     if let Some(pgid) = i32::try_from(pgid).ok().filter(|p| *p > 0).and_then(Pid::from_raw) {
-        let _ = kill_process_group(pgid, Signal::KILL);
+        let _ = kill_process_group(pgid, signal);
     }
 }
 

@@ -72,19 +72,15 @@ impl Daemon {
 
     /// SIGTERM to its group, `grace` to exit, then SIGKILL.
     pub fn stop(mut self, grace: Duration) {
-        let group = -(self.child.id() as i32);
-        // SAFETY: kill(2) on the daemon's own process group.
-        unsafe {
-            libc::kill(group, libc::SIGTERM);
-        }
+        // The daemon leads its own process group.
+        let group = self.child.id();
+        super::processes::signal_group(group, rustix::process::Signal::TERM);
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline && self.exited().is_none() {
             std::thread::sleep(Duration::from_millis(10));
         }
-        // SAFETY: as above; whatever the group left running goes too.
-        unsafe {
-            libc::kill(group, libc::SIGKILL);
-        }
+        // Whatever the group left running goes too.
+        super::processes::signal_group(group, rustix::process::Signal::KILL);
         let _ = self.child.wait();
         crate::reaper::disown(self.child.id());
     }

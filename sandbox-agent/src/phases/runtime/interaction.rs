@@ -82,8 +82,7 @@ impl Engine<'_> {
         step.run = self.substitute(&step.run);
         common::run_step(self.ctx, &step, self.user, self.base, &self.plan.env)?
             .success(&format!("the fixture command of scenario {}", self.scenario.name))?;
-        // SAFETY: sync(2) takes no arguments and always succeeds.
-        unsafe { libc::sync() };
+        rustix::fs::sync();
         Ok(())
     }
 

@@ -91,7 +91,12 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
         hub: HubConfig::default(),
     };
     let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
-    eprintln!("debug {run_id}: {} at {} ({})", plan.name, opts.rev, &commit[..commit.len().min(8)]);
+    eprintln!(
+        "debug {run_id}: {} at {} ({})",
+        plan.name,
+        crate::sanitize::terminal(&opts.rev),
+        crate::sanitize::prefix(&commit, 8)
+    );
     let session = Session { station: &station, plan: &plan, agent_plan: &agent_plan, opts: &opts };
     let result = session.run(&steps, &mut cancel).await;
     for warning in station.close().await {
@@ -159,7 +164,7 @@ impl Session<'_> {
         let log_task = tokio::spawn(async move {
             while let Some(Ok(chunk)) = stream.next().await {
                 for line in chunk.lines() {
-                    eprintln!("agent| {line}");
+                    eprintln!("agent| {}", crate::sanitize::terminal(line));
                 }
             }
         });
@@ -191,7 +196,7 @@ impl Session<'_> {
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
             };
             if outcome.status != PhaseStatus::Ok {
-                eprintln!("{name} trial {trial} failed: {}", outcome.error);
+                eprintln!("{name} trial {trial} failed: {}", crate::sanitize::terminal(&outcome.error));
                 return Ok(false);
             }
         }
@@ -241,7 +246,7 @@ async fn keep(
             }
             _ = tick.tick() => {
                 if let Ok(false) = provisioner.running(id).await {
-                    eprintln!("sandbox {id} stopped or was removed");
+                    eprintln!("sandbox {id} stopped: {}", provisioner.lost_cause(id).await);
                     return;
                 }
             }

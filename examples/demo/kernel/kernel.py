@@ -111,7 +111,10 @@ def reader(requests):
             continue
         if request.get("type") == "interrupt":
             if _running["id"] is not None and _running["id"] == request.get("id"):
-                os.kill(os.getpid(), signal.SIGINT)
+                # To the main thread itself: a signal sent to the process may land on this
+                # reader thread, and then the main thread's blocking call (a cell's sleep) is
+                # not interrupted until it returns on its own.
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             continue
         requests.put(request)
     requests.put({"type": "shutdown"})

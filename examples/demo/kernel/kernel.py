@@ -28,9 +28,16 @@ _running = {"id": None}
 
 
 def emit(**event):
-    with _lock:
-        _out.write(json.dumps(event) + "\n")
-        _out.flush()
+    line = json.dumps(event) + "\n"
+    # An interrupt must not land in the middle of a write (a cut line, a wedged buffer): SIGINT
+    # waits until the line is out, then interrupts whatever comes next.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with _lock:
+            _out.write(line)
+            _out.flush()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class Bash:

@@ -19,12 +19,22 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 
 PROTOCOL = 1
 _out = os.fdopen(os.dup(1), "w", buffering=1)
 _lock = threading.Lock()
-_running = {"id": None}
+# The running cell, and whether an interrupt may still raise in it (once per cell).
+_running = {"id": None, "interruptible": False}
+
+
+def on_interrupt(signum, frame):
+    """SIGINT raises KeyboardInterrupt once in the running cell, and is ignored anywhere else
+    (between cells, while a cell's outcome is reported, after a cell was already interrupted)."""
+    if _running["interruptible"]:
+        _running["interruptible"] = False
+        raise KeyboardInterrupt
 
 
 def emit(**event):
@@ -70,8 +80,11 @@ def execute(request):
     cell_id = request["id"]
     _running["id"] = cell_id
     try:
+        _running["interruptible"] = True
         with contextlib.redirect_stdout(Stream(cell_id)):
             exec(compile(request["code"], f"<cell {cell_id}>", "exec"), namespace)
+        # An interrupt that lands before this line still counts as one: the cell had not ended.
+        _running["interruptible"] = False
         emit(event="done", id=cell_id, status="ok")
     except KeyboardInterrupt:
         emit(event="error", id=cell_id, ename="KeyboardInterrupt", evalue="")
@@ -81,7 +94,27 @@ def execute(request):
              traceback=traceback.format_exc(limit=5))
         emit(event="done", id=cell_id, status="error")
     finally:
+        _running["interruptible"] = False
         _running["id"] = None
+
+
+def interrupt(cell_id):
+    """Interrupts the running cell `cell_id`, again and again until it took.
+
+    A signal is handled by Python between bytecodes: one that arrives just before the cell enters
+    a blocking call (its `time.sleep(60)`) is noted, but the call itself is not interrupted and
+    the KeyboardInterrupt would wait for it to return. The signal is therefore repeated, backing
+    off from 5 ms, until the cell took it or ended; repeats that find no interruptible cell are
+    ignored by `on_interrupt`.
+    """
+    wait = 0.005
+    deadline = time.monotonic() + 30
+    while _running["id"] == cell_id and _running["interruptible"] and time.monotonic() < deadline:
+        # To the main thread itself: a signal sent to the process may land on this reader
+        # thread, and then the main thread's blocking call is not interrupted at all.
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        time.sleep(wait)
+        wait = min(wait * 2, 0.5)
 
 
 def snapshot(request):
@@ -118,25 +151,20 @@ def reader(requests):
             continue
         if request.get("type") == "interrupt":
             if _running["id"] is not None and _running["id"] == request.get("id"):
-                # To the main thread itself: a signal sent to the process may land on this
-                # reader thread, and then the main thread's blocking call (a cell's sleep) is
-                # not interrupted until it returns on its own.
-                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                interrupt(request["id"])
             continue
         requests.put(request)
     requests.put({"type": "shutdown"})
 
 
 def main():
+    signal.signal(signal.SIGINT, on_interrupt)
     requests = queue.Queue()
     threading.Thread(target=reader, args=(requests,), daemon=True).start()
     emit(event="ready", protocol=PROTOCOL, python=sys.version.split()[0])
     handlers = {"execute": execute, "snapshot": snapshot, "restore": restore}
     while True:
-        try:
-            request = requests.get()
-        except KeyboardInterrupt:
-            continue  # an interrupt that arrived between cells
+        request = requests.get()
         kind = request.get("type")
         if kind == "shutdown":
             return
@@ -146,8 +174,6 @@ def main():
             continue
         try:
             handler(request)
-        except KeyboardInterrupt:
-            emit(event="done", id=request.get("id"), status="error", error="interrupted")
         except Exception as error:
             emit(event="done", id=request.get("id"), status="error", error=str(error))
 

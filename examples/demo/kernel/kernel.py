@@ -3,7 +3,7 @@
 Requests (one JSON object per line on stdin):
   {"type": "execute", "id": "1", "code": "..."}
   {"type": "interrupt", "id": "<id of the running execute>"}
-  {"type": "snapshot", "id": "2", "path": "..."}
+  {"type": "snapshot", "id": "2", "path": "..."}     (a path may start with ~/)
   {"type": "restore", "id": "3", "path": "..."}
   {"type": "shutdown"}
 Events (stdout): ready, stdout, error, done. Standard library only.
@@ -127,13 +127,13 @@ def snapshot(request):
         except Exception:
             continue
         saved[name] = value
-    with open(request["path"], "wb") as f:
+    with open(os.path.expanduser(request["path"]), "wb") as f:
         pickle.dump(saved, f)
     emit(event="done", id=request["id"], status="ok", saved=sorted(saved))
 
 
 def restore(request):
-    with open(request["path"], "rb") as f:
+    with open(os.path.expanduser(request["path"]), "rb") as f:
         saved = pickle.load(f)
     namespace.update(saved)
     emit(event="done", id=request["id"], status="ok", restored=sorted(saved))

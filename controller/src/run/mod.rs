@@ -144,7 +144,6 @@ pub async fn run_on(
     // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
     let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
     finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
-    report.retain_owned();
     if let Some(ledger) = ledger.as_mut()
         && let Err(err) = ledger.finish_run(
             &run_id,
@@ -271,6 +270,8 @@ fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, 
     if let Some(side) = sides.remove(sandbench_proto::Side::Head.as_str()) {
         report.head_side = side;
     }
+    // A shard keeps its own trials only (every shard measures the once-per-sandbox metrics).
+    report.retain_owned();
     if report.status == Status::Completed && !report.complete() {
         report.status = Status::Partial;
     }

@@ -75,17 +75,20 @@ async fn assert_nothing_left(run_dir: &Path) {
     assert!(left.is_empty(), "containers left behind: {:?}", left.iter().map(|c| &c.name).collect::<Vec<_>>());
 }
 
-/// The metrics whose samples are not the trials expected: (key, expected, base, head).
-fn missing(report: &sandbench::report::Report) -> Vec<(String, Vec<u32>, Vec<u32>, Vec<u32>)> {
+/// The metrics whose samples are not the trials expected: `key: expected [..], base [..], head [..]`.
+fn missing(report: &sandbench::report::Report) -> Vec<String> {
     let trials = |side: &sandbench::report::Side, key: &str| -> Vec<u32> {
         side.metrics.get(key).into_iter().flatten().filter(|s| s.value.is_some()).map(|s| s.trial).collect()
     };
-    report
-        .metrics
-        .iter()
-        .map(|d| (d.key.clone(), report.expected_trials(&d.key), trials(&report.base_side, &d.key), trials(&report.head_side, &d.key)))
-        .filter(|(_, e, b, h)| e != b || e != h)
-        .collect()
+    let mut out = Vec::new();
+    for def in &report.metrics {
+        let expected = report.expected_trials(&def.key);
+        let (base, head) = (trials(&report.base_side, &def.key), trials(&report.head_side, &def.key));
+        if expected != base || expected != head {
+            out.push(format!("{}: expected {expected:?}, base {base:?}, head {head:?}", def.key));
+        }
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,9 +17,7 @@ impl Report {
     pub(super) fn blocked_values(&self, key: &str) -> (Vec<f64>, Vec<f64>, Option<String>) {
         let base = values(self.base_side.metrics.get(key));
         let head = values(self.head_side.metrics.get(key));
-        let raw = |note: Option<String>| {
-            (base.iter().map(|x| x.1).collect(), head.iter().map(|x| x.1).collect(), note)
-        };
+        let raw = |note: Option<String>| (base.iter().map(|x| x.1).collect(), head.iter().map(|x| x.1).collect(), note);
         let Some(count) = self.shards.first().map(|p| p.shard.count).filter(|_| self.shards.len() > 1) else {
             return raw(None);
         };
@@ -35,8 +33,7 @@ impl Report {
                 entry.1 += 1;
             }
         }
-        let measured: Vec<usize> = base.iter().chain(&head).map(|(t, _)| block(*t)).collect();
-        let mut blocks: Vec<usize> = measured.clone();
+        let mut blocks: Vec<usize> = base.iter().chain(&head).map(|(t, _)| block(*t)).collect();
         blocks.sort_unstable();
         blocks.dedup();
         if blocks.len() < 2 {
@@ -57,10 +54,6 @@ impl Report {
             let (sum, n) = sums[block(t)];
             (v.ln() - sum / n as f64 + grand).exp()
         };
-        (
-            base.iter().map(|(t, v)| scale(*t, *v)).collect(),
-            head.iter().map(|(t, v)| scale(*t, *v)).collect(),
-            None,
-        )
+        (base.iter().map(|(t, v)| scale(*t, *v)).collect(), head.iter().map(|(t, v)| scale(*t, *v)).collect(), None)
     }
 }

@@ -76,11 +76,18 @@ pub fn load(dir: &Path) -> anyhow::Result<Loaded> {
         );
     }
     if report.run_id != record.part.run_id {
-        bail!("{}: report.json is of run {}, but {SHARD_FILE} of run {}", dir.display(), report.run_id, record.part.run_id);
+        bail!(
+            "{}: report.json is of run {}, but {SHARD_FILE} of run {}",
+            dir.display(),
+            report.run_id,
+            record.part.run_id
+        );
     }
     let plan_path = dir.join("plan.json");
-    let plan = serde_json::from_slice(&std::fs::read(&plan_path).with_context(|| format!("cannot read {}", plan_path.display()))?)
-        .with_context(|| format!("{} is not JSON", plan_path.display()))?;
+    let plan = serde_json::from_slice(
+        &std::fs::read(&plan_path).with_context(|| format!("cannot read {}", plan_path.display()))?,
+    )
+    .with_context(|| format!("{} is not JSON", plan_path.display()))?;
     let forge = Target::load(dir)?;
     Ok(Loaded { dir: dir.to_path_buf(), record, report, plan, forge })
 }
@@ -108,11 +115,7 @@ pub fn check(mut shards: Vec<Loaded>) -> anyhow::Result<Vec<Loaded>> {
             ("base commit", a.base.commit.clone(), b.base.commit.clone()),
             ("head commit", a.head.commit.clone(), b.head.commit.clone()),
             ("image", first.report.image.clone(), other.report.image.clone()),
-            (
-                "noise profile",
-                serde_json::to_string(&first.report.noise)?,
-                serde_json::to_string(&other.report.noise)?,
-            ),
+            ("noise profile", serde_json::to_string(&first.report.noise)?, serde_json::to_string(&other.report.noise)?),
         ];
         for (field, want, got) in fields {
             if want != got {

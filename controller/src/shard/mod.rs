@@ -30,17 +30,33 @@ pub const SHARD_FILE: &str = "shard.json";
 /// Most shards a run may be split into.
 pub const MAX_SHARDS: u32 = 64;
 
-/// Shard `index` (1-based) of `count`.
+/// Shard `index` (1-based) of `count`; read from JSON only when 1 ≤ index ≤ count ≤ [`MAX_SHARDS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "RawShard")]
 pub struct Shard {
     pub index: u32,
     pub count: u32,
 }
 
+/// A shard as the JSON has it, before it is checked.
+#[derive(Deserialize)]
+struct RawShard {
+    index: u32,
+    count: u32,
+}
+
+impl TryFrom<RawShard> for Shard {
+    type Error = String;
+
+    fn try_from(raw: RawShard) -> Result<Shard, String> {
+        format!("{}/{}", raw.index, raw.count).parse()
+    }
+}
+
 impl Shard {
     /// Whether trial `trial` (of any phase) belongs to this shard.
     pub fn owns(&self, trial: u32) -> bool {
-        trial % self.count == self.index - 1
+        self.count > 0 && trial % self.count == self.index.wrapping_sub(1)
     }
 
     /// The trials of a phase of `count` trials this shard runs, in order.
@@ -62,7 +78,8 @@ impl std::str::FromStr for Shard {
     fn from_str(text: &str) -> Result<Shard, String> {
         let expected = "expected I/N (shard I of N, 1 ≤ I ≤ N), e.g. 1/2";
         let (i, n) = text.trim().split_once('/').ok_or_else(|| format!("{text:?}: {expected}"))?;
-        let number = |s: &str| s.trim().parse::<u32>().map_err(|_| format!("{text:?}: {s:?} is not a number; {expected}"));
+        let number =
+            |s: &str| s.trim().parse::<u32>().map_err(|_| format!("{text:?}: {s:?} is not a number; {expected}"));
         let (index, count) = (number(i)?, number(n)?);
         if count == 0 || count > MAX_SHARDS {
             return Err(format!("{text:?}: the number of shards must be from 1 to {MAX_SHARDS}, got {count}"));

@@ -32,7 +32,10 @@ fn shard_values_are_read_and_bad_ones_refused_naming_the_flag() {
         let err = bad.parse::<Shard>().unwrap_err();
         assert!(err.contains(why), "{bad}: {err}");
     }
-    for command in [["run", "s.toml", "--base", "a", "--head", "b"].as_slice(), &["ci", "s.toml", "--event", "e.json", "--event-name", "pull_request"]] {
+    for command in [
+        ["run", "s.toml", "--base", "a", "--head", "b"].as_slice(),
+        &["ci", "s.toml", "--event", "e.json", "--event-name", "pull_request"],
+    ] {
         for bad in ["0/2", "3/2", "1/0", "garbage"] {
             let flag = ["--shard", bad];
             let args = ["sandbench"].iter().chain(command).chain(&flag).copied();
@@ -42,6 +45,16 @@ fn shard_values_are_read_and_bad_ones_refused_naming_the_flag() {
         }
         let args = ["sandbench"].iter().chain(command).chain(&["--shard", "2/3"]).copied();
         crate::cli::Cli::try_parse_from(args).unwrap();
+    }
+}
+
+#[test]
+fn a_shard_read_from_a_file_is_checked_like_the_flag() {
+    let shard: Shard = serde_json::from_str(r#"{"index": 2, "count": 3}"#).unwrap();
+    assert_eq!(shard, Shard { index: 2, count: 3 });
+    for bad in [r#"{"index": 1, "count": 0}"#, r#"{"index": 0, "count": 2}"#, r#"{"index": 1, "count": 4294967295}"#] {
+        let err = serde_json::from_str::<Shard>(bad).unwrap_err().to_string();
+        assert!(err.contains("from 1 to"), "{bad}: {err}");
     }
 }
 
@@ -132,9 +145,12 @@ fn options(dir: &Path, shard: Shard) -> crate::run::RunOptions {
 async fn run_shard(dir: &Path, index: u32, speed: f64) -> PathBuf {
     let opts = options(dir, Shard { index, count: 2 });
     let plan = crate::spec::load(&opts.spec).unwrap_or_else(|e| panic!("{e}"));
-    let script = Script::for_plan(&plan)
-        .on("base", phase::MEASURE, None, Answer::Scale(speed))
-        .on("head", phase::MEASURE, None, Answer::Scale(speed * 2.0));
+    let script = Script::for_plan(&plan).on("base", phase::MEASURE, None, Answer::Scale(speed)).on(
+        "head",
+        phase::MEASURE,
+        None,
+        Answer::Scale(speed * 2.0),
+    );
     let fake = Arc::new(FakeProvisioner::new(script));
     let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
     let cancel = watch::channel(false).1;
@@ -152,7 +168,7 @@ fn trials(side: &crate::report::Side, key: &str) -> Vec<u32> {
 }
 
 fn refusal(dirs: &[PathBuf], out: &Path) -> String {
-    let err = merge::merge(dirs, Some(out), None).err().expect("the merge is refused");
+    let err = merge::merge(dirs, Some(out), None).expect_err("the merge is refused");
     format!("{err:#}")
 }
 

@@ -5,7 +5,8 @@
 //!
 //! One decision per metric, under the report's [`Rule`]: the paired rule ([`decide`], the
 //! default) or the reference harness's rule, kept byte for byte. [`Report::analyze`] makes it and
-//! every rendering shows that one.
+//! every rendering shows that one. A run merged from shards is analysed blocked by shard
+//! (`blocks`): a machine's constant speed factor widens no spread.
 
 mod blocks;
 mod decide;

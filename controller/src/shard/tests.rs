@@ -172,10 +172,10 @@ fn refusal(dirs: &[PathBuf], out: &Path) -> String {
     format!("{err:#}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_shards_merge_into_one_run_every_pair_once_one_ledger_entry() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (one, two) = (run_shard(tmp.path(), 1, 1.0).await, run_shard(tmp.path(), 2, 3.0).await);
+/// Both shards of a run in `tmp`, the second on a machine 3× slower, each with the same
+/// `forge.json`; their directories and that target.
+async fn two_shards(tmp: &Path) -> (PathBuf, PathBuf, crate::publish::Target) {
+    let (one, two) = (run_shard(tmp, 1, 1.0).await, run_shard(tmp, 2, 3.0).await);
     // Each shard ran its own trials, and says so.
     let record = super::ShardRecord::load(&two).unwrap();
     assert_eq!(record.part.trials[phase::MEASURE], [1, 3, 5]);
@@ -187,12 +187,18 @@ async fn two_shards_merge_into_one_run_every_pair_once_one_ledger_entry() {
         pull_request: 7,
         attempt: 1,
         run_url: None,
-        head: None,
-        base: None,
+        head: Some(record.head.commit.clone()),
+        base: Some(record.base.commit.clone()),
     };
     target.save(&one).unwrap();
     target.save(&two).unwrap();
+    (one, two, target)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shards_merge_into_one_run_every_pair_once_one_ledger_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, two, target) = two_shards(tmp.path()).await;
     let ledger_path = tmp.path().join("ledger.sqlite");
     let out = tmp.path().join("merged");
     let (report, dir) = merge::merge(&[two.clone(), one.clone()], Some(&out), Some(&ledger_path)).unwrap();
@@ -217,7 +223,10 @@ async fn two_shards_merge_into_one_run_every_pair_once_one_ledger_entry() {
     assert_eq!(written.comparisons, report.comparisons);
     assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("sandbench"));
     assert!(out.join("report.html").is_file() && out.join("plan.json").is_file());
-    assert_eq!(crate::publish::Target::load(&out).unwrap(), Some(target));
+    assert_eq!(crate::publish::Target::load(&out).unwrap(), Some(target.clone()));
+    // `sandbench publish MERGED_DIR` takes it: the comment is the merged report's.
+    let publication = crate::publish::Publication::from_run_dir(&out, &target).unwrap();
+    assert!(format!("{publication:?}").contains(&report.run_id), "{publication:?}");
     for sandbox in &report.sandboxes {
         assert!(out.join("sandboxes").join(&sandbox.id).is_dir(), "{}", sandbox.id);
     }
@@ -246,7 +255,15 @@ async fn two_shards_merge_into_one_run_every_pair_once_one_ledger_entry() {
     assert_eq!(runs[0].sandboxes, 4);
     assert!((runs[0].allocation_usd - shards_cost).abs() < 1e-9, "{} vs {shards_cost}", runs[0].allocation_usd);
     assert_eq!(ledger.merged_into("20260101-000000-shard1").unwrap(), Some(report.run_id.clone()));
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_refuses_shards_that_are_not_all_of_one_finished_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, two, _) = two_shards(tmp.path()).await;
+    let record = super::ShardRecord::load(&two).unwrap();
+    let out = tmp.path().join("merged");
+    merge::merge(&[one.clone(), two.clone()], Some(&out), None).unwrap();
     // Refusals, each naming what is wrong and where.
     let elsewhere = tmp.path().join("refused");
     let err = refusal(std::slice::from_ref(&one), &elsewhere);

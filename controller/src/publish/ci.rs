@@ -55,8 +55,9 @@ pub struct CiArgs {
     /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
     #[arg(long)]
     pub oversubscribe: bool,
-    /// Run only shard I of N of the pairs (e.g. 1/2; merge the shards with `sandbench merge`).
-    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard)]
+    /// Run only shard I of N of the pairs (e.g. 1/2), with --no-publish: `sandbench merge`
+    /// combines the shards, and `sandbench publish` posts the merged run.
+    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard, requires = "no_publish")]
     pub shard: Option<crate::shard::Shard>,
     /// Stop scheduling work when the estimated cost reaches this many USD.
     #[arg(long)]

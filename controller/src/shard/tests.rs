@@ -34,7 +34,7 @@ fn shard_values_are_read_and_bad_ones_refused_naming_the_flag() {
     }
     for command in [
         ["run", "s.toml", "--base", "a", "--head", "b"].as_slice(),
-        &["ci", "s.toml", "--event", "e.json", "--event-name", "pull_request"],
+        &["ci", "s.toml", "--event", "e.json", "--event-name", "pull_request", "--no-publish"],
     ] {
         for bad in ["0/2", "3/2", "1/0", "garbage"] {
             let flag = ["--shard", bad];
@@ -46,6 +46,10 @@ fn shard_values_are_read_and_bad_ones_refused_naming_the_flag() {
         let args = ["sandbench"].iter().chain(command).chain(&["--shard", "2/3"]).copied();
         crate::cli::Cli::try_parse_from(args).unwrap();
     }
+    // A shard alone is never published: its comment would hold a part of the pairs.
+    let alone = ["sandbench", "ci", "s.toml", "--event", "e.json", "--event-name", "pull_request", "--shard", "1/2"];
+    let err = crate::cli::Cli::try_parse_from(alone).unwrap_err();
+    assert!(err.to_string().contains("--no-publish"), "{err}");
 }
 
 #[test]

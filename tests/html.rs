@@ -53,6 +53,7 @@ fn report() -> Report {
         attempt: 2,
         noise: None,
         sequential: None,
+        shards: Vec::new(),
         comparisons: Vec::new(),
     }
 }

@@ -129,6 +129,10 @@ pub enum Command {
     Publish(crate::publish::PublishArgs),
     /// GitHub Actions: read the pull request event, apply the trust gate, run, publish.
     Ci(Box<crate::publish::ci::CiArgs>),
+    /// Combine the run directories of a run's shards (`run --shard I/N`) into one run directory:
+    /// one log, one report, one ledger entry.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Merge(crate::shard::merge::MergeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,6 +157,9 @@ pub struct RunArgs {
     /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
     #[arg(long)]
     pub oversubscribe: bool,
+    /// Run only shard I of N of the pairs (e.g. 1/2; merge the shards with `sandbench merge`).
+    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard)]
+    pub shard: Option<crate::shard::Shard>,
     /// Stop scheduling work when the estimated cost reaches this many USD.
     #[arg(long)]
     pub budget: Option<f64>,
@@ -297,6 +304,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => crate::bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Publish(args) => crate::publish::command(args).await,
         Command::Ci(args) => crate::publish::ci::command(*args, ledger_path, cancel_on_signals()).await,
+        Command::Merge(args) => crate::shard::merge::command(args, &ledger_path),
     }
 }
 
@@ -323,6 +331,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
             memory_usd_per_gb_hour: args.memory_usd_per_gb_hour,
             disk_usd_per_gb_hour: args.disk_usd_per_gb_hour,
         },
+        shard: args.shard,
     };
     let result = crate::run::run(options, cancel_rx).await?;
     println!("{}", result.dir.join("report.md").display());

@@ -19,6 +19,7 @@ pub mod sandbox;
 pub mod sandboxes;
 pub mod sanitize;
 pub mod server;
+pub mod shard;
 pub mod source;
 pub mod spec;
 pub mod station;

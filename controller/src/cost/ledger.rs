@@ -4,6 +4,12 @@
 //! A run is inserted as `running` when it starts and completed in one transaction when it ends;
 //! a controller killed in between leaves its row unfinished and everything else intact. WAL mode
 //! and a busy timeout let concurrent runs write at once.
+//!
+//! A run merged from shards (`sandbench merge`) is one entry whose sandboxes are all the shards'
+//! sandboxes, so its cost is theirs summed. The shards' own entries, when this ledger has them
+//! (shards run on this machine), are marked merged into it (table `merged`) and left out of every
+//! listing and group ([`Ledger::runs`]), so nothing is counted twice; `sandbench cost SHARD_RUN`
+//! still shows one.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -61,6 +67,10 @@ CREATE TABLE IF NOT EXISTS phases (
     PRIMARY KEY (run_id, sandbox_id, seq)
 );
 CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at);
+CREATE TABLE IF NOT EXISTS merged (
+    run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
+    into_run TEXT NOT NULL REFERENCES runs(run_id)
+);
 ";
 
 /// The status the ledger shows for a run that never recorded its end (its controller was killed).
@@ -219,14 +229,44 @@ impl Ledger {
         Ok(())
     }
 
-    /// Runs started at or after `since`, newest first.
+    /// Marks the entries of `shards` (those this ledger has) as merged into the run `into`: they
+    /// are no longer listed or summed, `into` holds their sandboxes. Returns how many it marked.
+    pub fn mark_merged(&self, shards: &[String], into: &str) -> anyhow::Result<usize> {
+        let mut marked = 0;
+        for shard in shards {
+            marked += self
+                .conn
+                .execute(
+                    "INSERT OR REPLACE INTO merged (run_id, into_run)
+                     SELECT run_id, ?2 FROM runs WHERE run_id = ?1",
+                    params![shard, into],
+                )
+                .context("cannot mark a shard's run as merged in the ledger")?;
+        }
+        Ok(marked)
+    }
+
+    /// The run a shard's entry was merged into, if it was.
+    pub fn merged_into(&self, run_id: &str) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row("SELECT into_run FROM merged WHERE run_id = ?1", params![run_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Runs started at or after `since`, newest first; shards merged into another run are left
+    /// out (the merged run holds their cost).
     pub fn runs(&self, since: Option<jiff::Timestamp>) -> anyhow::Result<Vec<RunRow>> {
-        let mut stmt = self.conn.prepare(
+        self.select_runs(since, "AND run_id NOT IN (SELECT run_id FROM merged)")
+    }
+
+    fn select_runs(&self, since: Option<jiff::Timestamp>, filter: &str) -> anyhow::Result<Vec<RunRow>> {
+        let mut stmt = self.conn.prepare(&format!(
             "SELECT run_id, spec, repository, base_commit, head_commit,
                     CASE WHEN finished_at IS NULL THEN ?2 ELSE status END,
                     started_at, finished_at, sandboxes, seconds, allocation_usd, max_usd, usage_usd
-             FROM runs WHERE started_at >= ?1 ORDER BY started_at DESC, run_id DESC",
-        )?;
+             FROM runs WHERE started_at >= ?1 {filter} ORDER BY started_at DESC, run_id DESC"
+        ))?;
         // Start times are stored as `report::timestamp` writes them (RFC 3339 in UTC, to the
         // second), so text order is time order.
         let since = since.map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_default();
@@ -252,7 +292,7 @@ impl Ledger {
 
     /// One run and its cost by sandbox and phase.
     pub fn run(&self, run_id: &str) -> anyhow::Result<Option<(RunRow, Vec<PhaseRow>)>> {
-        let Some(run) = self.runs(None)?.into_iter().find(|r| r.run_id == run_id) else { return Ok(None) };
+        let Some(run) = self.select_runs(None, "")?.into_iter().find(|r| r.run_id == run_id) else { return Ok(None) };
         let mut stmt = self.conn.prepare(
             "SELECT p.sandbox_id, s.role, p.phase, p.seconds, p.cpu_seconds, p.memory_gib_seconds, p.allocation_usd, p.max_usd, p.usage_usd
              FROM phases p JOIN sandboxes s ON s.run_id = p.run_id AND s.sandbox_id = p.sandbox_id
@@ -364,6 +404,29 @@ mod tests {
         // A run that was never begun cannot be finished.
         let mut ledger = ledger;
         assert!(ledger.finish_run("ghost", "completed", "x", &[]).is_err());
+    }
+
+    #[test]
+    fn shards_merged_into_a_run_are_counted_once_in_the_merged_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(&dir.path().join("ledger.sqlite")).unwrap();
+        let (s1, s2) = (sandbox("sb-s1-base", Side::Base, 0.002), sandbox("sb-s2-base", Side::Base, 0.003));
+        for (id, sb) in [("shard1", &s1), ("shard2", &s2)] {
+            ledger.begin_run(&start(id)).unwrap();
+            ledger.finish_run(id, "completed", "2026-11-29T10:02:00Z", std::slice::from_ref(sb)).unwrap();
+        }
+        ledger.begin_run(&start("merged")).unwrap();
+        ledger.finish_run("merged", "completed", "2026-11-29T10:03:00Z", &[s1, s2]).unwrap();
+        let marked = ledger.mark_merged(&["shard1".into(), "shard2".into(), "elsewhere".into()], "merged").unwrap();
+        assert_eq!(marked, 2, "a shard this ledger never saw is not marked");
+        let runs = ledger.runs(None).unwrap();
+        assert_eq!(runs.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["merged"]);
+        assert!((runs[0].allocation_usd - 0.005).abs() < 1e-12, "{}", runs[0].allocation_usd);
+        let total: f64 = runs.iter().map(|r| r.allocation_usd).sum();
+        assert!((total - 0.005).abs() < 1e-12, "nothing counted twice: {total}");
+        assert_eq!(ledger.merged_into("shard2").unwrap().as_deref(), Some("merged"));
+        assert_eq!(ledger.merged_into("merged").unwrap(), None);
+        assert!(ledger.run("shard1").unwrap().is_some(), "a shard's entry is still there to look at");
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct CiArgs {
     /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
     #[arg(long)]
     pub oversubscribe: bool,
+    /// Run only shard I of N of the pairs (e.g. 1/2), with --no-publish: `sandbench merge`
+    /// combines the shards, and `sandbench publish` posts the merged run.
+    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard, requires = "no_publish")]
+    pub shard: Option<crate::shard::Shard>,
     /// Stop scheduling work when the estimated cost reaches this many USD.
     #[arg(long)]
     pub budget: Option<f64>,
@@ -249,6 +253,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         noise: args.noise.clone(),
         ledger: Some(ledger),
         rates: crate::run::RateOverrides::default(),
+        shard: args.shard,
     };
     let result = match crate::run::run(options, cancel).await {
         Ok(result) => result,

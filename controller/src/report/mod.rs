@@ -5,9 +5,11 @@
 //!
 //! One decision per metric, under the report's [`Rule`]: the paired rule ([`decide`], the
 //! default) or the reference harness's rule, kept byte for byte. [`Report::analyze`] makes it and
-//! every rendering shows that one.
+//! every rendering shows that one. A run merged from shards is analysed blocked by shard
+//! (`blocks`): a machine's constant speed factor widens no spread.
 
-pub mod decide;
+mod blocks;
+mod decide;
 pub mod format;
 #[cfg(test)]
 mod fuzz;
@@ -246,6 +248,10 @@ pub struct Report {
     /// The adaptive plan, when the run could add pairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequential: Option<Sequential>,
+    /// The shards this report covers: its own for a shard's run, every one for a merged run,
+    /// none for an unsharded run (see [`crate::shard`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<crate::shard::ShardPart>,
     /// Derived from the samples; kept for readers of the JSON.
     #[serde(default)]
     pub comparisons: Vec<MetricComparison>,
@@ -321,9 +327,8 @@ impl Report {
     }
 
     fn analyze_metric(&self, def: &MetricDef) -> MetricComparison {
-        let side = |s: &Side| values(s.metrics.get(&def.key)).into_iter().map(|x| x.1).collect::<Vec<f64>>();
-        let (b, h) = (side(&self.base_side), side(&self.head_side));
-        let expected = self.expected_of(&def.key);
+        let (b, h, block_note) = self.blocked_values(&def.key);
+        let expected = self.expected_trials(&def.key).len();
         let floors = Floors { absolute: def.absolute, relative: def.relative };
         let comparison = stats::compare(&b, &h, expected, floors);
         let (pairs, unpaired) = self.pairs_of(&def.key);
@@ -357,6 +362,7 @@ impl Report {
                 (out.comparison, out.paired, out.notes) = (comparison, paired, notes);
             }
         }
+        out.notes.extend(block_note);
         out
     }
 
@@ -400,12 +406,35 @@ impl Report {
     pub fn complete(&self) -> bool {
         self.errors.is_empty()
             && self.metrics.iter().all(|def| {
-                let expected = self.expected.get(&def.key).copied().unwrap_or(1);
+                let expected = self.expected_trials(&def.key);
                 [&self.base_side, &self.head_side].iter().all(|side| {
                     let got = values(side.metrics.get(&def.key));
-                    got.len() as u32 == expected && (0..expected).all(|t| got.iter().any(|(x, _)| *x == t))
+                    got.len() == expected.len() && expected.iter().all(|t| got.iter().any(|(x, _)| x == t))
                 })
             })
+    }
+
+    /// Whether trial `trial` is one of this report's: always, but in a shard's report, where
+    /// only the trials of its shard are.
+    pub fn owns(&self, trial: u32) -> bool {
+        self.shards.is_empty() || self.shards.iter().any(|part| part.shard.owns(trial))
+    }
+
+    /// The trials of `key` each side should have: those of the plan this report owns.
+    pub fn expected_trials(&self, key: &str) -> Vec<u32> {
+        (0..self.expected_of(key) as u32).filter(|t| self.owns(*t)).collect()
+    }
+
+    /// Drops the samples of trials this report does not own (a shard's run measures the
+    /// once-per-sandbox metrics as trial 0 in every shard; trial 0 is the first shard's).
+    pub fn retain_owned(&mut self) {
+        let shards = self.shards.clone();
+        let owns = |t: u32| shards.is_empty() || shards.iter().any(|part| part.shard.owns(t));
+        for side in [&mut self.base_side, &mut self.head_side] {
+            for samples in side.metrics.values_mut() {
+                samples.retain(|s| owns(s.trial));
+            }
+        }
     }
 
     /// Allocation, max(request, usage) and usage-only totals, when usage was measured.

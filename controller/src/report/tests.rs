@@ -107,6 +107,7 @@ pub(super) fn example(status: Status) -> Report {
         attempt: 1,
         noise: None,
         sequential: None,
+        shards: Vec::new(),
         comparisons: Vec::new(),
     }
 }

@@ -60,6 +60,8 @@ pub struct RunOptions {
     pub rates: RateOverrides,
     /// The cost ledger to record the run in (None: no ledger).
     pub ledger: Option<PathBuf>,
+    /// Run only this shard's share of the pairs (`--shard I/N`, see [`crate::shard`]).
+    pub shard: Option<crate::shard::Shard>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -118,6 +120,18 @@ pub async fn run_on(
         display.line(&warning);
     }
     report.noise = noise;
+    if let Some(shard) = opts.shard {
+        let part = crate::shard::ShardPart::new(shard, &run_id, &plan.timed_phases());
+        let record = crate::shard::ShardRecord {
+            part: part.clone(),
+            spec: plan.name.clone(),
+            base: base.clone(),
+            head: head.clone(),
+        };
+        record.save(&dir)?;
+        display.line(&format!("shard {shard} runs the trials {}", describe_share(&part)));
+        report.shards = vec![part];
+    }
     write_reports(&dir, &mut report)?;
     // The ledger entry is made first, so a run killed from here on shows as unfinished.
     let mut ledger = begin_ledger(&opts, &plan, &report, &dir)?;
@@ -203,10 +217,11 @@ fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Result<(Vec<Stri
         noise = Some(profile);
     }
     let mut notes = Vec::new();
-    let install = schedule::install_trials(plan.trials.install, opts.pairs as usize);
+    let install = crate::shard::install_trials(plan.trials.install, opts.pairs as usize, opts.shard);
     if install != plan.trials.install {
+        let shards = opts.shard.map(|s| format!(" of each of the {} shards", s.count)).unwrap_or_default();
         notes.push(format!(
-            "install trials raised from {} to {install}: each of the {} pairs needs its own first installation",
+            "install trials raised from {} to {install}: each of the {} pairs{shards} needs its own first installation",
             plan.trials.install, opts.pairs
         ));
         plan.trials.install = install;
@@ -255,6 +270,8 @@ fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, 
     if let Some(side) = sides.remove(sandbench_proto::Side::Head.as_str()) {
         report.head_side = side;
     }
+    // A shard keeps its own trials only (every shard measures the once-per-sandbox metrics).
+    report.retain_owned();
     if report.status == Status::Completed && !report.complete() {
         report.status = Status::Partial;
     }
@@ -280,7 +297,8 @@ async fn resolve_revisions(plan: &Plan, base: &str, head: &str) -> anyhow::Resul
     Ok((resolve(base).await.context("--base")?, resolve(head).await.context("--head")?))
 }
 
-fn run_id() -> String {
+/// A new run's id: its start time and a random suffix.
+pub(crate) fn run_id() -> String {
     let stamp = report::timestamp(SystemTime::now())
         .replace(['-', ':'], "")
         .replace('T', "-")
@@ -289,6 +307,15 @@ fn run_id() -> String {
     let mut random = [0u8; 3];
     rand::fill(&mut random);
     format!("{stamp}-{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// `measure 0, 2, 4; runtime 0, 2` — a shard's trials per phase.
+fn describe_share(part: &crate::shard::ShardPart) -> String {
+    let phases = part.trials.iter().map(|(phase, trials)| {
+        let list: Vec<String> = trials.iter().map(u32::to_string).collect();
+        format!("{phase} {}", if list.is_empty() { "none".to_string() } else { list.join(", ") })
+    });
+    phases.collect::<Vec<_>>().join("; ")
 }
 
 fn short(commit: &str) -> &str {

@@ -139,6 +139,7 @@ pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision
         // Set by the adaptive loop when it looks (`report::Sequential::for_plan`); a run that
         // never looks again is one look at the full alpha.
         sequential: None,
+        shards: Vec::new(),
         comparisons: Vec::new(),
     }
 }

@@ -33,18 +33,24 @@ pub struct Stage {
 /// The timed phases of a run, in the order given with their trial counts (`Plan::timed_phases`),
 /// and `pairs` pairs (at least one).
 pub fn build(phases: &[(&'static str, u32)], pairs: usize) -> Vec<Stage> {
+    build_for(phases, pairs, None)
+}
+
+/// [`build`] for one shard of a sharded run: only the trials `shard` owns
+/// ([`crate::shard`]), split across this run's pairs in turn as [`build`] splits all of them.
+pub fn build_for(phases: &[(&'static str, u32)], pairs: usize, shard: Option<crate::shard::Shard>) -> Vec<Stage> {
     let pairs = pairs.max(1);
     phases
         .iter()
-        .map(|&(name, count)| Stage {
-            phase: name,
-            lanes: (0..pairs).map(|pair| lane(name, count, pair, pairs)).collect(),
+        .map(|&(name, count)| {
+            let trials = shard.map_or_else(|| (0..count).collect(), |s| s.trials(count));
+            Stage { phase: name, lanes: (0..pairs).map(|pair| lane(name, &trials, pair, pairs)).collect() }
         })
         .collect()
 }
 
-fn lane(name: &'static str, count: u32, pair: usize, pairs: usize) -> Vec<Slot> {
-    let mine = (0..count).filter(|t| *t as usize % pairs == pair);
+fn lane(name: &'static str, trials: &[u32], pair: usize, pairs: usize) -> Vec<Slot> {
+    let mine = trials.iter().enumerate().filter(|(at, _)| at % pairs == pair).map(|(_, t)| *t);
     mine.enumerate()
         .flat_map(|(round, trial)| {
             let order = if round % 2 == 0 { [Side::Base, Side::Head] } else { [Side::Head, Side::Base] };

@@ -63,6 +63,7 @@ fn setup(pairs: u32) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
         noise: None,
         rates: Default::default(),
         ledger: None,
+        shard: None,
     };
     (dir, plan, opts)
 }

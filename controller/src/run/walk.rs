@@ -70,7 +70,7 @@ impl Run {
         if let Some(stop) = self.prepare(sides).await {
             return Some(stop);
         }
-        let stages = schedule::build(&self.plan.timed_phases(), self.opts.pairs as usize);
+        let stages = schedule::build_for(&self.plan.timed_phases(), self.opts.pairs as usize, self.opts.shard);
         // A phase the spec does not have (no trials) takes no time and is not charged.
         for stage in stages.into_iter().filter(|s| s.lanes.iter().any(|lane| !lane.is_empty())) {
             for side in sides.iter().filter(|s| s.live.is_some()) {

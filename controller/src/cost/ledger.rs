@@ -219,6 +219,25 @@ impl Ledger {
         Ok(())
     }
 
+    /// Runs that never recorded their end: (run id, run directory). Their controller may be
+    /// alive (running) or dead (to be reconciled as abandoned).
+    pub fn unfinished_runs(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let mut stmt =
+            self.conn.prepare("SELECT run_id, run_dir FROM runs WHERE finished_at IS NULL ORDER BY started_at")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Puts a run that ended (an abandoned run being resumed) back to running; false when the
+    /// ledger does not hold it.
+    pub fn reopen_run(&self, run_id: &str) -> anyhow::Result<bool> {
+        let changed = self
+            .conn
+            .execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?1", params![run_id])
+            .context("cannot reopen the run in the ledger")?;
+        Ok(changed == 1)
+    }
+
     /// Runs started at or after `since`, newest first.
     pub fn runs(&self, since: Option<jiff::Timestamp>) -> anyhow::Result<Vec<RunRow>> {
         let mut stmt = self.conn.prepare(

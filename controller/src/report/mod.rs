@@ -110,6 +110,8 @@ pub enum Status {
     Partial,
     Failed,
     Canceled,
+    /// Its controller died before the run ended (`sandbench run --resume DIR` continues it).
+    Abandoned,
 }
 
 impl Status {
@@ -120,6 +122,7 @@ impl Status {
             Status::Partial => "partial",
             Status::Failed => "failed",
             Status::Canceled => "canceled",
+            Status::Abandoned => "abandoned",
         }
     }
 }

@@ -2,7 +2,8 @@
 //! can see what runs cost across time, specs and repositories (`sandbench cost`).
 //!
 //! A run is inserted as `running` when it starts and completed in one transaction when it ends;
-//! a controller killed in between leaves its row unfinished and everything else intact. WAL mode
+//! a controller killed in between leaves its row unfinished and everything else intact, until the
+//! next run or `gc` records it abandoned (`run::resume::reconcile`). WAL mode
 //! and a busy timeout let concurrent runs write at once.
 
 use std::path::{Path, PathBuf};

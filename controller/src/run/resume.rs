@@ -54,6 +54,8 @@ pub struct Mark {
     pub run_id: String,
     /// The spec, absolute.
     pub spec: PathBuf,
+    /// SHA-256 of the spec's text when the run started (a resume refuses a changed spec).
+    pub spec_sha256: String,
     pub base: Revision,
     pub head: Revision,
     pub trials: Option<u32>,
@@ -77,6 +79,7 @@ impl Mark {
             attempt: 1,
             run_id: run_id.to_string(),
             spec: std::path::absolute(&opts.spec).unwrap_or_else(|_| opts.spec.clone()),
+            spec_sha256: spec_digest(&opts.spec).unwrap_or_default(),
             base: base.clone(),
             head: head.clone(),
             trials: opts.trials,
@@ -150,6 +153,13 @@ impl Mark {
             ledger,
         }
     }
+}
+
+/// SHA-256 of a spec's text, in hex.
+fn spec_digest(spec: &Path) -> anyhow::Result<String> {
+    use sha2::Digest;
+    let text = std::fs::read(spec).with_context(|| format!("cannot read the spec {}", spec.display()))?;
+    Ok(sha2::Sha256::digest(&text).iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The role of a pair's sandbox in an attempt: the label, then `-r<attempt>` from the second.
@@ -396,20 +406,19 @@ pub async fn resume_on(
     let run_opts = mark.options(out, opts.agent.clone(), opts.shipping, opts.ledger.clone());
     let mut plan = crate::spec::load(&run_opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (notes, noise) = super::apply_options(&mut plan, &run_opts)?;
-    let recorded: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(dir.join("plan.json"))
-            .with_context(|| format!("cannot read {}", dir.join("plan.json").display()))?,
-    )?;
-    if recorded != serde_json::to_value(&plan)? {
-        bail!(
-            "cannot resume {}: the spec {} changed since the run started (plan.json differs)",
-            dir.display(),
-            run_opts.spec.display()
-        );
+    // The plan is the spec's again (the trials and pairs of the run applied): the spec must not
+    // have changed, or the trials kept would not be the trials of this plan.
+    if spec_digest(&run_opts.spec)? != mark.spec_sha256 {
+        bail!("cannot resume {}: the spec {} changed since the run started", dir.display(), run_opts.spec.display());
     }
     let accounting = Accounting::read(&dir, &mark.run_id)?;
     let mut report = read_report(&dir)?;
-    let earlier = std::mem::take(&mut report.sandboxes);
+    // The dead attempts' sandboxes, as reconciling charged them; without a ledger to reconcile,
+    // measured here the same way.
+    let mut earlier = std::mem::take(&mut report.sandboxes);
+    if report.status != Status::Abandoned {
+        earlier = lifetimes(&*provisioner, &dir, &mark.run_id, mark.usd_per_hour).await.0;
+    }
     report.status = Status::Running;
     report.finished_at = None;
     report.errors.clear();
@@ -672,5 +681,185 @@ mod tests {
         let pid = rest.split('/').next().unwrap();
         let dead = Mark { owner: format!("{host}/{pid}/1"), ..mark };
         assert!(!dead.alive());
+    }
+
+    const SPEC: &str = r#"
+name = "fake-product"
+
+[sandbox]
+image = "fake:1"
+cpus = 2
+memory_gb = 2
+disk_gb = 10
+
+[trials]
+install = 2
+measure = 4
+runtime = 2
+failure_limit = 2
+
+[install]
+command = "sh install.sh"
+
+[measure]
+startup = ["product"]
+"#;
+
+    const FAKE_RUN: &str = "20260101-000000-fake";
+
+    /// A completed run on the fake provisioner, then cut back as a SIGKILL mid-measure would
+    /// leave it: the log up to head's measure trial 1 (its observations, not its phase_done),
+    /// report.json running, the ledger entry unfinished, controller.json naming a dead process.
+    async fn killed_run() -> (tempfile::TempDir, RunOptions, PathBuf, Mark) {
+        use crate::provision::fake::{FakeProvisioner, Script};
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = tmp.path().join("bench.toml");
+        std::fs::write(&spec, SPEC).unwrap();
+        let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let opts = RunOptions {
+            spec,
+            base: "v1".into(),
+            head: "v2".into(),
+            out: tmp.path().join("runs"),
+            trials: None,
+            pairs: 1,
+            budget_usd: None,
+            run_timeout: Duration::from_secs(120),
+            agent: None,
+            shipping: AgentShipping::Bind,
+            noise: None,
+            rates: RateOverrides::default(),
+            ledger: Some(tmp.path().join("ledger.sqlite")),
+        };
+        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
+        let result =
+            super::super::run_on(opts.clone(), watch::channel(false).1, connect, FAKE_RUN.into()).await.unwrap();
+        assert_eq!(result.status, Status::Completed, "{:?}", result.report.errors);
+        let dir = result.dir;
+        let log = dir.join(crate::store::OBSERVATIONS_FILE);
+        let text = std::fs::read_to_string(&log).unwrap();
+        let head = format!("sandbench-{FAKE_RUN}-head");
+        let cut = text
+            .lines()
+            .position(|l| l.contains(&head) && l.contains("\"phase_done\"") && l.contains("\"measure-1\""))
+            .unwrap();
+        let kept: Vec<&str> = text.lines().take(cut).collect();
+        assert!(kept.last().is_some_and(|l| l.contains("measure-1")), "head's measure trial 1 is cut mid-way");
+        std::fs::write(&log, kept.join("\n") + "\n").unwrap();
+        let mut report = read_report(&dir).unwrap();
+        report.status = Status::Running;
+        report.sandboxes.clear();
+        report.finished_at = None;
+        super::super::write_reports(&dir, &mut report).unwrap();
+        assert!(Ledger::open(opts.ledger.as_ref().unwrap()).unwrap().reopen_run(FAKE_RUN).unwrap());
+        let mut mark = Mark::load(&dir).unwrap().unwrap();
+        let (host, rest) = mark.owner.split_once('/').unwrap();
+        mark.owner = format!("{host}/{}/1", rest.split('/').next().unwrap());
+        mark.write(&dir).unwrap();
+        (tmp, opts, dir, mark)
+    }
+
+    fn resume_options(dir: &Path, ledger: Option<PathBuf>) -> ResumeOptions {
+        ResumeOptions {
+            dir: dir.to_path_buf(),
+            spec: None,
+            base: None,
+            head: None,
+            agent: None,
+            shipping: AgentShipping::Bind,
+            ledger,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_killed_run_is_resumed_on_the_fake_with_every_trial_once() {
+        use crate::provision::fake::{FakeProvisioner, Script};
+        let (_tmp, opts, dir, mark) = killed_run().await;
+        let ledger = opts.ledger.clone().unwrap();
+        // Refused with what was given wrong.
+        let mut wrong = resume_options(&dir, Some(ledger.clone()));
+        wrong.base = Some("v9".into());
+        assert!(check(&wrong).unwrap_err().to_string().contains("--base was v1"));
+        let mut wrong = resume_options(&dir, None);
+        wrong.spec = Some(dir.join("plan.json"));
+        assert!(check(&wrong).unwrap_err().to_string().contains("it ran the spec"));
+        let (checked, _) = check(&resume_options(&dir, Some(ledger.clone()))).unwrap();
+        assert_eq!(checked, mark);
+
+        let plan = crate::spec::load(&opts.spec).unwrap();
+        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let result =
+            resume_on(resume_options(&dir, Some(ledger.clone())), mark, watch::channel(false).1, fake).await.unwrap();
+        let report = &result.report;
+        assert_eq!(result.status, Status::Completed, "{:?}", report.errors);
+        assert!(report.complete());
+        for side in [&report.base_side, &report.head_side] {
+            for (metric, samples) in &side.metrics {
+                let trials: Vec<u32> = samples.iter().map(|s| s.trial).collect();
+                let expected = report.expected.get(metric).copied().unwrap_or(1);
+                assert_eq!(trials, (0..expected).collect::<Vec<_>>(), "{metric}");
+            }
+        }
+        // Only the missing slots ran in the new sandboxes (after prepare, and head's untimed
+        // install before its measure trials).
+        let events = crate::store::read_events(&dir.join(crate::store::OBSERVATIONS_FILE)).unwrap();
+        let started = |role: &str| -> Vec<String> {
+            events
+                .iter()
+                .filter(|e| e.sandbox == format!("sandbench-{FAKE_RUN}-{role}"))
+                .filter_map(|e| match &e.body {
+                    StoredBody::PhaseStarted { command_id, .. } => Some(command_id.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(
+            started("head-r2"),
+            ["prepare-0", "install-0", "measure-1", "measure-2", "measure-3", "runtime-0", "runtime-1"]
+        );
+        assert_eq!(
+            started("base-r2"),
+            ["prepare-0", "install-0", "measure-1", "measure-2", "measure-3", "runtime-0", "runtime-1"]
+        );
+        // Charged for the sandboxes of both attempts; the ledger entry completed.
+        assert_eq!(report.sandboxes.len(), 4);
+        let (row, _) = Ledger::open(&ledger).unwrap().run(FAKE_RUN).unwrap().unwrap();
+        assert_eq!((row.status.as_str(), row.sandboxes), ("completed", 4));
+        // Nothing is left to resume.
+        let err = check(&resume_options(&dir, None)).unwrap_err().to_string();
+        assert!(err.contains("completed; nothing is missing"), "{err}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_run_is_reconciled_as_abandoned_and_a_live_one_is_left_alone() {
+        use crate::provision::fake::{FakeProvisioner, Script};
+        let (_tmp, opts, dir, mark) = killed_run().await;
+        let ledger = opts.ledger.clone().unwrap();
+        let fake = FakeProvisioner::new(Script::default());
+        // While its controller runs (this process), nothing is done, and resuming is refused.
+        let alive = Mark { owner: crate::provision::docker::owner_id(), ..mark.clone() };
+        alive.write(&dir).unwrap();
+        assert!(reconcile(&fake, &ledger).await.is_empty());
+        assert!(check(&resume_options(&dir, None)).unwrap_err().to_string().contains("is still running"));
+        mark.write(&dir).unwrap();
+        let lines = reconcile(&fake, &ledger).await;
+        assert!(lines.len() == 1 && lines[0].contains("abandoned") && lines[0].contains("--resume"), "{lines:?}");
+        let (row, _) = Ledger::open(&ledger).unwrap().run(FAKE_RUN).unwrap().unwrap();
+        assert_eq!((row.status.as_str(), row.sandboxes), ("abandoned", 2));
+        // The containers are gone: charged from the first to the last event each sent.
+        assert!(row.seconds >= 0.0 && row.finished_at.is_some());
+        let report = read_report(&dir).unwrap();
+        assert_eq!(report.status, Status::Abandoned);
+        assert!(report.errors.iter().any(|e| e.contains("sandbench run --resume")));
+        assert!(reconcile(&fake, &ledger).await.is_empty(), "reconciled once");
+        // An abandoned run can be resumed; a directory that is not a run cannot.
+        assert!(check(&resume_options(&dir, None)).is_ok());
+        let err = check(&resume_options(&dir.join("nope"), None)).unwrap_err().to_string();
+        assert!(err.contains("no such run directory"), "{err}");
+        let err = check(&resume_options(dir.parent().unwrap(), None)).unwrap_err().to_string();
+        assert!(err.contains("has no controller.json"), "{err}");
+        assert!(reconcile(&fake, &dir.join("no-ledger.sqlite")).await.is_empty());
+        assert!(!dir.join("no-ledger.sqlite").exists(), "a missing ledger is not created");
     }
 }

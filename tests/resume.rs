@@ -121,8 +121,12 @@ fn read_report(dir: &Path) -> Report {
     serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
 }
 
-/// (sandbox, phase, trial) of every phase started and done in the log.
-fn phases(dir: &Path) -> (Vec<(String, String, u32)>, Vec<(String, String)>) {
+/// (sandbox, phase, trial) of a phase started; (sandbox, command) of a phase done.
+type Started = (String, String, u32);
+type Done = (String, String);
+
+/// Every phase started and done in the log.
+fn phases(dir: &Path) -> (Vec<Started>, Vec<Done>) {
     let mut started = Vec::new();
     let mut done = Vec::new();
     // A killed controller may have left a torn last line: what precedes it is read.

@@ -647,6 +647,25 @@ mod tests {
     }
 
     #[test]
+    fn the_command_line_takes_a_run_directory_instead_of_a_spec_and_revisions() {
+        use clap::Parser;
+        let parse = |args: &[&str]| crate::cli::Cli::try_parse_from([&["sandbench", "run"], args].concat());
+        let cli = parse(&["--resume", "runs/x"]).unwrap();
+        let crate::cli::Command::Run(args) = cli.command else { panic!() };
+        assert_eq!(args.resume, Some(PathBuf::from("runs/x")));
+        assert!(args.spec.is_none() && args.base.is_none());
+        assert!(parse(&["--resume", "runs/x", "bench.toml", "--base", "a", "--head", "b"]).is_ok());
+        // The run's own trials, pairs and budget are kept: changing them is a usage error.
+        for extra in [["--trials", "3"], ["--pairs", "2"], ["--budget", "1"]] {
+            let err = parse(&[&["--resume", "runs/x"][..], &extra[..]].concat()).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{extra:?}");
+        }
+        // Without --resume, the spec and both revisions are required.
+        assert!(parse(&["bench.toml", "--base", "a"]).is_err());
+        assert!(parse(&["--base", "a", "--head", "b"]).is_err());
+    }
+
+    #[test]
     fn an_empty_log_misses_every_slot() {
         let all = Accounting::default().missing(&stages());
         assert_eq!(all.len(), 2 * (2 + 3));

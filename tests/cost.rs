@@ -203,4 +203,15 @@ async fn a_controller_killed_mid_run_leaves_its_ledger_row_unfinished_and_the_re
     assert!(log.contains("sandbox=") && !log.contains('\x1b'), "{log}");
     let earlier = runs.iter().find(|r| r.run_id == "earlier").unwrap();
     assert_eq!(earlier.status, "completed");
+    drop(ledger);
+
+    // The next start or gc reconciles it: abandoned, its sandboxes (gone) charged from what its
+    // run directory persisted, and its report says how to continue it.
+    let lines = sandbench::run::resume::reconcile(&provisioner, &ledger_path).await;
+    assert!(lines.iter().any(|l| l.contains(&killed.run_id) && l.contains("abandoned")), "{lines:?}");
+    let (row, _) = Ledger::open(&ledger_path).unwrap().run(&killed.run_id).unwrap().unwrap();
+    assert_eq!(row.status, "abandoned");
+    assert!(row.finished_at.is_some() && row.sandboxes >= 1, "{row:?}");
+    let report = std::fs::read_to_string(out.path().join("runs").join(&killed.run_id).join("report.json")).unwrap();
+    assert!(report.contains("\"status\": \"abandoned\"") && report.contains("sandbench run --resume"), "{report}");
 }

@@ -137,14 +137,20 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The bench spec (TOML).
-    pub spec: std::path::PathBuf,
+    /// The bench spec (TOML); with --resume, optional (the run's own, checked when given).
+    #[arg(required_unless_present = "resume")]
+    pub spec: Option<std::path::PathBuf>,
     /// The base revision (e.g. main).
-    #[arg(long)]
-    pub base: String,
+    #[arg(long, required_unless_present = "resume")]
+    pub base: Option<String>,
     /// The head revision (e.g. the pull request's commit).
-    #[arg(long)]
-    pub head: String,
+    #[arg(long, required_unless_present = "resume")]
+    pub head: Option<String>,
+    /// Continue the run in this run directory whose controller died (killed, machine crash):
+    /// new sandboxes, only the trials it had not completed, one report. The run's own options
+    /// are used; a spec, --base or --head given must be the run's.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["trials", "pairs", "budget", "noise"])]
+    pub resume: Option<std::path::PathBuf>,
     /// Where run directories go.
     #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
     pub out: std::path::PathBuf,
@@ -201,7 +207,7 @@ pub fn exit_code(status: crate::report::Status) -> ExitCode {
     use crate::report::Status;
     ExitCode::from(match status {
         Status::Completed => exit::COMPLETED,
-        Status::Failed | Status::Running => exit::FAILED,
+        Status::Failed | Status::Running | Status::Abandoned => exit::FAILED,
         Status::Partial => exit::PARTIAL,
         Status::Canceled => exit::CANCELED,
     })
@@ -296,7 +302,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let ok = crate::debug::debug(options, cancel_on_signals()).await?;
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Sandbox(command) => crate::sandboxes::run(command).await,
+        Command::Sandbox(command) => {
+            if matches!(command, crate::sandboxes::SandboxCommand::Gc) {
+                // Dead runs are recorded as abandoned before their sandboxes are reaped.
+                let docker = crate::provision::DockerProvisioner::connect(1).await?;
+                for line in crate::run::resume::reconcile(&docker, &ledger_path).await {
+                    println!("{}", crate::sanitize::terminal(&line));
+                }
+            }
+            crate::sandboxes::run(command).await
+        }
         Command::Cost(args) => {
             print!("{}", cost(&args, &ledger_path, cli.ledger.is_some())?);
             Ok(ExitCode::SUCCESS)
@@ -310,13 +325,30 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// `sandbench run`: prints where the reports are, and exits by the run's status.
 async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = args.resume {
+        let options = crate::run::resume::ResumeOptions {
+            dir,
+            spec: args.spec,
+            base: args.base,
+            head: args.head,
+            agent: args.agent,
+            shipping: args.shipping.into(),
+            ledger: Some(ledger),
+        };
+        let (mark, _) = crate::run::resume::check(&options)?;
+        check_pairs(mark.pairs, available_cpus(), args.oversubscribe)?;
+        args.dead_man.apply();
+        let result = crate::run::resume::resume(options, cancel_on_signals()).await?;
+        return Ok(print_result(&result));
+    }
     check_pairs(args.pairs, available_cpus(), args.oversubscribe)?;
     args.dead_man.apply();
     let cancel_rx = cancel_on_signals();
     let options = crate::run::RunOptions {
-        spec: args.spec,
-        base: args.base,
-        head: args.head,
+        // clap requires them without --resume.
+        spec: args.spec.unwrap_or_default(),
+        base: args.base.unwrap_or_default(),
+        head: args.head.unwrap_or_default(),
         out: args.out,
         trials: args.trials,
         pairs: args.pairs,
@@ -334,10 +366,15 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         shard: args.shard,
     };
     let result = crate::run::run(options, cancel_rx).await?;
+    Ok(print_result(&result))
+}
+
+/// Prints where a run's reports are; its exit status.
+fn print_result(result: &crate::run::RunResult) -> ExitCode {
     println!("{}", result.dir.join("report.md").display());
     println!("{}", result.dir.join("report.html").display());
     println!("{}", result.dir.join("report.json").display());
-    Ok(exit_code(result.status))
+    exit_code(result.status)
 }
 
 impl ReportFormat {

@@ -2,7 +2,8 @@
 //! can see what runs cost across time, specs and repositories (`sandbench cost`).
 //!
 //! A run is inserted as `running` when it starts and completed in one transaction when it ends;
-//! a controller killed in between leaves its row unfinished and everything else intact. WAL mode
+//! a controller killed in between leaves its row unfinished and everything else intact, until the
+//! next run or `gc` records it abandoned (`run::resume::reconcile`). WAL mode
 //! and a busy timeout let concurrent runs write at once.
 //!
 //! A run merged from shards (`sandbench merge`) is one entry whose sandboxes are all the shards'
@@ -227,6 +228,25 @@ impl Ledger {
         }
         tx.commit().context("cannot record the run's end in the ledger")?;
         Ok(())
+    }
+
+    /// Runs that never recorded their end: (run id, run directory). Their controller may be
+    /// alive (running) or dead (to be reconciled as abandoned).
+    pub fn unfinished_runs(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let mut stmt =
+            self.conn.prepare("SELECT run_id, run_dir FROM runs WHERE finished_at IS NULL ORDER BY started_at")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Puts a run that ended (an abandoned run being resumed) back to running; false when the
+    /// ledger does not hold it.
+    pub fn reopen_run(&self, run_id: &str) -> anyhow::Result<bool> {
+        let changed = self
+            .conn
+            .execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?1", params![run_id])
+            .context("cannot reopen the run in the ledger")?;
+        Ok(changed == 1)
     }
 
     /// Marks the entries of `shards` (those this ledger has) as merged into the run `into`: they

@@ -681,6 +681,14 @@ impl Provisioner for DockerProvisioner {
             DockerProvisioner::lost_cause(self, id).await.unwrap_or_else(|err| format!("stopped ({err})"))
         })
     }
+
+    fn finished_at<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<SystemTime>> {
+        Box::pin(async move {
+            let state = self.container_state(id).await.ok()?;
+            let at = state.finished_at.filter(|_| state.exists && !state.running)?;
+            Some(SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(at.as_millisecond()).ok()?))
+        })
+    }
 }
 
 /// Limits, binds and lock-down of a sandbox's container.
@@ -775,14 +783,14 @@ pub fn reap_reason(container_labels: &HashMap<String, String>, now_unix: u64, my
 }
 
 /// `host/pid/start-ticks` of this process: unique across pid reuse.
-fn owner_id() -> String {
+pub(crate) fn owner_id() -> String {
     let pid = std::process::id();
     format!("{}/{}/{}", hostname(), pid, process_start_ticks(pid).unwrap_or(0))
 }
 
 /// Whether the controller process named by an owner label still runs. None when it ran on
 /// another host (only expiry can tell then).
-fn owner_alive(owner: &str) -> Option<bool> {
+pub(crate) fn owner_alive(owner: &str) -> Option<bool> {
     let mut parts = owner.rsplitn(3, '/');
     let ticks: u64 = parts.next()?.parse().ok()?;
     let pid: u32 = parts.next()?.parse().ok()?;

@@ -77,6 +77,12 @@ pub trait Provisioner: Send + Sync {
     fn lost_cause<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, String> {
         Box::pin(async { "stopped".to_string() })
     }
+
+    /// When a sandbox that exists but no longer runs stopped (the engine's `State.FinishedAt`);
+    /// None when it runs, does not exist, or the backend cannot tell.
+    fn finished_at<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Option<SystemTime>> {
+        Box::pin(async { None })
+    }
 }
 
 /// What a sandbox uses at one moment, from its cgroup.

@@ -172,7 +172,7 @@ impl Publication {
         let state = match report.status {
             Status::Completed => State::Success,
             Status::Partial => State::Failure,
-            Status::Failed | Status::Canceled => State::Error,
+            Status::Failed | Status::Canceled | Status::Abandoned => State::Error,
             Status::Running => State::Pending,
         };
         let summary = overall_line(&body).map_or_else(String::new, |o| format!(": {o}"));

@@ -112,6 +112,8 @@ pub enum Status {
     Partial,
     Failed,
     Canceled,
+    /// Its controller died before the run ended (`sandbench run --resume DIR` continues it).
+    Abandoned,
 }
 
 impl Status {
@@ -122,6 +124,7 @@ impl Status {
             Status::Partial => "partial",
             Status::Failed => "failed",
             Status::Canceled => "canceled",
+            Status::Abandoned => "abandoned",
         }
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct Setting<'a> {
     pub display: &'a Display,
     pub base: &'a Revision,
     pub head: &'a Revision,
+    /// What an earlier attempt completed, when the run is resumed.
+    pub resumed: Option<&'a super::resume::Resumed>,
 }
 
 /// What `execute` ends with.
@@ -59,8 +61,15 @@ pub(super) async fn execute(
     cancel: watch::Receiver<bool>,
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
 ) -> anyhow::Result<Finished> {
-    let Setting { plan, opts, dir, display, base, head } = setting;
+    let Setting { plan, opts, dir, display, base, head, resumed } = setting;
     let provisioner = connect.await?;
+    // Runs of the ledger whose controller died are recorded as abandoned before any sandbox of
+    // theirs is reaped below (their lifetimes are read from the engine while it has them).
+    if let Some(ledger) = &opts.ledger {
+        for line in super::resume::reconcile(&*provisioner, ledger).await {
+            display.line(&line);
+        }
+    }
     let options = StationOptions {
         dir: dir.to_path_buf(),
         run_id: dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
@@ -82,12 +91,14 @@ pub(super) async fn execute(
         errors: Mutex::new(Vec::new()),
         gates: Mutex::new(Gates::new(pairs, plan.trials.failure_limit)),
         halt: watch::Sender::new(None),
+        resumed: resumed.cloned(),
     };
+    let attempt = resumed.map_or(1, |r| r.attempt);
     let mut sides: Vec<SideRun> = (0..pairs)
         .flat_map(|pair| {
             Side::BOTH.map(|side| SideRun {
                 side,
-                label: label(side, pair, pairs),
+                label: super::resume::role(&label(side, pair, pairs), attempt),
                 pair,
                 live: None,
                 meter: Meter::new(),
@@ -106,7 +117,7 @@ pub(super) async fn execute(
     warnings.extend(run.station.close().await);
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
-    let mut sides_data = collect(dir, &sides)?;
+    let mut sides_data = collect(dir, &sides, resumed.is_some().then_some(run.station.run_id()))?;
     // The CPUs each sandbox was given, as provisioned (quota and pinning).
     for side in sides.iter().filter(|s| s.live.is_some()) {
         let cpuset = cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();

@@ -15,6 +15,7 @@ mod display;
 mod execute;
 pub mod gate;
 mod output;
+pub mod resume;
 pub mod schedule;
 mod trial;
 mod usage;
@@ -99,6 +100,37 @@ pub async fn run_on(
     let (base, head) = resolve_revisions(&plan, &opts.base, &opts.head).await?;
     let dir = crate::station::run_dir(&opts.out.join(&run_id))?;
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
+    // Who runs the run directory, written before the ledger entry: a run whose controller is
+    // gone is told from one still running, and can be resumed.
+    resume::Mark::new(&opts, &run_id, &base, &head, plan.hourly_usd()).write(&dir)?;
+    let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
+    report.noise = noise;
+    let start = Start { plan, notes, dir, report, base, head, resumed: None, earlier: Vec::new() };
+    conduct(opts, start, cancel, connect).await
+}
+
+/// A run about to be walked: new, or resumed.
+struct Start {
+    plan: Plan,
+    notes: Vec<String>,
+    dir: PathBuf,
+    report: Report,
+    base: Revision,
+    head: Revision,
+    resumed: Option<resume::Resumed>,
+    /// The sandboxes of earlier attempts (a resumed run), charged already.
+    earlier: Vec<report::SandboxRecord>,
+}
+
+/// Walks a run from its start to its written reports and ledger entry.
+async fn conduct(
+    opts: RunOptions,
+    start: Start,
+    cancel: watch::Receiver<bool>,
+    connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
+) -> anyhow::Result<RunResult> {
+    let Start { plan, notes, dir, mut report, base, head, resumed, earlier } = start;
+    let run_id = report.run_id.clone();
     if let Err(err) = crate::logging::to_file(&dir.join("controller.log")) {
         tracing::warn!("cannot write {}: {err}", dir.join("controller.log").display());
     }
@@ -112,14 +144,22 @@ pub async fn run_on(
         head.rev,
         short(&head.commit)
     ));
+    if let Some(resumed) = &resumed {
+        let stages = schedule::build_for(&plan.timed_phases(), opts.pairs as usize, opts.shard);
+        let total: usize = stages.iter().flat_map(|s| &s.lanes).map(Vec::len).sum();
+        let missing = resumed.accounting.missing(&stages).len();
+        display.line(&format!(
+            "resumed (attempt {}): {} of {total} trials done before, {missing} to run in new sandboxes",
+            resumed.attempt,
+            total - missing
+        ));
+    }
     for note in &notes {
         display.line(note);
     }
-    let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
-    if let Some(warning) = noise.as_ref().and_then(|n| n.warning(plan.rule)) {
+    if let Some(warning) = report.noise.as_ref().and_then(|n| n.warning(plan.rule)) {
         display.line(&warning);
     }
-    report.noise = noise;
     if let Some(shard) = opts.shard {
         let part = crate::shard::ShardPart::new(shard, &run_id, &plan.timed_phases());
         let record = crate::shard::ShardRecord {
@@ -134,9 +174,17 @@ pub async fn run_on(
     }
     write_reports(&dir, &mut report)?;
     // The ledger entry is made first, so a run killed from here on shows as unfinished.
-    let mut ledger = begin_ledger(&opts, &plan, &report, &dir)?;
+    let mut ledger = begin_ledger(&opts, &plan, &report, &dir, resumed.is_some())?;
 
-    let setting = execute::Setting { plan: &plan, opts: &opts, dir: &dir, display: &display, base: &base, head: &head };
+    let setting = execute::Setting {
+        plan: &plan,
+        opts: &opts,
+        dir: &dir,
+        display: &display,
+        base: &base,
+        head: &head,
+        resumed: resumed.as_ref(),
+    };
     let finished = match execute::execute(setting, cancel, connect).await {
         Ok(finished) => finished,
         Err(err) => execute::Finished::failed(format!("{err:#}")),
@@ -144,6 +192,7 @@ pub async fn run_on(
     // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
     let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
     finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
+    report.sandboxes.splice(0..0, earlier);
     if let Some(ledger) = ledger.as_mut()
         && let Err(err) = ledger.finish_run(
             &run_id,
@@ -230,9 +279,19 @@ fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Result<(Vec<Stri
 }
 
 /// Opens the ledger, if any, and records the run as begun.
-fn begin_ledger(opts: &RunOptions, plan: &Plan, report: &Report, dir: &Path) -> anyhow::Result<Option<Ledger>> {
+/// A resumed run's entry, when the ledger has it, is put back to running.
+fn begin_ledger(
+    opts: &RunOptions,
+    plan: &Plan,
+    report: &Report,
+    dir: &Path,
+    resumed: bool,
+) -> anyhow::Result<Option<Ledger>> {
     let Some(path) = &opts.ledger else { return Ok(None) };
     let ledger = Ledger::open(path)?;
+    if resumed && ledger.reopen_run(&report.run_id)? {
+        return Ok(Some(ledger));
+    }
     let repository = match &plan.source {
         SourceSettings::Local { repository } => {
             repository.canonicalize().unwrap_or(repository.clone()).display().to_string()

@@ -19,21 +19,40 @@ const MAX_METRICS: usize = 4096;
 const MAX_TRIAL: u32 = 100_000;
 
 /// Samples per side and metric from the run's event log (read as a stream: only the samples
-/// are kept), and each side's facts.
-pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<String, Side>> {
-    let role_of: BTreeMap<String, &str> =
+/// are kept), and each side's facts. A resumed run (`resumed`: its id) also takes the samples
+/// of earlier attempts' sandboxes, only those each slot's first completion counts
+/// ([`Accounting::counts`](super::resume::Accounting::counts)).
+pub(super) fn collect(dir: &Path, sides: &[SideRun], resumed: Option<&str>) -> anyhow::Result<BTreeMap<String, Side>> {
+    let mut role_of: BTreeMap<String, &str> =
         sides.iter().filter_map(|s| s.live.as_ref().map(|l| (l.sandbox.id.clone(), s.side.as_str()))).collect();
+    let current: std::collections::BTreeSet<String> = role_of.keys().cloned().collect();
+    let accounting = match resumed {
+        Some(run_id) => Some((run_id, super::resume::Accounting::read(dir, run_id)?)),
+        None => None,
+    };
+    if let Some((run_id, accounting)) = &accounting {
+        for id in accounting.sandboxes() {
+            if let Some(side) = super::resume::side_of(run_id, id) {
+                role_of.entry(id.clone()).or_insert(side.as_str());
+            }
+        }
+    }
     let mut out: BTreeMap<String, Side> =
         BTreeMap::from(sandbench_proto::Side::BOTH.map(|s| (s.as_str().to_string(), Side::default())));
     let log = dir.join(crate::store::OBSERVATIONS_FILE);
     if log.exists() {
         for event in crate::store::events(&log)? {
             let event = event?;
-            let (Some(role), StoredBody::Observation { metric, trial, value, error, .. }) =
+            let (Some(role), StoredBody::Observation { command_id, metric, trial, value, error, .. }) =
                 (role_of.get(&event.sandbox), event.body)
             else {
                 continue;
             };
+            if let Some((run_id, accounting)) = &accounting
+                && !accounting.counts(run_id, &event.sandbox, &command_id, current.contains(&event.sandbox))
+            {
+                continue;
+            }
             let side = out.entry(role.to_string()).or_default();
             // Bounded whatever the log holds: no plan has more metrics or trials.
             if trial > MAX_TRIAL || (!side.metrics.contains_key(&metric) && side.metrics.len() >= MAX_METRICS) {

@@ -41,6 +41,8 @@ pub(super) struct Run {
     pub gates: Mutex<Gates>,
     /// Set once the run must stop: canceled, out of time or out of budget.
     pub halt: watch::Sender<Option<Stop>>,
+    /// What an earlier attempt completed, when the run is resumed.
+    pub resumed: Option<super::resume::Resumed>,
 }
 
 impl Run {
@@ -139,7 +141,7 @@ impl Run {
                 if status != PhaseStatus::Ok {
                     bail!("prepare failed: {error}");
                 }
-                anyhow::Ok(())
+                self.install_resumed(side).await
             }
             .await;
             Some(result)
@@ -161,6 +163,16 @@ impl Run {
     /// One pair's lane of a stage, slot after slot, as the gates allow.
     async fn walk_lane(&self, sides: &[SideRun], lane: &[Slot]) -> Option<Stop> {
         for (at, slot) in lane.iter().enumerate() {
+            // Completed by an earlier attempt (a resumed run): counted as it ended, not run again.
+            if let Some(result) = self.done_before(slot) {
+                if let Some(stop) = self.check() {
+                    return Some(stop);
+                }
+                for error in self.gates().record(slot, &result, remaining_after(lane, at)) {
+                    self.error(error);
+                }
+                continue;
+            }
             let stop = self.check();
             let (decision, error) = self.gates().decide(slot, stop.as_ref());
             if let Some(error) = error {

@@ -66,10 +66,10 @@ pub fn load(dir: &Path) -> anyhow::Result<Loaded> {
     }
     let report: Report = serde_json::from_slice(&std::fs::read(&path)?)
         .with_context(|| format!("{} is not a sandbench report", path.display()))?;
-    if report.status == Status::Running || report.finished_at.is_none() {
+    if matches!(report.status, Status::Running | Status::Abandoned) || report.finished_at.is_none() {
         bail!(
             "{}: shard {} is unfinished (its report says {}: still running, or its controller was killed); \
-             run that shard again",
+             resume it (`sandbench run --resume DIR`) or run that shard again",
             dir.display(),
             record.part.shard,
             report.status.as_str()
@@ -174,7 +174,7 @@ pub fn check(mut shards: Vec<Loaded>) -> anyhow::Result<Vec<Loaded>> {
 /// The worst of the shards' statuses: failed, canceled, partial, completed.
 fn worst(statuses: impl Iterator<Item = Status>) -> Status {
     let rank = |s: &Status| match s {
-        Status::Failed | Status::Running => 3,
+        Status::Failed | Status::Running | Status::Abandoned => 3,
         Status::Canceled => 2,
         Status::Partial => 1,
         Status::Completed => 0,

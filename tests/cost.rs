@@ -45,6 +45,7 @@ async fn a_tiny_budget_stops_the_run_which_the_ledger_and_sandbench_cost_show() 
         noise: None,
         rates: Default::default(),
         ledger: Some(ledger_path.clone()),
+        engine_wait: Duration::from_secs(120),
     };
     let result = run(options, cancel).await.unwrap();
     let report = &result.report;

@@ -73,6 +73,7 @@ fn options(repo: &Path, out: &Path, base: &str, head: &str, trials: u32) -> RunO
         noise: None,
         rates: Default::default(),
         ledger: Some(out.join("ledger.sqlite")),
+        engine_wait: Duration::from_secs(120),
     }
 }
 

@@ -101,7 +101,12 @@ pub struct DockerProvisioner {
     create_slots: Arc<Semaphore>,
     owner: String,
     api_version: String,
+    /// `DOCKER_HOST`, or the local socket.
+    host: String,
 }
+
+/// How long a ping may take before the engine counts as unreachable.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl DockerProvisioner {
     /// Connects through `DOCKER_HOST` (or the local socket) and negotiates the API version.
@@ -109,14 +114,50 @@ impl DockerProvisioner {
         let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
         let connect_error = |cause| ProvisionError::Connect { host: host.clone(), cause };
         let docker = Docker::connect_with_defaults().map_err(connect_error)?;
-        let docker = docker.negotiate_version().await.map_err(connect_error)?;
+        Self::negotiate(docker, host, max_concurrent_creates).await
+    }
+
+    /// Connects to the engine listening on the Unix socket `socket` (a private engine, as the
+    /// engine-restart tests start), whatever `DOCKER_HOST` says.
+    pub async fn connect_socket(
+        socket: &std::path::Path,
+        max_concurrent_creates: usize,
+    ) -> Result<DockerProvisioner, ProvisionError> {
+        let host = format!("unix://{}", socket.display());
+        let docker = Docker::connect_with_unix(&host, 120, bollard::API_DEFAULT_VERSION)
+            .map_err(|cause| ProvisionError::Connect { host: host.clone(), cause })?;
+        Self::negotiate(docker, host, max_concurrent_creates).await
+    }
+
+    async fn negotiate(
+        docker: Docker,
+        host: String,
+        max_concurrent_creates: usize,
+    ) -> Result<DockerProvisioner, ProvisionError> {
+        let docker =
+            docker.negotiate_version().await.map_err(|cause| ProvisionError::Connect { host: host.clone(), cause })?;
         let api_version = docker.client_version().to_string();
         Ok(DockerProvisioner {
             docker,
             create_slots: Arc::new(Semaphore::new(max_concurrent_creates.max(1))),
             owner: owner_id(),
             api_version,
+            host,
         })
+    }
+
+    /// Where the engine is: `DOCKER_HOST`, or the local socket.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Whether the engine answers a ping within a few seconds.
+    pub async fn ping(&self) -> Result<(), ProvisionError> {
+        let connect_error = |cause| ProvisionError::Connect { host: self.host.clone(), cause };
+        match tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await {
+            Ok(answer) => answer.map(|_| ()).map_err(connect_error),
+            Err(_) => Err(connect_error(bollard::errors::Error::RequestTimeoutError)),
+        }
     }
 
     /// The negotiated Engine API version.
@@ -680,6 +721,14 @@ impl Provisioner for DockerProvisioner {
         Box::pin(async move {
             DockerProvisioner::lost_cause(self, id).await.unwrap_or_else(|err| format!("stopped ({err})"))
         })
+    }
+
+    fn endpoint(&self) -> String {
+        self.host.clone()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move { Ok(DockerProvisioner::ping(self).await?) })
     }
 }
 

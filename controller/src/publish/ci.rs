@@ -249,6 +249,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         noise: args.noise.clone(),
         ledger: Some(ledger),
         rates: crate::run::RateOverrides::default(),
+        engine_wait: crate::run::engine::DEFAULT_ENGINE_WAIT,
     };
     let result = match crate::run::run(options, cancel).await {
         Ok(result) => result,

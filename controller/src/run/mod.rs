@@ -12,10 +12,13 @@
 //! and tears down around the walk, and `output` writes what the run leaves.
 
 mod display;
+pub mod engine;
 mod execute;
 pub mod gate;
 mod output;
+mod renew;
 pub mod schedule;
+pub mod story;
 mod trial;
 mod usage;
 mod walk;
@@ -60,6 +63,8 @@ pub struct RunOptions {
     pub rates: RateOverrides,
     /// The cost ledger to record the run in (None: no ledger).
     pub ledger: Option<PathBuf>,
+    /// How long to wait for an unreachable engine before the run fails (`--engine-wait`).
+    pub engine_wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,6 +78,8 @@ pub struct RunResult {
     pub status: Status,
     pub dir: PathBuf,
     pub report: Report,
+    /// The lines the terminal ended with (see [`story::ending`]).
+    pub ending: Vec<String>,
 }
 
 const MAX_ERRORS: usize = 30;
@@ -129,6 +136,7 @@ pub async fn run_on(
     };
     // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
     let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
+    let reason = finished.reason.clone();
     finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
     if let Some(ledger) = ledger.as_mut()
         && let Err(err) = ledger.finish_run(
@@ -149,10 +157,13 @@ pub async fn run_on(
             dir.join("noise.json").display()
         ));
     }
-    display.line(&format!("run {run_id} {}: reports in {}", report.status.as_str(), dir.display()));
+    let ending = story::ending(&report, reason.as_deref(), &dir);
+    for line in &ending {
+        display.line(line);
+    }
     tracing::info!(run = %run_id, status = report.status.as_str(), "run finished");
     crate::logging::close_file();
-    Ok(RunResult { status: report.status, dir, report })
+    Ok(RunResult { status: report.status, dir, report, ending })
 }
 
 /// Applies the command line to the plan, checking each value; returns notes for the report and
@@ -241,7 +252,7 @@ fn begin_ledger(opts: &RunOptions, plan: &Plan, report: &Report, dir: &Path) -> 
 
 /// Puts what the run ended with into the report.
 fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, dir: &Path) {
-    let execute::Finished { status, mut sides, records, mut errors, warnings } = finished;
+    let execute::Finished { status, mut sides, records, mut errors, warnings, .. } = finished;
     errors.truncate(MAX_ERRORS);
     report.status = status;
     report.errors = errors;

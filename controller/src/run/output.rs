@@ -22,7 +22,7 @@ const MAX_TRIAL: u32 = 100_000;
 /// are kept), and each side's facts.
 pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<String, Side>> {
     let role_of: BTreeMap<String, &str> =
-        sides.iter().filter_map(|s| s.live.as_ref().map(|l| (l.sandbox.id.clone(), s.side.as_str()))).collect();
+        sides.iter().flat_map(|s| s.sandbox_ids().into_iter().map(|id| (id, s.side.as_str()))).collect();
     let mut out: BTreeMap<String, Side> =
         BTreeMap::from(sandbench_proto::Side::BOTH.map(|s| (s.as_str().to_string(), Side::default())));
     let log = dir.join(crate::store::OBSERVATIONS_FILE);

@@ -762,10 +762,11 @@ fn host_config(request: &SandboxRequest) -> HostConfig {
     }
 }
 
-/// When the local Docker engine (dockerd, through its pid file) started; None for a remote
-/// engine (`DOCKER_HOST` not a Unix socket) or when it cannot be told.
+/// When the local Docker engine (dockerd, through its pid file) started; None for another
+/// engine (`DOCKER_HOST` not the default socket: remote, or a private dockerd whose pid file is
+/// not the default one) or when it cannot be told.
 pub fn engine_started_at() -> Option<jiff::Timestamp> {
-    if std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty() && !h.starts_with("unix://")) {
+    if !default_engine(std::env::var("DOCKER_HOST").ok().as_deref()) {
         return None;
     }
     let pid = ["/var/run/docker.pid", "/run/docker.pid"]
@@ -780,6 +781,14 @@ pub fn engine_started_at() -> Option<jiff::Timestamp> {
     // SAFETY: sysconf takes a plain constant.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     process_started_at(&stat, &boot, u64::try_from(ticks).ok()?)
+}
+
+/// Whether `DOCKER_HOST` names the default local engine (the one the default pid file is of).
+fn default_engine(docker_host: Option<&str>) -> bool {
+    match docker_host {
+        None | Some("") => true,
+        Some(host) => matches!(host, "unix:///var/run/docker.sock" | "unix:///run/docker.sock"),
+    }
 }
 
 /// A process's start from its `/proc/PID/stat` (field 22: clock ticks after boot) and
@@ -917,6 +926,14 @@ mod tests {
         assert!(stale.starts_with("expired"), "{stale}");
         // No labels at all: nothing to go by, kept.
         assert_eq!(reap_reason(&HashMap::new(), 200, &me), None);
+    }
+
+    #[test]
+    fn only_the_default_engine_is_timed_by_the_default_pid_file() {
+        assert!(default_engine(None) && default_engine(Some("")));
+        assert!(default_engine(Some("unix:///var/run/docker.sock")) && default_engine(Some("unix:///run/docker.sock")));
+        assert!(!default_engine(Some("unix:///tmp/private/docker.sock")));
+        assert!(!default_engine(Some("tcp://10.0.0.2:2376")));
     }
 
     #[test]

@@ -186,6 +186,17 @@ impl Drop for PrivateEngine {
 /// seconds) once the runtime trials are going. Returns the run's exit status, its stderr and
 /// its report.
 async fn run_with_a_restart(engine: &mut PrivateEngine, work: &Path) -> (Option<i32>, String, Report) {
+    run_with_an_outage(engine, work, true, "90s").await
+}
+
+/// As [`run_with_a_restart`], the engine stopped once the runtime trials are going and started
+/// again 4 s later when `back`, the run waiting `engine_wait` for it.
+async fn run_with_an_outage(
+    engine: &mut PrivateEngine,
+    work: &Path,
+    back: bool,
+    engine_wait: &str,
+) -> (Option<i32>, String, Report) {
     let docker = DockerProvisioner::connect_socket(&engine.socket(), 1).await.unwrap();
     support::ensure_busybox_image(&docker).await;
     let spec = work.join("bench.toml");
@@ -193,7 +204,7 @@ async fn run_with_a_restart(engine: &mut PrivateEngine, work: &Path) -> (Option<
     let out = work.join("runs");
     let stderr_path = work.join("stderr.txt");
     let mut controller = Command::new(env!("CARGO_BIN_EXE_sandbench"))
-        .args(["run", &spec.display().to_string(), "--base", "a", "--head", "b", "--engine-wait", "90s"])
+        .args(["run", &spec.display().to_string(), "--base", "a", "--head", "b", "--engine-wait", engine_wait])
         .args(["--out", &out.display().to_string(), "--ledger", &work.join("ledger.sqlite").display().to_string()])
         .args(["--agent", &support::agent().display().to_string()])
         .env("DOCKER_HOST", engine.host())
@@ -210,8 +221,10 @@ async fn run_with_a_restart(engine: &mut PrivateEngine, work: &Path) -> (Option<
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     engine.stop();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    engine.launch().await;
+    if back {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        engine.launch().await;
+    }
     let status = loop {
         if let Some(status) = controller.try_wait().unwrap() {
             break status;
@@ -226,8 +239,10 @@ async fn run_with_a_restart(engine: &mut PrivateEngine, work: &Path) -> (Option<
     controller.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
     let report_path = stdout.lines().find(|l| l.ends_with("report.json")).expect("report.json printed").to_string();
     let report: Report = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
-    let left = docker.list(Some((labels::RUN, &report.run_id))).await.unwrap();
-    assert!(left.is_empty(), "left behind: {:?}", left.iter().map(|c| &c.name).collect::<Vec<_>>());
+    if back {
+        let left = docker.list(Some((labels::RUN, &report.run_id))).await.unwrap();
+        assert!(left.is_empty(), "left behind: {:?}", left.iter().map(|c| &c.name).collect::<Vec<_>>());
+    }
     eprintln!("the run's terminal:\n{}", read(&stderr_path));
     (status.code(), read(&stderr_path), report)
 }
@@ -296,4 +311,22 @@ async fn without_live_restore_each_lost_sandbox_is_replaced_once_and_its_slot_re
     roles.sort();
     assert_eq!(roles, ["base", "base-r1", "head", "head-r1"]);
     assert!(report.sandboxes.iter().all(|s| s.deleted));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_does_not_come_back_fails_the_run_naming_docker() {
+    let work = tempfile::tempdir().unwrap();
+    let mut engine = PrivateEngine::start(true).await;
+    let (code, stderr, report) = run_with_an_outage(&mut engine, work.path(), false, "3s").await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(report.status, Status::Failed);
+    let why = format!("Docker engine unreachable at {} for 3 s (--engine-wait): the run cannot go on", engine.host());
+    assert_eq!(report.errors.last(), Some(&why), "{:?}", report.errors);
+    assert!(report.errors.iter().all(|e| !e.contains("stopped")), "{:?}", report.errors);
+    assert_eq!(stderr.matches(&why).count(), 1, "said once, at the end: {stderr}");
+    assert!(stderr.contains(&format!("run {} failed: {why}", report.run_id)), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "{stderr}");
+    // The sandboxes the run could not remove (the engine is gone) are removed by the engine's
+    // cleanup when it is dropped, once it answers again.
+    engine.launch().await;
 }

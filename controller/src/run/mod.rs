@@ -9,7 +9,9 @@
 //!
 //! [`schedule`] is the order of the timed trials as a value and [`gate`] the rules each trial
 //! passes (both pure); `walk` and `trial` drive the sandboxes through them, `execute` sets up
-//! and tears down around the walk, and `output` writes what the run leaves.
+//! and tears down around the walk, and `output` writes what the run leaves. [`engine`] waits
+//! out an engine that stops answering, `renew` gives a side whose sandbox was lost with it a new
+//! one, and [`story`] is how the terminal ends the run.
 
 mod display;
 pub mod engine;

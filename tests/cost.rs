@@ -46,6 +46,7 @@ async fn a_tiny_budget_stops_the_run_which_the_ledger_and_sandbench_cost_show() 
         rates: Default::default(),
         ledger: Some(ledger_path.clone()),
         shard: None,
+        engine_wait: Duration::from_secs(120),
     };
     let result = run(options, cancel).await.unwrap();
     let report = &result.report;

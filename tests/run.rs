@@ -74,6 +74,7 @@ fn options(repo: &Path, out: &Path, base: &str, head: &str, trials: u32) -> RunO
         rates: Default::default(),
         ledger: Some(out.join("ledger.sqlite")),
         shard: None,
+        engine_wait: Duration::from_secs(120),
     }
 }
 

@@ -62,6 +62,7 @@ fn options(repo: &Path, out: &Path, shard: Shard) -> RunOptions {
         rates: Default::default(),
         ledger: Some(out.join("ledger.sqlite")),
         shard: Some(shard),
+        engine_wait: std::time::Duration::from_secs(120),
     }
 }
 

@@ -192,6 +192,11 @@ pub struct RunArgs {
     pub disk_usd_per_gb_hour: Option<f64>,
     #[command(flatten)]
     pub dead_man: DeadMan,
+    /// How long to wait for a Docker engine that stops answering (a restart) before the run
+    /// fails, e.g. 30s, 5m.
+    #[arg(long, env = "SANDBENCH_ENGINE_WAIT", default_value = "120s", value_name = "DURATION",
+          value_parser = parse_engine_wait)]
+    pub engine_wait: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -215,6 +220,19 @@ pub fn exit_code(status: crate::report::Status) -> ExitCode {
 
 /// `--dead-man`: a duration like `45s`, `2m`, `1m30s` or `90` (seconds), at least 2 s.
 pub fn parse_dead_man(text: &str) -> Result<std::time::Duration, String> {
+    parse_duration(text).and_then(|d| match d >= std::time::Duration::from_secs(2) {
+        true => Ok(d),
+        false => Err(format!("{text:?} ({:.1} s) is too short: an agent needs at least 2 s", d.as_secs_f64())),
+    })
+}
+
+/// `--engine-wait`: a duration like `--dead-man`'s (0 gives up at once).
+pub fn parse_engine_wait(text: &str) -> Result<std::time::Duration, String> {
+    parse_duration(text)
+}
+
+/// A duration like `45s`, `2m`, `1m30s` or `90` (seconds).
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let trimmed = text.trim();
     let parsed = match trimmed.parse::<f64>() {
         Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => Ok(std::time::Duration::from_secs_f64(seconds)),
@@ -224,11 +242,7 @@ pub fn parse_dead_man(text: &str) -> Result<std::time::Duration, String> {
             .map_err(|err| err.to_string())
             .and_then(|d| std::time::Duration::try_from(d).map_err(|_| "negative".to_string())),
     };
-    match parsed {
-        Ok(d) if d >= std::time::Duration::from_secs(2) => Ok(d),
-        Ok(d) => Err(format!("{text:?} ({:.1} s) is too short: an agent needs at least 2 s", d.as_secs_f64())),
-        Err(err) => Err(format!("expected a duration like 45s, 2m or 1m30s, got {text:?} ({err})")),
-    }
+    parsed.map_err(|err| format!("expected a duration like 45s, 2m or 1m30s, got {text:?} ({err})"))
 }
 
 /// `--pairs` beyond the CPUs is refused unless `oversubscribe`: each pair is pinned to CPUs of
@@ -334,6 +348,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
             agent: args.agent,
             shipping: args.shipping.into(),
             ledger: Some(ledger),
+            engine_wait: args.engine_wait,
         };
         let (mark, _) = crate::run::resume::check(&options)?;
         check_pairs(mark.pairs, available_cpus(), args.oversubscribe)?;
@@ -364,6 +379,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
             disk_usd_per_gb_hour: args.disk_usd_per_gb_hour,
         },
         shard: args.shard,
+        engine_wait: args.engine_wait,
     };
     let result = crate::run::run(options, cancel_rx).await?;
     Ok(print_result(&result))

@@ -101,7 +101,12 @@ pub struct DockerProvisioner {
     create_slots: Arc<Semaphore>,
     owner: String,
     api_version: String,
+    /// `DOCKER_HOST`, or the local socket.
+    host: String,
 }
+
+/// How long a ping may take before the engine counts as unreachable.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl DockerProvisioner {
     /// Connects through `DOCKER_HOST` (or the local socket) and negotiates the API version.
@@ -109,14 +114,50 @@ impl DockerProvisioner {
         let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
         let connect_error = |cause| ProvisionError::Connect { host: host.clone(), cause };
         let docker = Docker::connect_with_defaults().map_err(connect_error)?;
-        let docker = docker.negotiate_version().await.map_err(connect_error)?;
+        Self::negotiate(docker, host, max_concurrent_creates).await
+    }
+
+    /// Connects to the engine listening on the Unix socket `socket` (a private engine, as the
+    /// engine-restart tests start), whatever `DOCKER_HOST` says.
+    pub async fn connect_socket(
+        socket: &std::path::Path,
+        max_concurrent_creates: usize,
+    ) -> Result<DockerProvisioner, ProvisionError> {
+        let host = format!("unix://{}", socket.display());
+        let docker = Docker::connect_with_unix(&host, 120, bollard::API_DEFAULT_VERSION)
+            .map_err(|cause| ProvisionError::Connect { host: host.clone(), cause })?;
+        Self::negotiate(docker, host, max_concurrent_creates).await
+    }
+
+    async fn negotiate(
+        docker: Docker,
+        host: String,
+        max_concurrent_creates: usize,
+    ) -> Result<DockerProvisioner, ProvisionError> {
+        let docker =
+            docker.negotiate_version().await.map_err(|cause| ProvisionError::Connect { host: host.clone(), cause })?;
         let api_version = docker.client_version().to_string();
         Ok(DockerProvisioner {
             docker,
             create_slots: Arc::new(Semaphore::new(max_concurrent_creates.max(1))),
             owner: owner_id(),
             api_version,
+            host,
         })
+    }
+
+    /// Where the engine is: `DOCKER_HOST`, or the local socket.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Whether the engine answers a ping within a few seconds.
+    pub async fn ping(&self) -> Result<(), ProvisionError> {
+        let connect_error = |cause| ProvisionError::Connect { host: self.host.clone(), cause };
+        match tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await {
+            Ok(answer) => answer.map(|_| ()).map_err(connect_error),
+            Err(_) => Err(connect_error(bollard::errors::Error::RequestTimeoutError)),
+        }
     }
 
     /// The negotiated Engine API version.
@@ -689,6 +730,14 @@ impl Provisioner for DockerProvisioner {
             Some(SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(at.as_millisecond()).ok()?))
         })
     }
+
+    fn endpoint(&self) -> String {
+        self.host.clone()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move { Ok(DockerProvisioner::ping(self).await?) })
+    }
 }
 
 /// Limits, binds and lock-down of a sandbox's container.
@@ -721,10 +770,11 @@ fn host_config(request: &SandboxRequest) -> HostConfig {
     }
 }
 
-/// When the local Docker engine (dockerd, through its pid file) started; None for a remote
-/// engine (`DOCKER_HOST` not a Unix socket) or when it cannot be told.
+/// When the local Docker engine (dockerd, through its pid file) started; None for another
+/// engine (`DOCKER_HOST` not the default socket: remote, or a private dockerd whose pid file is
+/// not the default one) or when it cannot be told.
 pub fn engine_started_at() -> Option<jiff::Timestamp> {
-    if std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty() && !h.starts_with("unix://")) {
+    if !default_engine(std::env::var("DOCKER_HOST").ok().as_deref()) {
         return None;
     }
     let pid = ["/var/run/docker.pid", "/run/docker.pid"]
@@ -739,6 +789,14 @@ pub fn engine_started_at() -> Option<jiff::Timestamp> {
     // SAFETY: sysconf takes a plain constant.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     process_started_at(&stat, &boot, u64::try_from(ticks).ok()?)
+}
+
+/// Whether `DOCKER_HOST` names the default local engine (the one the default pid file is of).
+fn default_engine(docker_host: Option<&str>) -> bool {
+    match docker_host {
+        None | Some("") => true,
+        Some(host) => matches!(host, "unix:///var/run/docker.sock" | "unix:///run/docker.sock"),
+    }
 }
 
 /// A process's start from its `/proc/PID/stat` (field 22: clock ticks after boot) and
@@ -876,6 +934,14 @@ mod tests {
         assert!(stale.starts_with("expired"), "{stale}");
         // No labels at all: nothing to go by, kept.
         assert_eq!(reap_reason(&HashMap::new(), 200, &me), None);
+    }
+
+    #[test]
+    fn only_the_default_engine_is_timed_by_the_default_pid_file() {
+        assert!(default_engine(None) && default_engine(Some("")));
+        assert!(default_engine(Some("unix:///var/run/docker.sock")) && default_engine(Some("unix:///run/docker.sock")));
+        assert!(!default_engine(Some("unix:///tmp/private/docker.sock")));
+        assert!(!default_engine(Some("tcp://10.0.0.2:2376")));
     }
 
     #[test]

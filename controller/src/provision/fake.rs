@@ -44,6 +44,9 @@ pub enum Answer {
     Die,
     /// The phase takes this long before it answers.
     Delay(Duration),
+    /// The engine becomes unreachable for this long as the phase starts (a restart): the
+    /// sandbox survives it (live-restore) and answers once it is back, or dies with it.
+    EngineOutage { down: Duration, survive: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +94,8 @@ pub struct PhaseAnswer {
     pub error: Option<String>,
     pub die: bool,
     pub delay: Duration,
+    /// The engine is unreachable for this long as the phase starts.
+    pub outage: Option<Duration>,
 }
 
 impl Script {
@@ -130,7 +135,8 @@ impl Script {
     pub fn answer(&self, role: &str, phase: &str, trial: u32) -> PhaseAnswer {
         let mut factor = 1.0;
         let mut values = BTreeMap::new();
-        let mut answer = PhaseAnswer { observations: Vec::new(), error: None, die: false, delay: Duration::ZERO };
+        let mut answer =
+            PhaseAnswer { observations: Vec::new(), error: None, die: false, delay: Duration::ZERO, outage: None };
         let rules = self
             .rules
             .iter()
@@ -144,6 +150,14 @@ impl Script {
                 Answer::Fail(cause) => answer.error = Some(cause.clone()),
                 Answer::Die => answer.die = true,
                 Answer::Delay(d) => answer.delay += *d,
+                Answer::EngineOutage { down, survive } => {
+                    answer.outage = Some(*down);
+                    if *survive {
+                        answer.delay += *down;
+                    } else {
+                        answer.die = true;
+                    }
+                }
             }
         }
         let metrics = self.metrics.get(phase).map(Vec::as_slice).unwrap_or_default();
@@ -165,6 +179,10 @@ impl Script {
 /// units, varying by up to 3% from trial to trial.
 pub fn synthetic(index: usize, trial: u32, raw_per_display: f64) -> f64 {
     10.0 * (index as f64 + 1.0) * (1.0 + 0.01 * f64::from(trial % 4)) * raw_per_display
+}
+
+fn engine_down_for(engine: &Engine, down: Duration) {
+    *engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(std::time::Instant::now() + down);
 }
 
 /// `head` matches `head`, `head0`, `head1`…; `head1` only itself.
@@ -191,11 +209,32 @@ impl FakeSandbox {
 pub struct FakeProvisioner {
     script: Arc<Script>,
     sandboxes: Mutex<BTreeMap<String, FakeSandbox>>,
+    engine: Engine,
 }
+
+/// Until when the fake engine is unreachable.
+type Engine = Arc<Mutex<Option<std::time::Instant>>>;
 
 impl FakeProvisioner {
     pub fn new(script: Script) -> FakeProvisioner {
-        FakeProvisioner { script: Arc::new(script), sandboxes: Mutex::default() }
+        FakeProvisioner { script: Arc::new(script), sandboxes: Mutex::default(), engine: Engine::default() }
+    }
+
+    /// Makes the engine unreachable for `down` from now: pings and state questions fail.
+    pub fn engine_down_for(&self, down: Duration) {
+        engine_down_for(&self.engine, down);
+    }
+
+    fn engine_reachable(&self) -> anyhow::Result<()> {
+        let down = self
+            .engine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|until| until > std::time::Instant::now());
+        if down {
+            bail!("cannot reach the fake engine: connection refused");
+        }
+        Ok(())
     }
 
     fn sandboxes(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, FakeSandbox>> {
@@ -273,6 +312,7 @@ impl Provisioner for FakeProvisioner {
             let agent = FakeAgent {
                 request: sandbox.request.clone(),
                 script: self.script.clone(),
+                engine: self.engine.clone(),
                 log: sandbox.log.clone(),
                 done: BTreeSet::new(),
                 installed: false,
@@ -294,7 +334,19 @@ impl Provisioner for FakeProvisioner {
     }
 
     fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<bool>> {
-        async move { Ok(self.sandboxes().get(id).is_some_and(FakeSandbox::running)) }.boxed()
+        async move {
+            self.engine_reachable()?;
+            Ok(self.sandboxes().get(id).is_some_and(FakeSandbox::running))
+        }
+        .boxed()
+    }
+
+    fn endpoint(&self) -> String {
+        "fake://engine".to_string()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
+        async move { self.engine_reachable() }.boxed()
     }
 
     fn exists<'a>(&'a self, id: &'a str) -> BoxFuture<'a, bool> {
@@ -303,6 +355,7 @@ impl Provisioner for FakeProvisioner {
 
     fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<Option<Usage>>> {
         async move {
+            self.engine_reachable()?;
             let running = self.sandboxes().get(id).is_some_and(FakeSandbox::running);
             Ok(running.then_some(Usage { cpu_ns: 0, memory_bytes: 64 << 20 }))
         }
@@ -433,6 +486,7 @@ fn info(s: &FakeSandbox) -> ContainerInfo {
 struct FakeAgent {
     request: SandboxRequest,
     script: Arc<Script>,
+    engine: Engine,
     log: Arc<Mutex<String>>,
     /// Commands answered (a repeated command id is not run again).
     done: BTreeSet<String>,
@@ -528,6 +582,9 @@ impl FakeAgent {
         self.note(&format!("{} trial {}", run.phase, run.trial));
         let started = PhaseStarted { command_id: command_id.to_string(), phase: run.phase.clone(), trial: run.trial };
         self.send(tx, vec![event::Body::PhaseStarted(started)]).await?;
+        if let Some(down) = answer.outage {
+            engine_down_for(&self.engine, down);
+        }
         if !answer.delay.is_zero() {
             tokio::time::sleep(answer.delay).await;
         }

@@ -83,6 +83,16 @@ pub trait Provisioner: Send + Sync {
     fn finished_at<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Option<SystemTime>> {
         Box::pin(async { None })
     }
+
+    /// Where the engine is, for people (`unix:///var/run/docker.sock`).
+    fn endpoint(&self) -> String {
+        self.describe()
+    }
+
+    /// Whether the engine answers now (an error when it cannot be reached).
+    fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What a sandbox uses at one moment, from its cgroup.

@@ -254,6 +254,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         ledger: Some(ledger),
         rates: crate::run::RateOverrides::default(),
         shard: args.shard,
+        engine_wait: crate::run::engine::DEFAULT_ENGINE_WAIT,
     };
     let result = match crate::run::run(options, cancel).await {
         Ok(result) => result,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
+use super::engine::Engine;
 use super::gate::{Gates, Stop, over_budget};
 use super::output::collect;
 use super::schedule::{Side, label};
@@ -42,6 +43,9 @@ pub(super) struct Finished {
     pub records: Vec<SandboxRecord>,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
+    /// Why the run ended early, when the terminal has not said it yet (a stop, or the error
+    /// that ended it before any sandbox).
+    pub reason: Option<String>,
 }
 
 impl Finished {
@@ -50,8 +54,9 @@ impl Finished {
             status: Status::Failed,
             sides: BTreeMap::new(),
             records: Vec::new(),
-            errors: vec![error],
+            errors: vec![error.clone()],
             warnings: Vec::new(),
+            reason: Some(error),
         }
     }
 }
@@ -77,6 +82,7 @@ pub(super) async fn execute(
         agent: opts.agent.clone(),
         hub: HubConfig::default(),
     };
+    let engine = Engine::new(provisioner.clone(), opts.engine_wait);
     let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;
     let pairs = opts.pairs as usize;
     let run = Run {
@@ -92,6 +98,8 @@ pub(super) async fn execute(
         gates: Mutex::new(Gates::new(pairs, plan.trials.failure_limit)),
         halt: watch::Sender::new(None),
         resumed: resumed.cloned(),
+        engine,
+        notes: Mutex::new(Vec::new()),
     };
     let attempt = resumed.map_or(1, |r| r.attempt);
     let mut sides: Vec<SideRun> = (0..pairs)
@@ -102,6 +110,7 @@ pub(super) async fn execute(
                 pair,
                 live: None,
                 meter: Meter::new(),
+                renewal: Default::default(),
             })
         })
         .collect();
@@ -115,6 +124,7 @@ pub(super) async fn execute(
     // Teardown, whatever happened.
     let (records, mut warnings) = teardown(&run, &sides).await;
     warnings.extend(run.station.close().await);
+    warnings.splice(0..0, run.notes.lock().map(|n| n.clone()).unwrap_or_default());
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
     let mut sides_data = collect(dir, &sides, resumed.is_some().then_some(run.station.run_id()))?;
@@ -130,6 +140,10 @@ pub(super) async fn execute(
         let gates = run.gates();
         sides.iter().any(|s| gates.is_ready(s.pair, s.side))
     };
+    let reason = match &stop {
+        Some(Stop::Canceled(why) | Stop::Failed(why)) => Some(why.clone()),
+        None => None,
+    };
     let status = match stop {
         Some(Stop::Canceled(why)) => {
             errors.push(why);
@@ -142,7 +156,7 @@ pub(super) async fn execute(
         None if !any_ready => Status::Failed,
         None => Status::Completed,
     };
-    Ok(Finished { status, sides: sides_data, records, errors, warnings })
+    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason })
 }
 
 /// Ctrl-C / SIGTERM, the run timeout and the budget, watched continuously (not only between
@@ -189,47 +203,64 @@ fn first_stop(halt: &mut Option<Stop>, stop: Stop) -> bool {
 
 /// Ends every sandbox: its record (lifetime, cost) and what went wrong on the way.
 async fn teardown(run: &Run, sides: &[SideRun]) -> (Vec<SandboxRecord>, Vec<String>) {
-    let plan = &run.plan;
     let mut records = Vec::new();
     let mut warnings = Vec::new();
     for side in sides {
-        let Some(live) = &side.live else { continue };
-        run.display.status(&side.label, "teardown");
-        side.meter.mark(crate::cost::stretch::TEARDOWN);
-        let down = run.station.teardown(&live.sandbox).await;
-        side.meter.stop_sampling();
-        let seconds = down.lifetime.as_secs_f64();
-        if let Some(err) = &down.removal_error {
-            warnings.push(format!("{}: sandbox cleanup failed: {err}", side.label));
-        }
-        let cost = crate::cost::sandbox_cost(
-            &plan.cost,
-            plan.allocation(),
-            side.meter.phases(),
-            down.removal_error.is_some(),
-            plan.sandbox.ttl.as_secs_f64(),
-        );
-        if down.log_path.is_none() {
-            warnings.push(format!("{}: cannot collect the agent log", side.label));
-        }
-        run.display.done(&side.label, if down.removal_error.is_none() { "removed" } else { "removal failed" });
-        records.push(SandboxRecord {
-            id: live.sandbox.id.clone(),
-            role: side.label.clone(),
-            created_at: report::timestamp(live.sandbox.requested_at),
-            removed_at: down.removal_error.is_none().then(|| report::timestamp(SystemTime::now())),
-            seconds: cost.charged_seconds.max(seconds),
-            deleted: down.removal_error.is_none(),
-            estimated_usd: cost.allocation_usd,
-            peak_memory_bytes: side.meter.peak_memory_bytes(),
-            cost: Some(cost),
-        });
+        records.extend(side.ended_records());
+        let Some((live, meter)) = side.current_with_meter() else { continue };
+        let (record, problems) = run.end_sandbox(&side.label, &live.sandbox, &meter).await;
+        records.push(record);
+        warnings.extend(problems);
     }
     (records, warnings)
 }
 
+impl Run {
+    /// Ends one sandbox of the side `label`, metered by `meter`: its record and what went wrong.
+    pub(super) async fn end_sandbox(
+        &self,
+        label: &str,
+        sandbox: &crate::provision::Sandbox,
+        meter: &Meter,
+    ) -> (SandboxRecord, Vec<String>) {
+        let plan = &self.plan;
+        let mut warnings = Vec::new();
+        self.display.status(label, "teardown");
+        meter.mark(crate::cost::stretch::TEARDOWN);
+        let down = self.station.teardown(sandbox).await;
+        meter.stop_sampling();
+        let seconds = down.lifetime.as_secs_f64();
+        if let Some(err) = &down.removal_error {
+            warnings.push(format!("{label}: sandbox cleanup failed: {err}"));
+        }
+        let cost = crate::cost::sandbox_cost(
+            &plan.cost,
+            plan.allocation(),
+            meter.phases(),
+            down.removal_error.is_some(),
+            plan.sandbox.ttl.as_secs_f64(),
+        );
+        if down.log_path.is_none() {
+            warnings.push(format!("{label}: cannot collect the agent log"));
+        }
+        self.display.done(label, if down.removal_error.is_none() { "removed" } else { "removal failed" });
+        let record = SandboxRecord {
+            id: sandbox.id.clone(),
+            role: sandbox.role.clone(),
+            created_at: report::timestamp(sandbox.requested_at),
+            removed_at: down.removal_error.is_none().then(|| report::timestamp(SystemTime::now())),
+            seconds: cost.charged_seconds.max(seconds),
+            deleted: down.removal_error.is_none(),
+            estimated_usd: cost.allocation_usd,
+            peak_memory_bytes: meter.peak_memory_bytes(),
+            cost: Some(cost),
+        };
+        (record, warnings)
+    }
+}
+
 /// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.
-fn cpusets(pairs: usize) -> Vec<Option<String>> {
+pub(super) fn cpusets(pairs: usize) -> Vec<Option<String>> {
     if pairs <= 1 {
         return vec![None];
     }

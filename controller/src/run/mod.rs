@@ -9,14 +9,19 @@
 //!
 //! [`schedule`] is the order of the timed trials as a value and [`gate`] the rules each trial
 //! passes (both pure); `walk` and `trial` drive the sandboxes through them, `execute` sets up
-//! and tears down around the walk, and `output` writes what the run leaves.
+//! and tears down around the walk, and `output` writes what the run leaves. [`engine`] waits
+//! out an engine that stops answering, `renew` gives a side whose sandbox was lost with it a new
+//! one, and [`story`] is how the terminal ends the run.
 
 mod display;
+pub mod engine;
 mod execute;
 pub mod gate;
 mod output;
+mod renew;
 pub mod resume;
 pub mod schedule;
+pub mod story;
 mod trial;
 mod usage;
 mod walk;
@@ -63,6 +68,8 @@ pub struct RunOptions {
     pub ledger: Option<PathBuf>,
     /// Run only this shard's share of the pairs (`--shard I/N`, see [`crate::shard`]).
     pub shard: Option<crate::shard::Shard>,
+    /// How long to wait for an unreachable engine before the run fails (`--engine-wait`).
+    pub engine_wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -76,6 +83,8 @@ pub struct RunResult {
     pub status: Status,
     pub dir: PathBuf,
     pub report: Report,
+    /// The lines the terminal ended with (see [`story::ending`]).
+    pub ending: Vec<String>,
 }
 
 const MAX_ERRORS: usize = 30;
@@ -191,6 +200,7 @@ async fn conduct(
     };
     // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
     let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
+    let reason = finished.reason.clone();
     finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
     report.sandboxes.splice(0..0, earlier);
     if let Some(ledger) = ledger.as_mut()
@@ -212,10 +222,13 @@ async fn conduct(
             dir.join("noise.json").display()
         ));
     }
-    display.line(&format!("run {run_id} {}: reports in {}", report.status.as_str(), dir.display()));
+    let ending = story::ending(&report, reason.as_deref(), &dir);
+    for line in &ending {
+        display.line(line);
+    }
     tracing::info!(run = %run_id, status = report.status.as_str(), "run finished");
     crate::logging::close_file();
-    Ok(RunResult { status: report.status, dir, report })
+    Ok(RunResult { status: report.status, dir, report, ending })
 }
 
 /// Applies the command line to the plan, checking each value; returns notes for the report and
@@ -315,7 +328,7 @@ fn begin_ledger(
 
 /// Puts what the run ended with into the report.
 fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, dir: &Path) {
-    let execute::Finished { status, mut sides, records, mut errors, warnings } = finished;
+    let execute::Finished { status, mut sides, records, mut errors, warnings, .. } = finished;
     errors.truncate(MAX_ERRORS);
     report.status = status;
     report.errors = errors;

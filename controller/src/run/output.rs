@@ -24,7 +24,7 @@ const MAX_TRIAL: u32 = 100_000;
 /// ([`Accounting::counts`](super::resume::Accounting::counts)).
 pub(super) fn collect(dir: &Path, sides: &[SideRun], resumed: Option<&str>) -> anyhow::Result<BTreeMap<String, Side>> {
     let mut role_of: BTreeMap<String, &str> =
-        sides.iter().filter_map(|s| s.live.as_ref().map(|l| (l.sandbox.id.clone(), s.side.as_str()))).collect();
+        sides.iter().flat_map(|s| s.sandbox_ids().into_iter().map(|id| (id, s.side.as_str()))).collect();
     let current: std::collections::BTreeSet<String> = role_of.keys().cloned().collect();
     let accounting = match resumed {
         Some(run_id) => Some((run_id, super::resume::Accounting::read(dir, run_id)?)),

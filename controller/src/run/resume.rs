@@ -156,6 +156,7 @@ impl Mark {
             },
             ledger,
             shard: self.shard,
+            engine_wait: super::engine::DEFAULT_ENGINE_WAIT,
         }
     }
 }
@@ -331,6 +332,8 @@ pub struct ResumeOptions {
     pub agent: Option<PathBuf>,
     pub shipping: AgentShipping,
     pub ledger: Option<PathBuf>,
+    /// How long to wait for an unreachable engine (`--engine-wait`, this machine's choice).
+    pub engine_wait: Duration,
 }
 
 /// Continues the run in `opts.dir` in Docker.
@@ -408,7 +411,8 @@ pub async fn resume_on(
         }
     }
     let out = dir.parent().map(Path::to_path_buf).unwrap_or_default();
-    let run_opts = mark.options(out, opts.agent.clone(), opts.shipping, opts.ledger.clone());
+    let mut run_opts = mark.options(out, opts.agent.clone(), opts.shipping, opts.ledger.clone());
+    run_opts.engine_wait = opts.engine_wait;
     let mut plan = crate::spec::load(&run_opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (notes, noise) = super::apply_options(&mut plan, &run_opts)?;
     // The plan is the spec's again (the trials and pairs of the run applied): the spec must not
@@ -696,6 +700,7 @@ mod tests {
             rates: RateOverrides::default(),
             ledger: None,
             shard: None,
+            engine_wait: Duration::from_secs(10),
         };
         let mark = Mark::new(&opts, RUN, &revision("a"), &revision("b"), 0.1);
         assert!(mark.spec.is_absolute() && mark.alive(), "this process runs");
@@ -756,6 +761,7 @@ startup = ["product"]
             rates: RateOverrides::default(),
             ledger: Some(tmp.path().join("ledger.sqlite")),
             shard: None,
+            engine_wait: Duration::from_secs(10),
         };
         let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
         let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
@@ -795,6 +801,7 @@ startup = ["product"]
             agent: None,
             shipping: AgentShipping::Bind,
             ledger,
+            engine_wait: Duration::from_secs(10),
         }
     }
 

@@ -64,6 +64,7 @@ fn setup(pairs: u32) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
         rates: Default::default(),
         ledger: None,
         shard: None,
+        engine_wait: Duration::from_secs(10),
     };
     (dir, plan, opts)
 }
@@ -230,6 +231,127 @@ async fn a_run_out_of_budget_stops_and_fails() {
     assert_eq!(result.report.sandboxes.len(), 2);
     assert!(result.report.sandboxes.iter().all(|s| s.deleted && s.estimated_usd > 0.0));
     assert!(fake.list(None).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_restart_the_sandboxes_survive_is_waited_out_and_the_run_completes() {
+    let (_dir, plan, opts) = setup(1);
+    let outage = Answer::EngineOutage { down: Duration::from_secs(3), survive: true };
+    let script = Script::for_plan(&plan).on("head", "measure", Some(1), outage);
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    assert_eq!(trials(report, true, "cold"), [0, 1, 2, 3]);
+    assert!(report.warnings.iter().all(|w| !w.contains("retried")), "{:?}", report.warnings);
+    assert_eq!(report.sandboxes.len(), 2);
+    assert!(fake.list(None).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_lost_with_the_engine_is_replaced_once_and_its_slot_retried() {
+    let (_dir, plan, opts) = setup(1);
+    let outage = Answer::EngineOutage { down: Duration::from_secs(3), survive: false };
+    let script = Script::for_plan(&plan).on("head", "measure", Some(1), outage);
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    // Every trial is there once: trial 1 from the new sandbox, which was installed first.
+    assert_eq!(trials(report, true, "cold"), [0, 1, 2, 3]);
+    assert_eq!(trials(report, true, "git_status"), [0, 1, 2]);
+    assert_eq!(trials(report, true, "install"), [0, 1]);
+    let retried = report.warnings.iter().find(|w| w.contains("retried")).expect("the retried slot is named");
+    assert!(
+        retried.starts_with("head measure trial 1: retried in a new sandbox (sandbench-20260101-000000-fake-head-r1)")
+            && retried.contains("lost with the Docker engine's restart")
+            && retried.ends_with("it succeeded"),
+        "{retried}"
+    );
+    let roles: Vec<&str> = report.sandboxes.iter().map(|s| s.role.as_str()).collect();
+    assert_eq!(roles, ["base", "head", "head-r1"]);
+    assert!(report.sandboxes.iter().all(|s| s.deleted && s.cost.is_some()));
+    assert!(fake.list(None).await.unwrap().is_empty());
+    assert_eq!(result.ending[0], "run 20260101-000000-fake completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_loss_on_the_same_side_is_not_retried_again() {
+    let (_dir, plan, opts) = setup(1);
+    let outage = Answer::EngineOutage { down: Duration::from_secs(2), survive: false };
+    let script = Script::for_plan(&plan).on("head", "measure", Some(1), outage.clone()).on(
+        "head-r1",
+        "runtime",
+        Some(0),
+        outage,
+    );
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Partial, "errors: {:?}", report.errors);
+    assert_eq!(report.warnings.iter().filter(|w| w.contains("retried")).count(), 1, "{:?}", report.warnings);
+    assert!(report.errors.iter().any(|e| e == "head: its sandbox stopped; no further trials for it"));
+    assert_eq!(trials(report, true, "cold"), [0, 1, 2, 3]);
+    assert!(trials(report, true, "git_status").is_empty());
+    assert!(fake.list(None).await.unwrap().is_empty());
+    assert!(result.ending[0].starts_with("run 20260101-000000-fake partial: "), "{:?}", result.ending);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_gone_past_the_bound_fails_the_run_naming_docker() {
+    let (_dir, plan, mut opts) = setup(1);
+    opts.engine_wait = Duration::from_secs(1);
+    let outage = Answer::EngineOutage { down: Duration::from_secs(600), survive: false };
+    let script = Script::for_plan(&plan).on("head", "measure", Some(0), outage);
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Failed, "errors: {:?}", report.errors);
+    let why = "Docker engine unreachable at fake://engine for 1 s (--engine-wait): the run cannot go on";
+    assert_eq!(report.errors.last().map(String::as_str), Some(why), "{:?}", report.errors);
+    assert!(report.errors.iter().all(|e| !e.contains("stopped")), "{:?}", report.errors);
+    assert_eq!(result.ending[0], format!("run 20260101-000000-fake failed: {why}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_ends_with_the_reason_and_the_verdicts() {
+    // Completed: the counts and the metrics that changed, by title.
+    let (_dir, plan, opts) = setup(1);
+    let script = Script::for_plan(&plan).on("head", "measure", None, Answer::Scale(30.0)).on(
+        "head",
+        "runtime",
+        None,
+        Answer::Value("git_status".into(), 0.001),
+    );
+    let result = run_fake(opts, Arc::new(FakeProvisioner::new(script)), not_canceled()).await;
+    let ending = &result.ending;
+    assert_eq!(ending[0], "run 20260101-000000-fake completed");
+    assert!(ending[1].starts_with("verdicts: ") && ending[1].contains(" regressed · 1 improved · "), "{ending:?}");
+    let regressed = ending.iter().find(|l| l.starts_with("  regressed: ")).expect("regressed metrics named");
+    assert!(regressed.contains("Cold startup"), "{ending:?}");
+    assert_eq!(
+        ending.iter().find(|l| l.starts_with("  improved: ")).map(String::as_str),
+        Some("  improved: Bash git status")
+    );
+    assert_eq!(ending.last().unwrap(), &format!("reports in {}", result.dir.display()));
+
+    // Failed by the budget: the reason, said once (it was not printed during the run).
+    let (_dir, plan, mut opts) = setup(1);
+    opts.budget_usd = Some(plan.hourly_usd() * 2.0 * 2.0 / 3600.0);
+    let script = Script::for_plan(&plan).on("base", "install", None, Answer::Delay(Duration::from_secs(60)));
+    let result = run_fake(opts, Arc::new(FakeProvisioner::new(script)), not_canceled()).await;
+    assert_eq!(result.ending[0], "run 20260101-000000-fake failed: Reached the estimated run budget");
+
+    // Partial: the metrics that are missing.
+    let (_dir, plan, opts) = setup(1);
+    let script = Script::for_plan(&plan).on("head", "measure", Some(1), Answer::Die);
+    let result = run_fake(opts, Arc::new(FakeProvisioner::new(script)), not_canceled()).await;
+    let first = &result.ending[0];
+    assert!(
+        first.starts_with("run 20260101-000000-fake partial: ") && first.contains("metrics incomplete ("),
+        "{first}"
+    );
+    assert!(first.contains("Cold startup") && first.ends_with("; the errors above say why"), "{first}");
 }
 
 /// Whether the run's event log (the only run in `runs`) holds `needle`.

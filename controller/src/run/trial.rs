@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use sandbench_proto::plan::phase;
 use sandbench_proto::v1::PhaseStatus;
 
-use super::gate::TrialResult;
+use super::gate::{Stop, TrialResult};
 use super::schedule::Slot;
 use super::walk::{Run, SideRun};
 use crate::sandbox;
@@ -15,6 +15,14 @@ use crate::sandbox;
 impl Run {
     /// Runs one timed trial; a failure says whether its sandbox is lost.
     pub(super) async fn trial(&self, side: &SideRun, slot: &Slot) -> TrialResult {
+        let id = side.current().map(|l| l.sandbox.id).unwrap_or_default();
+        // Between trials too: an unreachable engine is waited for, and a sandbox that stopped
+        // meanwhile gets no trial.
+        if self.runs(&id).await == Some(false) {
+            let cause = self.station.provisioner().lost_cause(&id).await;
+            let cause = format!("sandbox {id} stopped before {} trial {}: {cause}", slot.phase, slot.trial);
+            return TrialResult::Failed { cause, lost: true };
+        }
         self.display.status(&side.label, &format!("{} trial {}", slot.phase, slot.trial));
         let result = self.wait_phase(side, slot.phase, slot.trial, self.phase_timeout(slot.phase)).await;
         let cause = match result {
@@ -28,9 +36,30 @@ impl Run {
             }
             Err(err) => format!("{err:#}"),
         };
-        let id = side.live.as_ref().map(|l| l.sandbox.id.clone()).unwrap_or_default();
-        let lost = matches!(self.station.provisioner().running(&id).await, Ok(false));
+        let lost = self.runs(&id).await == Some(false);
         TrialResult::Failed { cause, lost }
+    }
+
+    /// Whether the sandbox runs. When the engine does not answer, waits for it (up to its
+    /// bound: past it the run halts, naming the engine, and this never returns); None when the
+    /// engine answers but cannot tell.
+    pub(super) async fn runs(&self, id: &str) -> Option<bool> {
+        let provisioner = self.station.provisioner();
+        if let Ok(running) = provisioner.running(id).await {
+            return Some(running);
+        }
+        if let Err(why) = self.engine.reachable(&self.display).await {
+            self.halt.send_if_modified(|halt| {
+                let first = halt.is_none();
+                if first {
+                    *halt = Some(Stop::Failed(why));
+                }
+                first
+            });
+            // The walk ends on the halt, dropping this.
+            return std::future::pending().await;
+        }
+        provisioner.running(id).await.ok()
     }
 
     /// A trial's step timeout: every step at its own timeout, plus room for the agent's work.
@@ -52,7 +81,7 @@ impl Run {
         trial: u32,
         timeout: Duration,
     ) -> anyhow::Result<(PhaseStatus, String, Vec<String>)> {
-        let live = side.live.as_ref().context("no sandbox")?;
+        let live = side.current().context("no sandbox")?;
         let id = live.sandbox.id.clone();
         let plan = &self.agent_plans[&side.side];
         let hub = self.station.hub();
@@ -70,7 +99,7 @@ impl Run {
                     return Ok((done.status, done.error, errors));
                 }
                 _ = tick.tick() => {
-                    if let Ok(false) = self.station.provisioner().running(&id).await {
+                    if self.runs(&id).await == Some(false) {
                         let cause = self.station.provisioner().lost_cause(&id).await;
                         bail!("sandbox {id} stopped during {name} trial {trial}: {cause}");
                     }

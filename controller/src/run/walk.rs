@@ -12,7 +12,9 @@ use sandbench_proto::plan::{AgentPlan, phase};
 use sandbench_proto::v1::PhaseStatus;
 use tokio::sync::watch;
 
-use super::gate::{Decision, Gates, Stop};
+use super::engine::Engine;
+use super::gate::{Decision, Gates, Stop, TrialResult};
+use super::renew::Renewal;
 use super::schedule::{self, Side, Slot, remaining_after};
 use super::usage::Meter;
 use super::{Display, MAX_ERRORS, RunOptions};
@@ -28,6 +30,8 @@ pub(super) struct SideRun {
     pub pair: usize,
     pub live: Option<LiveSandbox>,
     pub meter: Arc<Meter>,
+    /// A new sandbox after an engine restart, and what the side's first one left.
+    pub renewal: Renewal,
 }
 
 /// A run being walked.
@@ -43,6 +47,10 @@ pub(super) struct Run {
     pub halt: watch::Sender<Option<Stop>>,
     /// What an earlier attempt completed, when the run is resumed.
     pub resumed: Option<super::resume::Resumed>,
+    /// The engine under the run, waited for when it does not answer.
+    pub engine: Engine,
+    /// What the report's warnings say of the walk (retried slots).
+    pub notes: Mutex<Vec<String>>,
 }
 
 impl Run {
@@ -94,18 +102,7 @@ impl Run {
     async fn provision(&self, sides: &mut [SideRun], cpusets: &[Option<String>]) -> Option<Stop> {
         self.display.line(&format!("provisioning {} sandboxes", sides.len()));
         let launches = sides.iter().map(|side| async move {
-            let sandbox = &self.plan.sandbox;
-            let mut request = self.station.request(&side.label, &sandbox.image)?;
-            request.resources = Resources {
-                cpus: sandbox.cpus,
-                cpuset: cpusets[side.pair].clone().or(sandbox.cpuset.clone()),
-                memory_bytes: sandbox.memory_bytes,
-                pids_limit: sandbox.pids_limit,
-            };
-            request.network = sandbox.network;
-            request.ttl = sandbox.ttl;
-            request.shipping = self.opts.shipping;
-            request.labels = [(labels::USD_PER_HOUR.to_string(), format!("{:.6}", self.plan.hourly_usd()))].into();
+            let request = self.sandbox_request(&side.label, cpusets[side.pair].clone())?;
             self.station.launch(request, Duration::from_secs(120)).await
         });
         let launched = tokio::select! {
@@ -125,6 +122,27 @@ impl Run {
             }
         }
         self.check()
+    }
+
+    /// The request for a sandbox of this run with this role, pinned to `cpuset` if given.
+    pub(super) fn sandbox_request(
+        &self,
+        role: &str,
+        cpuset: Option<String>,
+    ) -> anyhow::Result<crate::provision::SandboxRequest> {
+        let sandbox = &self.plan.sandbox;
+        let mut request = self.station.request(role, &sandbox.image)?;
+        request.resources = Resources {
+            cpus: sandbox.cpus,
+            cpuset: cpuset.or(sandbox.cpuset.clone()),
+            memory_bytes: sandbox.memory_bytes,
+            pids_limit: sandbox.pids_limit,
+        };
+        request.network = sandbox.network;
+        request.ttl = sandbox.ttl;
+        request.shipping = self.opts.shipping;
+        request.labels = [(labels::USD_PER_HOUR.to_string(), format!("{:.6}", self.plan.hourly_usd()))].into();
+        Ok(request)
     }
 
     /// Delivers the source and runs prepare (untimed) on every sandbox in parallel.
@@ -184,7 +202,15 @@ impl Run {
                 Decision::Stop(stop) => return Some(stop),
             }
             let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) else { continue };
-            let result = self.trial(side, slot).await;
+            let mut result = self.trial(side, slot).await;
+            if let TrialResult::Failed { cause, lost: true } = &result
+                && let Some(retried) = self.renew(side, slot, cause).await
+            {
+                result = retried;
+            }
+            if result == TrialResult::Ok {
+                side.seen_running(self.engine.outages());
+            }
             let errors = self.gates().record(slot, &result, remaining_after(lane, at));
             for error in errors {
                 self.error(error);

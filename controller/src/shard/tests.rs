@@ -141,6 +141,7 @@ fn options(dir: &Path, shard: Shard) -> crate::run::RunOptions {
         rates: Default::default(),
         ledger: Some(dir.join("ledger.sqlite")),
         shard: Some(shard),
+        engine_wait: Duration::from_secs(10),
     }
 }
 

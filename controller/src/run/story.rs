@@ -1,0 +1,98 @@
+//! How the terminal ends a run: how it ended and, when it did not complete, why (the stop, the
+//! error that ended it, or what is missing); then the verdicts — counts, and the metrics that
+//! regressed or improved by name — and where the reports are. Errors printed while the run went
+//! are referred to, not repeated. Pure: the run prints these lines through its display.
+
+use std::path::Path;
+
+use crate::report::{Report, Status};
+use crate::stats::Outcome;
+
+/// Most metric names listed on one line.
+const MAX_NAMES: usize = 12;
+
+/// The closing lines of a run. `reason` is why it ended early, when it was not printed already
+/// (a stop, or the error that ended it before any sandbox).
+pub fn ending(report: &Report, reason: Option<&str>, dir: &Path) -> Vec<String> {
+    let id = &report.run_id;
+    let status = report.status.as_str();
+    let mut lines = vec![match (report.status, reason) {
+        (Status::Completed, _) => format!("run {id} completed"),
+        (_, Some(reason)) => format!("run {id} {status}: {reason}"),
+        (Status::Partial, None) => format!("run {id} partial: {}", missing(report)),
+        (_, None) if !report.errors.is_empty() => {
+            format!("run {id} {status}: no sandbox could be set up; the errors above say why")
+        }
+        (_, None) => format!("run {id} {status}"),
+    }];
+    lines.extend(verdicts(report));
+    lines.push(format!("reports in {}", dir.display()));
+    lines
+}
+
+/// What a partial run misses: its incomplete metrics by name.
+fn missing(report: &Report) -> String {
+    let incomplete: Vec<&str> = report
+        .comparisons
+        .iter()
+        .filter(|c| matches!(c.outcome(), Outcome::Incomplete | Outcome::Unavailable))
+        .map(|c| c.key.as_str())
+        .collect();
+    let because = if report.errors.is_empty() { "" } else { "; the errors above say why" };
+    if incomplete.is_empty() {
+        return format!("measurements are missing{because}");
+    }
+    format!(
+        "{} of {} metrics incomplete ({}){because}",
+        incomplete.len(),
+        report.comparisons.len(),
+        names(report, &incomplete)
+    )
+}
+
+/// The verdict counts and the metrics that changed, when there is any comparison.
+fn verdicts(report: &Report) -> Vec<String> {
+    if report.comparisons.is_empty() {
+        return Vec::new();
+    }
+    let of = |o: Outcome| -> Vec<&str> {
+        report.comparisons.iter().filter(|c| c.outcome() == o).map(|c| c.key.as_str()).collect()
+    };
+    let (regressed, improved) = (of(Outcome::Regressed), of(Outcome::Improved));
+    let mut counts = vec![format!("{} regressed", regressed.len()), format!("{} improved", improved.len())];
+    for (outcome, word) in [
+        (Outcome::NoClearChange, "no change"),
+        (Outcome::Inconclusive, "inconclusive"),
+        (Outcome::Incomplete, "incomplete"),
+        (Outcome::Unavailable, "unavailable"),
+    ] {
+        let n = of(outcome).len();
+        if n > 0 || outcome == Outcome::NoClearChange {
+            counts.push(format!("{n} {word}"));
+        }
+    }
+    let mut lines = vec![format!("verdicts: {}", counts.join(" · "))];
+    for (word, keys) in [("regressed", regressed), ("improved", improved)] {
+        if !keys.is_empty() {
+            lines.push(format!("  {word}: {}", names(report, &keys)));
+        }
+    }
+    lines
+}
+
+/// Metrics by title (a CPU companion `<key>.cpu` as "<title> (CPU)"), at most [`MAX_NAMES`].
+fn names(report: &Report, keys: &[&str]) -> String {
+    let title = |key: &str| -> String {
+        let def = |k: &str| report.metrics.iter().find(|m| m.key == k).map(|m| m.title.clone());
+        match (def(key), key.strip_suffix(".cpu").and_then(def)) {
+            (Some(title), _) => title,
+            (None, Some(wall)) => format!("{wall} (CPU)"),
+            (None, None) => key.to_string(),
+        }
+    };
+    let mut shown: Vec<String> = keys.iter().take(MAX_NAMES).map(|k| title(k)).collect();
+    if keys.len() > MAX_NAMES {
+        shown.push(format!("and {} more", keys.len() - MAX_NAMES));
+    }
+    shown.join(", ")
+}

@@ -173,7 +173,9 @@ fn section_lines(out: &mut String, section: &Runtime) {
         let _ = writeln!(out, "    steps: {}", steps.join(", "));
     }
     for c in &section.commands {
-        let _ = writeln!(out, "  command {}: `{}` × {}", c.metric, c.step.run, c.repeat);
+        let warmup = if c.warmup > 0 { format!(" after {} warmup", c.warmup) } else { String::new() };
+        let prepare = c.prepare.as_ref().map(|p| format!(", each after `{}`", p.run)).unwrap_or_default();
+        let _ = writeln!(out, "  command {}: `{}` × {}{warmup}{prepare}", c.metric, c.step.run, c.repeat);
     }
     for s in &section.scripts {
         let reads = s.value_field.as_ref().map(|f| format!(" (RESULT field {f:?})")).unwrap_or_default();

@@ -249,6 +249,8 @@ pub struct RawRepeated {
     pub repeat: Option<Spanned<i64>>,
     pub aggregate: Option<Spanned<String>>,
     pub timeout_s: Option<Spanned<f64>>,
+    pub warmup: Option<Spanned<i64>>,
+    pub prepare: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -17,6 +17,8 @@ pub use crate::report::NoiseProfile;
 /// Metrics and trials a side's samples may have (far beyond any plan's).
 const MAX_METRICS: usize = 4096;
 const MAX_TRIAL: u32 = 100_000;
+/// Runs a trial's metric may have (a repeated command runs at most 10,000 times).
+const MAX_SAMPLE: u32 = 10_000;
 
 /// Samples per side and metric from the run's event log (read as a stream: only the samples
 /// are kept), and each side's facts.
@@ -29,20 +31,26 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun]) -> anyhow::Result<BTreeMap<
     if log.exists() {
         for event in crate::store::events(&log)? {
             let event = event?;
-            let (Some(role), StoredBody::Observation { metric, trial, value, error, .. }) =
+            let (Some(role), StoredBody::Observation { metric, trial, value, error, sample, .. }) =
                 (role_of.get(&event.sandbox), event.body)
             else {
                 continue;
             };
             let side = out.entry(role.to_string()).or_default();
             // Bounded whatever the log holds: no plan has more metrics or trials.
-            if trial > MAX_TRIAL || (!side.metrics.contains_key(&metric) && side.metrics.len() >= MAX_METRICS) {
+            if trial > MAX_TRIAL
+                || sample > MAX_SAMPLE
+                || (!side.metrics.contains_key(&metric) && side.metrics.len() >= MAX_METRICS)
+            {
                 continue;
             }
             let samples = side.metrics.entry(metric).or_default();
-            samples.retain(|s| s.trial != trial);
-            samples.push(Sample { trial, value, error });
-            samples.sort_by_key(|s| s.trial);
+            // In (trial, sample) order; a sample sent again replaces the earlier one.
+            let new = Sample { trial, sample, value, error };
+            match samples.binary_search_by_key(&(trial, sample), |s| (s.trial, s.sample)) {
+                Ok(at) => samples[at] = new,
+                Err(at) => samples.insert(at, new),
+            }
         }
     }
     for side in sides {

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use sandbench_proto::metric;
 use sandbench_proto::plan::{Channel, Check, Runtime, ScenarioStep, phase};
 
+use super::metrics::MetricDef;
 use super::{Plan, SourceSettings};
 
 pub fn describe(plan: &Plan) -> String {
@@ -120,16 +121,21 @@ fn metrics(out: &mut String, plan: &Plan) {
     let key_width = plan.metrics.iter().map(|m| m.key.chars().count()).max().unwrap_or(0).max(14);
     let title_width = plan.metrics.iter().map(|m| m.title.chars().count()).max().unwrap_or(0).max(36);
     let unit_width = plan.metrics.iter().map(|m| m.unit.chars().count()).max().unwrap_or(0).max(6);
+    // Floors as the report shows values: in the metric's unit.
+    let absolute = |m: &MetricDef| crate::report::format::value(m.absolute, m);
+    let abs_width = plan.metrics.iter().map(|m| absolute(m).chars().count()).max().unwrap_or(0).max(12);
     let _ = writeln!(
         out,
-        "  {:<key_width$} {:<title_width$} {:>unit_width$} {:>12} {:>9}  group",
+        "  {:<key_width$} {:<title_width$} {:>unit_width$} {:>abs_width$} {:>9}  group",
         "key", "title", "unit", "absolute", "relative"
     );
     for m in &plan.metrics {
+        let absolute = absolute(m);
+        let relative = format!("{}%", crate::report::format::number(m.relative * 100.0, 1, false));
         let _ = writeln!(
             out,
-            "  {:<key_width$} {:<title_width$} {:>unit_width$} {:>12} {:>9}  {}",
-            m.key, m.title, m.unit, m.absolute, m.relative, m.group
+            "  {:<key_width$} {:<title_width$} {:>unit_width$} {absolute:>abs_width$} {relative:>9}  {}",
+            m.key, m.title, m.unit, m.group
         );
     }
 }

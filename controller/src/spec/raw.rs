@@ -269,7 +269,7 @@ pub struct RawScript {
 #[serde(deny_unknown_fields)]
 pub struct RawMetric {
     pub title: Option<String>,
-    pub unit: Option<String>,
+    pub unit: Option<Spanned<String>>,
     pub scale: Option<Spanned<f64>>,
     pub absolute: Option<Spanned<f64>>,
     pub relative: Option<Spanned<f64>>,

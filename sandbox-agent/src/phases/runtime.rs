@@ -184,7 +184,8 @@ fn timed_runs(
         if !output.is_empty() {
             ctx.log(LogStream::Stdout, &output);
         }
-        command::Finished { status: done.status, output, elapsed: done.elapsed }.success(&format!("`{}`", timed.run))?;
+        command::Finished { status: done.status, output, elapsed: done.elapsed }
+            .success(&format!("`{}`", timed.run))?;
         if run >= warmup {
             took(done.elapsed);
             times.push(done.elapsed);
@@ -685,7 +686,8 @@ mod tests {
     }
 
     fn repeated(aggregate: Aggregate, warmup: u32, repeat: u32) -> RepeatedCommand {
-        let step = sandbench_proto::plan::Step { run: String::new(), cwd: None, timeout_s: 10.0, env: Default::default() };
+        let step =
+            sandbench_proto::plan::Step { run: String::new(), cwd: None, timeout_s: 10.0, env: Default::default() };
         RepeatedCommand { metric: "probe".into(), step, repeat, aggregate, warmup, prepare: None }
     }
 
@@ -731,8 +733,9 @@ mod tests {
             got.iter().map(|o| (o.sample, matches!(o.outcome, Some(observation::Outcome::Error(_))))).collect();
         assert_eq!(samples, [(0, false), (1, false), (2, true)]);
         // A failing prepare fails the run before it.
-        let err = run_repeated(&ctx, 2, &repeated(Aggregate::Samples, 0, 2), &timed, Some(&shell("exit 9", dir.path())))
-            .unwrap_err();
+        let err =
+            run_repeated(&ctx, 2, &repeated(Aggregate::Samples, 0, 2), &timed, Some(&shell("exit 9", dir.path())))
+                .unwrap_err();
         assert!(err.to_string().contains("prepare `exit 9` failed (exit status 9)"), "{err:#}");
     }
 

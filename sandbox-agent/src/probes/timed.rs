@@ -159,13 +159,17 @@ fn wait_in_thread(child: &mut Child, deadline: Instant) -> anyhow::Result<Option
 const SHELL_ONLY: &[&str] = &[
     ".", ":", "alias", "break", "case", "cd", "command", "continue", "do", "done", "elif", "else", "esac", "eval",
     "exec", "exit", "export", "fi", "for", "getopts", "hash", "if", "jobs", "local", "read", "readonly", "return",
-    "set", "shift", "source", "then", "times", "trap", "type", "ulimit", "umask", "unalias", "unset", "until",
-    "wait", "while",
+    "set", "shift", "source", "then", "times", "trap", "type", "ulimit", "umask", "unalias", "unset", "until", "wait",
+    "while",
 ];
 
 /// The program (found in the environment's `PATH`, or relative to `cwd`) and arguments of a
 /// command line that needs no shell: plain words only, no assignment first, no shell builtin.
-pub fn direct_program(line: &str, env: &std::collections::BTreeMap<String, String>, cwd: &Path) -> Option<(PathBuf, Vec<String>)> {
+pub fn direct_program(
+    line: &str,
+    env: &std::collections::BTreeMap<String, String>,
+    cwd: &Path,
+) -> Option<(PathBuf, Vec<String>)> {
     let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
     if !line.chars().all(|c| plain(c) || c == ' ') {
         return None;
@@ -178,7 +182,11 @@ pub fn direct_program(line: &str, env: &std::collections::BTreeMap<String, Strin
     let program = if first.contains('/') {
         Some(cwd.join(first))
     } else {
-        env.get("PATH")?.split(':').filter(|d| d.starts_with('/')).map(|d| Path::new(d).join(first)).find(|p| is_executable(p))
+        env.get("PATH")?
+            .split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| Path::new(d).join(first))
+            .find(|p| is_executable(p))
     }?;
     is_executable(&program).then(|| (program, words.map(str::to_string).collect()))
 }
@@ -220,8 +228,8 @@ mod tests {
     #[test]
     fn runs_are_timed_with_their_output_in_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let mut probe = Repeatable::new(&shell("echo out; echo err >&2; sleep 0.05", 5000), &dir.path().join("out"))
-            .unwrap();
+        let mut probe =
+            Repeatable::new(&shell("echo out; echo err >&2; sleep 0.05", 5000), &dir.path().join("out")).unwrap();
         for _ in 0..2 {
             let run = probe.run_once().unwrap();
             assert!(run.status.success());

@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -151,7 +151,6 @@ fn wait_in_thread(child: &mut Child, deadline: Instant) -> anyhow::Result<Option
     let Some((_, status)) = status.context("cannot wait for the command")? else {
         bail!("the command's status was lost");
     };
-    use std::os::unix::process::ExitStatusExt;
     Ok(Some((ExitStatus::from_raw(status.as_raw()), exited)))
 }
 

@@ -15,7 +15,12 @@ fn report() -> Report {
     for (i, key) in keys.iter().enumerate() {
         let samples = |shift: f64| {
             (0..5)
-                .map(|t| Sample { trial: t, value: Some(1.0 + i as f64 + 0.1 * t as f64 + shift), error: None })
+                .map(|t| Sample {
+                    trial: t,
+                    sample: 0,
+                    value: Some(1.0 + i as f64 + 0.1 * t as f64 + shift),
+                    error: None,
+                })
                 .collect()
         };
         base.metrics.insert(key.to_string(), samples(0.0));
@@ -27,7 +32,7 @@ fn report() -> Report {
         head.metrics.insert(key.to_string(), samples(shift));
     }
     head.metrics.get_mut("warm").unwrap()[4] =
-        Sample { trial: 4, value: None, error: Some("<script>alert(1)</script>".into()) };
+        Sample { trial: 4, sample: 0, value: None, error: Some("<script>alert(1)</script>".into()) };
     Report {
         schema_version: report::SCHEMA_VERSION,
         run_id: "html-test".into(),

@@ -126,6 +126,8 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
 struct BusyboxRun {
     outcomes: Vec<(String, u32, PhaseStatus, String)>,
     values: BTreeMap<(String, u32), f64>,
+    /// Every value of a metric and trial, with its sample index, in the order received.
+    samples: BTreeMap<(String, u32), Vec<(u32, f64)>>,
     errors: BTreeMap<(String, u32), String>,
     files: BTreeMap<String, Vec<u8>>,
 }
@@ -151,8 +153,12 @@ async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(&str, u32, &
     h.teardown(&live.sandbox).await;
     let mut values = BTreeMap::new();
     let mut errors = BTreeMap::new();
+    let mut samples: BTreeMap<(String, u32), Vec<(u32, f64)>> = BTreeMap::new();
     for event in read_events(&hub.log_path()).unwrap().into_iter().filter(|e| e.sandbox == id) {
-        if let StoredBody::Observation { metric, trial, value, error, .. } = event.body {
+        if let StoredBody::Observation { metric, trial, value, error, sample, .. } = event.body {
+            if let Some(v) = value {
+                samples.entry((metric.clone(), trial)).or_default().push((sample, v));
+            }
             match (value, error) {
                 (Some(v), _) => values.insert((metric, trial), v),
                 (_, Some(e)) => errors.insert((metric, trial), e).map(|_| 0.0),
@@ -160,7 +166,7 @@ async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(&str, u32, &
             };
         }
     }
-    BusyboxRun { outcomes, values, errors, files }
+    BusyboxRun { outcomes, values, samples, errors, files }
 }
 
 const ENGINE_SPEC: &str = r#"
@@ -556,6 +562,51 @@ startup = ["/usr/local/bin/pty-fixture"]
             .into_iter()
             .any(|e| matches!(e.body, StoredBody::Observation { ref metric, value: Some(_), .. } if metric == "cold"));
         assert!(!cold);
+    })
+    .await;
+}
+
+const REPEATED_SPEC: &str = r#"
+name = "repeated"
+[install]
+command = "true"
+[[runtime.command]]
+metric = "counted"
+run = "wc -l < prepared >> seen"
+warmup = 2
+prepare = "echo x >> prepared"
+repeat = 5
+[metrics.counted]
+title = "Counted"
+unit = "ms"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_command_yields_a_sample_per_timed_run_each_after_its_prepare() {
+    with_harness("repeated", HubConfig::default(), |h| async move {
+        let specs = [
+            (phase::INSTALL, 0, REPEATED_SPEC),
+            (phase::RUNTIME, 0, REPEATED_SPEC),
+            (phase::RUNTIME, 1, REPEATED_SPEC),
+        ];
+        let run = run_on_busybox(&h, "repeated", &specs, &["/home/benchmark1/seen"]).await;
+        for (name, trial, status, error) in &run.outcomes {
+            assert_eq!(*status, PhaseStatus::Ok, "{name} {trial}: {error} (errors: {:?})", run.errors);
+        }
+        assert!(run.errors.is_empty(), "{:?}", run.errors);
+        for trial in [0, 1] {
+            let got = &run.samples[&("counted".to_string(), trial)];
+            assert_eq!(got.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1, 2, 3, 4], "trial {trial}: {got:?}");
+            assert!(got.iter().all(|s| s.1 > 0.0 && s.1 < 5.0), "seconds each: {got:?}");
+        }
+        // The command wrote how many prepares had run when it started: 2 warmup and 5 timed
+        // runs a trial, each right after its own prepare.
+        let seen = String::from_utf8(run.files["/home/benchmark1/seen"].clone()).unwrap();
+        let seen: Vec<u32> = seen.lines().map(|l| l.trim().parse().unwrap()).collect();
+        assert_eq!(seen.len(), 14, "{seen:?}");
+        for trial in seen.chunks(7) {
+            assert!(trial.windows(2).all(|w| w[1] == w[0] + 1), "one prepare before each run: {seen:?}");
+        }
     })
     .await;
 }

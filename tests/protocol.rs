@@ -103,6 +103,7 @@ fn observations(seqs: std::ops::RangeInclusive<u64>) -> Vec<Event> {
             trial: seq as u32,
             outcome: Some(observation::Outcome::Value(seq as f64)),
             unit: "ms".into(),
+            sample: 0,
         })),
     })
     .collect()

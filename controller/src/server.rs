@@ -917,6 +917,7 @@ fn to_stored(body: event::Body) -> StoredBody {
                 value,
                 error: failure,
                 unit: name(o.unit),
+                sample: o.sample,
             }
         }
         event::Body::Log(l) => StoredBody::Log {

@@ -41,6 +41,9 @@ pub enum StoredBody {
         error: Option<String>,
         #[serde(default, skip_serializing_if = "String::is_empty")]
         unit: String,
+        /// Which run of the trial (from 0) of a metric measured several times a trial.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        sample: u32,
     },
     Log {
         command_id: String,
@@ -346,6 +349,10 @@ fn write_loop(mut file: File, rx: std_mpsc::Receiver<WriteRequest>) {
     }
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +369,7 @@ mod tests {
                 value: Some(1.5),
                 error: None,
                 unit: "ms".into(),
+                sample: 0,
             },
         };
         let mut bytes = serde_json::to_vec(&event).unwrap();

@@ -189,11 +189,16 @@ pub struct Runtime {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Aggregate {
+    /// One value per trial: the mean of the runs.
     Mean,
+    /// One value per trial: the sum of the runs.
     Total,
+    /// Every run is a sample of its own (its index kept); a trial's value is their median.
+    Samples,
 }
 
-/// A command run `repeat` times; its metric is the mean or total time.
+/// A command run `warmup` times unrecorded, then `repeat` times timed (each run a sample, or
+/// their mean or total); `prepare` runs untimed, as the same user, before every run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepeatedCommand {
@@ -201,6 +206,10 @@ pub struct RepeatedCommand {
     pub step: Step,
     pub repeat: u32,
     pub aggregate: Aggregate,
+    #[serde(default)]
+    pub warmup: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare: Option<Step>,
 }
 
 /// A command whose `RESULT {json}` lines become metrics.

@@ -119,22 +119,33 @@ pub struct PhaseContext {
 impl PhaseContext {
     /// Records a measured value.
     pub fn value(&self, metric: &str, trial: u32, value: f64, unit: &str) -> bool {
-        self.observation(metric, trial, observation::Outcome::Value(value), unit)
+        self.observation(metric, trial, 0, observation::Outcome::Value(value), unit)
+    }
+
+    /// Records the value of run `sample` (from 0) of a metric measured several times a trial.
+    pub fn sample(&self, metric: &str, trial: u32, sample: u32, value: f64, unit: &str) -> bool {
+        self.observation(metric, trial, sample, observation::Outcome::Value(value), unit)
     }
 
     /// Records why a metric could not be measured (at most 500 characters, as the reference).
     pub fn error(&self, metric: &str, trial: u32, error: &anyhow::Error, unit: &str) -> bool {
-        let text: String = format!("{error:#}").chars().take(500).collect();
-        self.observation(metric, trial, observation::Outcome::Error(text), unit)
+        self.sample_error(metric, trial, 0, error, unit)
     }
 
-    fn observation(&self, metric: &str, trial: u32, outcome: observation::Outcome, unit: &str) -> bool {
+    /// Records why run `sample` of a metric could not be measured.
+    pub fn sample_error(&self, metric: &str, trial: u32, sample: u32, error: &anyhow::Error, unit: &str) -> bool {
+        let text: String = format!("{error:#}").chars().take(500).collect();
+        self.observation(metric, trial, sample, observation::Outcome::Error(text), unit)
+    }
+
+    fn observation(&self, metric: &str, trial: u32, sample: u32, outcome: observation::Outcome, unit: &str) -> bool {
         let observation = Observation {
             command_id: self.command_id.clone(),
             metric: metric.to_string(),
             trial,
             outcome: Some(outcome),
             unit: unit.to_string(),
+            sample,
         };
         if let Some(held) = lock(&self.held).as_mut() {
             held.push(observation);
@@ -345,6 +356,7 @@ mod tests {
             trial,
             outcome: Some(observation::Outcome::Value(v)),
             unit: "s".into(),
+            sample: 0,
         }
     }
 

@@ -381,6 +381,7 @@ mod tests {
             trial,
             outcome: Some(observation::Outcome::Value(trial as f64)),
             unit: String::new(),
+            sample: 0,
         })
     }
 

@@ -44,9 +44,10 @@ fn main() -> ExitCode {
         }
         Some("status") => return status(args.get(1).map(String::as_str) == Some("--json")),
         Some("run-as") => return run_as(&args[1..]),
+        Some("probe") => return probe(&args[1..]),
         Some(other) => {
             eprintln!(
-                "sandbox-agent: unknown argument {other:?}; usage: sandbox-agent [--version | status [--json] | run-as USER [-- COMMAND...]]"
+                "sandbox-agent: unknown argument {other:?}; usage: sandbox-agent [--version | status [--json] | run-as USER [-- COMMAND...] | probe USER RUNS -- COMMAND]"
             );
             return ExitCode::from(2);
         }
@@ -80,6 +81,56 @@ fn status(json: bool) -> ExitCode {
         Err(err) => {
             eprintln!("sandbox-agent: {err:#}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// `sandbox-agent probe USER RUNS -- COMMAND`: times COMMAND RUNS times as the command probe
+/// of a repeated command does (as USER, with the phases' environment) and prints the mean,
+/// median and min in milliseconds: the probe's own overhead, measured (`scripts/probe-overhead`).
+fn probe(args: &[String]) -> ExitCode {
+    let usage = "sandbox-agent: usage: sandbox-agent probe USER RUNS -- COMMAND";
+    let (Some(name), Some(runs), Some("--"), Some(line)) =
+        (args.first(), args.get(1).and_then(|r| r.parse::<usize>().ok()), args.get(2).map(String::as_str), args.get(3))
+    else {
+        eprintln!("{usage}");
+        return ExitCode::from(2);
+    };
+    let result = (|| {
+        let user =
+            sandbox_agent::users::Accounts::new("/").find(name)?.ok_or_else(|| anyhow::anyhow!("no user {name:?}"))?;
+        sandbox_agent::isolation::ensure_scratch(std::path::Path::new("/"), &user)?;
+        let command = sandbox_agent::probes::command::ShellCommand {
+            run: line.clone(),
+            env: sandbox_agent::users::environment(&user, &Default::default()),
+            cwd: user.home.clone(),
+            user: Some((user.uid, user.gid)),
+            timeout: std::time::Duration::from_secs(60),
+        };
+        let output = std::env::temp_dir().join(format!("sandbench-probe-{}.out", std::process::id()));
+        let mut probe = sandbox_agent::probes::timed::Repeatable::new(&command, &output)?;
+        let mut times: Vec<f64> = Vec::with_capacity(runs);
+        for _ in 0..runs.max(1) {
+            times.push(probe.run_once()?.elapsed.as_secs_f64() * 1e3);
+        }
+        let _ = std::fs::remove_file(&output);
+        times.sort_by(f64::total_cmp);
+        let mean = times.iter().sum::<f64>() / times.len() as f64;
+        let median = (times[(times.len() - 1) / 2] + times[times.len() / 2]) / 2.0;
+        anyhow::Ok(format!(
+            "probe: {} runs, mean {mean:.3} ms, median {median:.3} ms, min {:.3} ms",
+            times.len(),
+            times[0]
+        ))
+    })();
+    match result {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("sandbox-agent: {err:#}");
+            ExitCode::FAILURE
         }
     }
 }

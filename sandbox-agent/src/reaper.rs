@@ -26,6 +26,16 @@ pub fn spawn_owned(command: &mut Command) -> std::io::Result<Child> {
     Ok(child)
 }
 
+/// [`spawn_owned`], and the moment just before the spawn itself (after the lock), where a
+/// timed run starts.
+pub fn spawn_owned_timed(command: &mut Command) -> std::io::Result<(Child, std::time::Instant)> {
+    let mut owned = lock(&OWNED);
+    let started = std::time::Instant::now();
+    let child = command.spawn()?;
+    owned.insert(child.id() as i32);
+    Ok((child, started))
+}
+
 /// Forgets a child once the caller has waited for it.
 pub fn disown(pid: u32) {
     lock(&OWNED).remove(&(pid as i32));

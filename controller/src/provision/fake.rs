@@ -607,6 +607,7 @@ impl FakeAgent {
                 trial: o.trial,
                 outcome: Some(outcome),
                 unit: o.unit,
+                sample: 0,
             }));
         }
         if run.phase == phase::INSTALL && answer.error.is_none() {

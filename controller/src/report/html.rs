@@ -190,17 +190,42 @@ fn metric(out: &mut String, report: &Report, def: &MetricDef, cmp: &MetricCompar
         p.floor * 100.0,
         esc(&p.method)
     );
-    if !cmp.notes.is_empty() {
+    if !cmp.notes.is_empty() || !cmp.warnings.is_empty() {
         let _ = writeln!(out, "<ul class=\"notes\">");
-        for n in &cmp.notes {
+        for n in cmp.notes.iter().chain(&cmp.warnings) {
             let _ = writeln!(out, "<li>{}</li>", esc(n));
         }
         let _ = writeln!(out, "</ul>");
     }
+    runs_table(out, def, cmp);
     out.push_str("</section>\n");
 }
 
 /// The axis: every sample, and at least ±max(floor, 5 %) around the base median.
+/// Min, median and max of each trial measured in several runs.
+fn runs_table(out: &mut String, def: &MetricDef, cmp: &MetricComparison) {
+    if cmp.runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<table class=\"runs\"><caption>Runs per trial (a trial's value is their median)</caption><tr><th>side</th><th>trial</th><th>runs</th><th>min</th><th>median</th><th>max</th></tr>"
+    );
+    for r in &cmp.runs {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.side),
+            r.trial,
+            r.runs,
+            esc(&value(r.min, def)),
+            esc(&value(r.median, def)),
+            esc(&value(r.max, def))
+        );
+    }
+    let _ = writeln!(out, "</table>");
+}
+
 fn axis(values: &[f64], base_median: Option<f64>, floor: Option<f64>) -> (f64, f64) {
     let (mut min, mut max) =
         values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));

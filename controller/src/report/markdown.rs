@@ -33,6 +33,7 @@ pub fn render(report: &Report) -> String {
     let errors = report.all_errors();
     diagnostics(&mut out, report, &errors);
     let comparisons = report.analyze();
+    measurement_warnings(&mut out, &comparisons);
     let defs = report.metric_defs();
     overall_lines(&mut out, report, &defs, &comparisons);
     tables(&mut out, report, &defs, &comparisons);
@@ -84,6 +85,54 @@ fn diagnostics(out: &mut String, report: &Report, errors: &[String]) {
             let _ = writeln!(out, "- {}", escape(w));
         }
         let _ = writeln!(out, "\nThese warnings do not change measurement completeness.\n");
+    }
+}
+
+/// Most measurement warnings listed.
+const MAX_RUN_WARNINGS: usize = 10;
+
+/// hyperfine's warnings about the runs of metrics measured several times a trial.
+fn measurement_warnings(out: &mut String, comparisons: &[MetricComparison]) {
+    let warnings: Vec<&String> = comparisons.iter().flat_map(|c| &c.warnings).collect();
+    if warnings.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "**Measurement warnings — runs of a trial that disagree:**\n");
+    for w in warnings.iter().take(MAX_RUN_WARNINGS) {
+        let _ = writeln!(out, "- {}", escape(w));
+    }
+    if warnings.len() > MAX_RUN_WARNINGS {
+        let _ = writeln!(
+            out,
+            "- … and {} more (`report.json`, `comparisons[].warnings`)",
+            warnings.len() - MAX_RUN_WARNINGS
+        );
+    }
+    let _ = writeln!(out);
+}
+
+/// Min, median and max of the runs of each trial measured several times.
+fn runs_table(out: &mut String, defs: &[MetricDef], comparisons: &[MetricComparison]) {
+    if comparisons.iter().all(|c| c.runs.is_empty()) {
+        return;
+    }
+    let _ = writeln!(out, "\nRuns per trial (a trial's value is the median of its runs; warmup runs not counted):\n");
+    let _ = writeln!(out, "| Metric | Side | Trial | Runs | Min | Median | Max |");
+    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for (def, c) in defs.iter().zip(comparisons) {
+        for r in &c.runs {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                escape(&def.title),
+                r.side,
+                r.trial,
+                r.runs,
+                escape(&value(r.min, def)),
+                escape(&value(r.median, def)),
+                escape(&value(r.max, def))
+            );
+        }
     }
 }
 
@@ -294,6 +343,7 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
         Rule::Reference => reference_paired_table(out, &defs, comparisons),
         Rule::Paired => paired_table(out, report, &defs, comparisons),
     }
+    runs_table(out, &defs, comparisons);
     cost_table(out, report);
     if !errors.is_empty() {
         let _ = writeln!(out, "\nFailures:\n");

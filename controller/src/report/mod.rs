@@ -16,6 +16,7 @@ mod fuzz;
 pub mod html;
 pub mod markdown;
 pub mod noise;
+pub mod runs;
 #[cfg(test)]
 mod tests;
 
@@ -91,6 +92,10 @@ fn attempt_from(value: Option<&str>) -> u32 {
     value.and_then(|v| v.trim().parse::<u32>().ok()).filter(|n| *n >= 1).unwrap_or(1)
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 fn first_attempt() -> u32 {
     1
 }
@@ -136,10 +141,13 @@ pub struct Revision {
     pub commit: String,
 }
 
-/// One sample: a value, or why there is none.
+/// One sample: a value, or why there is none. A metric measured several times a trial has a
+/// sample per run, numbered from 0 (see [`runs`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     pub trial: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sample: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -274,6 +282,12 @@ pub struct MetricComparison {
     /// What a reader should know about this decision (floor capped, samples dropped, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Min, median and max of each trial measured in several runs (both sides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<runs::TrialRuns>,
+    /// hyperfine's warnings about those runs: a slow first run, statistical outliers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl MetricComparison {
@@ -282,8 +296,34 @@ impl MetricComparison {
     }
 }
 
+/// One value per trial: the median of its runs ([`runs`]).
 fn values(samples: Option<&Vec<Sample>>) -> Vec<(u32, f64)> {
-    samples.map(|s| s.iter().filter_map(|x| x.value.map(|v| (x.trial, v))).collect()).unwrap_or_default()
+    samples.map(|s| runs::trial_values(s)).unwrap_or_default()
+}
+
+/// hyperfine's warnings about the runs of each trial of `def`, on both sides.
+fn run_warnings(def: &MetricDef, sides: [(&str, &Side); 2]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (label, side) in sides {
+        for (trial, values) in runs::runs_of_trials(side.metrics.get(&def.key).map_or(&[][..], Vec::as_slice)) {
+            let median = stats::median(&values).unwrap_or_default();
+            let at = format!("{label} {} trial {trial}", def.key);
+            match runs::outliers(&values) {
+                Some(runs::Outliers::SlowFirst(first)) => out.push(format!(
+                    "{at}: the first run was much slower than the rest ({}, median {}): a cache it filled? Use `warmup`, or `prepare` to reset the state before each run",
+                    format::value(first, def),
+                    format::value(median, def)
+                )),
+                Some(runs::Outliers::Some(n)) => out.push(format!(
+                    "{at}: {n} of {} runs are statistical outliers (more than 10 σ from the median {}, σ from the MAD): was the machine busy?",
+                    values.len(),
+                    format::value(median, def)
+                )),
+                None => {}
+            }
+        }
+    }
+    out
 }
 
 impl Report {
@@ -335,7 +375,17 @@ impl Report {
         let floors = Floors { absolute: def.absolute, relative: def.relative };
         let comparison = stats::compare(&b, &h, expected, floors);
         let (pairs, unpaired) = self.pairs_of(&def.key);
-        let attempted = |side: &Side| side.metrics.get(&def.key).map_or(0, Vec::len);
+        let attempted = |side: &Side| side.metrics.get(&def.key).map_or(0, |s| runs::attempted_trials(s));
+        let sides = [
+            (sandbench_proto::Side::Base.as_str(), &self.base_side),
+            (sandbench_proto::Side::Head.as_str(), &self.head_side),
+        ];
+        let spread: Vec<runs::TrialRuns> = sides
+            .iter()
+            .flat_map(|(label, side)| {
+                runs::trial_runs(label, side.metrics.get(&def.key).map_or(&[][..], Vec::as_slice))
+            })
+            .collect();
         let mut out = MetricComparison {
             key: def.key.clone(),
             paired: stats::paired(&[], 0.0),
@@ -345,6 +395,8 @@ impl Report {
             head_successful: h.len(),
             head_attempted: attempted(&self.head_side),
             notes: Vec::new(),
+            runs: spread,
+            warnings: run_warnings(def, sides),
         };
         match self.rule {
             Rule::Reference => {

@@ -28,7 +28,11 @@ const KEYS: [&str; 17] = [
 ];
 
 fn samples(values: &[f64]) -> Vec<Sample> {
-    values.iter().enumerate().map(|(t, v)| Sample { trial: t as u32, value: Some(*v), error: None }).collect()
+    values
+        .iter()
+        .enumerate()
+        .map(|(t, v)| Sample { trial: t as u32, sample: 0, value: Some(*v), error: None })
+        .collect()
 }
 
 /// The reference example: one metric regressed, one improved, one incomplete, one unavailable,
@@ -66,6 +70,7 @@ pub(super) fn example(status: Status) -> Report {
     let mut install = samples(&[2.0, 2.0]);
     install.push(Sample {
         trial: 2,
+        sample: 0,
         value: None,
         error: Some("<img src=x onerror=alert(1)> ![click](http://x) | `rm -rf`".into()),
     });
@@ -257,7 +262,8 @@ fn every_metric_says_what_it_could_have_seen() {
 #[test]
 fn dropped_and_failed_samples_are_said() {
     let mut report = one_metric(&[1.0, 1.0, 0.0, 1.0, 1.0, 1.0], &[1.0, 1.0, 1.0, -1.0, 1.0, 1.0]);
-    report.head_side.metrics.get_mut("cold").unwrap()[5] = Sample { trial: 5, value: None, error: Some("boom".into()) };
+    report.head_side.metrics.get_mut("cold").unwrap()[5] =
+        Sample { trial: 5, sample: 0, value: None, error: Some("boom".into()) };
     let c = decision_of(&report, "cold");
     assert_eq!((c.outcome(), c.paired.pairs, c.paired.dropped), (Outcome::Incomplete, 3, 2), "{c:?}");
     let notes = c.notes.join("; ");
@@ -475,4 +481,80 @@ fn a_crafted_report_json_is_rendered_again_without_panicking() {
     std::fs::write(dir.path().join("report.json"), b"{\"x\": 1}").unwrap();
     let err = crate::run::rerender(dir.path()).unwrap_err().to_string();
     assert!(err.contains("is not a sandbench report"), "{err}");
+}
+
+/// `runs` per trial of `cold` (each a list of run values), as samples numbered from 0.
+fn runs_of(trials: &[Vec<f64>]) -> Vec<Sample> {
+    trials
+        .iter()
+        .enumerate()
+        .flat_map(|(t, runs)| {
+            runs.iter().enumerate().map(move |(i, v)| Sample {
+                trial: t as u32,
+                sample: i as u32,
+                value: Some(*v),
+                error: None,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_trial_of_several_runs_is_one_pair_by_their_median_with_its_spread_and_warnings_shown() {
+    let base: Vec<Vec<f64>> = (0..6).map(|_| vec![1.00, 1.01, 0.99, 1.00, 1.02]).collect();
+    let mut head: Vec<Vec<f64>> = base.iter().map(|r| r.iter().map(|v| v * 1.3).collect()).collect();
+    // A slow first run in head's trial 2, an outlier later in base's trial 4.
+    head[2][0] = 5.0;
+    let mut base = base;
+    base[4][3] = 9.0;
+    let mut report = one_metric(&[0.0; 6], &[0.0; 6]);
+    report.base_side.metrics.insert("cold".into(), runs_of(&base));
+    report.head_side.metrics.insert("cold".into(), runs_of(&head));
+    let c = decision_of(&report, "cold");
+    assert_eq!((c.base_successful, c.base_attempted, c.head_attempted, c.paired.pairs), (6, 6, 6, 6));
+    assert_eq!(c.comparison.base_median, Some(1.0));
+    assert_eq!(c.outcome(), Outcome::Regressed, "the medians: +30 % in every trial, outliers or not");
+    assert_eq!(c.runs.len(), 12);
+    let first = &c.runs[0];
+    assert_eq!((first.side.as_str(), first.trial, first.runs, first.min, first.max), ("base", 0, 5, 0.99, 1.02));
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    assert!(c.warnings[0].starts_with("base cold trial 4: 1 of 5 runs are statistical outliers"), "{:?}", c.warnings);
+    assert!(
+        c.warnings[1].starts_with("head cold trial 2: the first run was much slower than the rest (5,000"),
+        "{:?}",
+        c.warnings
+    );
+    let md = markdown::render(&report);
+    assert!(md.contains("**Measurement warnings — runs of a trial that disagree:**"), "{md}");
+    assert!(md.contains("- head cold trial 2: the first run was much slower"), "{md}");
+    assert!(md.contains("| Metric | Side | Trial | Runs | Min | Median | Max |"), "{md}");
+    assert!(md.contains("| Cold startup | base | 0 | 5 | 990"), "{md}");
+    let html = html::render(&report);
+    assert!(html.contains("<table class=\"runs\">") && html.contains("head cold trial 2: the first run"), "{html}");
+    // The run index survives report.json.
+    let json: Report = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    assert_eq!(json.head_side.metrics["cold"][7].sample, 2);
+    // A failed run fails its trial.
+    report.head_side.metrics.get_mut("cold").unwrap()[1] =
+        Sample { trial: 0, sample: 1, value: None, error: Some("boom".into()) };
+    let c = decision_of(&report, "cold");
+    assert_eq!((c.head_successful, c.head_attempted, c.outcome()), (5, 6, Outcome::Incomplete));
+}
+
+#[test]
+fn a_command_declared_in_milliseconds_is_shown_in_milliseconds() {
+    // The agent records 0.137 s for a 137 ms command; the spec declares only `unit = "ms"`.
+    let spec = "name = \"u\"\n[install]\ncommand = \"true\"\n[[runtime.command]]\nmetric = \"probe\"\nrun = \"node cli.js\"\n[metrics.probe]\ntitle = \"Probe\"\nunit = \"ms\"\n";
+    let plan = crate::spec::parse(std::path::Path::new("bench.toml"), spec).unwrap();
+    let mut report = one_metric(&[0.137; 6], &[0.137; 6]);
+    report.metrics = plan.metrics.iter().filter(|m| m.key == "probe").cloned().collect();
+    report.expected = BTreeMap::from([("probe".to_string(), 6)]);
+    for side in [&mut report.base_side, &mut report.head_side] {
+        let samples = side.metrics.remove("cold").unwrap();
+        side.metrics.insert("probe".into(), samples);
+    }
+    let md = markdown::render(&report);
+    assert!(md.contains("| Probe | 137.000 ms | 137.000 ms |"), "{md}");
+    assert!(!md.contains("0.137 ms") && !md.contains("0.14 ms"), "{md}");
+    assert!(html::render(&report).contains("137.000 ms"));
 }

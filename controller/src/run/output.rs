@@ -17,6 +17,8 @@ pub use crate::report::NoiseProfile;
 /// Metrics and trials a side's samples may have (far beyond any plan's).
 const MAX_METRICS: usize = 4096;
 const MAX_TRIAL: u32 = 100_000;
+/// Runs a trial's metric may have (a repeated command runs at most 10,000 times).
+const MAX_SAMPLE: u32 = 10_000;
 
 /// Samples per side and metric from the run's event log (read as a stream: only the samples
 /// are kept), and each side's facts. A resumed run (`resumed`: its id) also takes the samples
@@ -40,10 +42,14 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun], resumed: Option<&str>) -> a
     let mut out: BTreeMap<String, Side> =
         BTreeMap::from(sandbench_proto::Side::BOTH.map(|s| (s.as_str().to_string(), Side::default())));
     let log = dir.join(crate::store::OBSERVATIONS_FILE);
+    // The sandbox each (side, metric, trial) was last measured in: a slot measured again in a
+    // new sandbox (retried after an engine restart) replaces all of its runs, not only those
+    // the retry got to.
+    let mut measured_in: BTreeMap<(&str, String, u32), String> = BTreeMap::new();
     if log.exists() {
         for event in crate::store::events(&log)? {
             let event = event?;
-            let (Some(role), StoredBody::Observation { command_id, metric, trial, value, error, .. }) =
+            let (Some(role), StoredBody::Observation { command_id, metric, trial, value, error, sample, .. }) =
                 (role_of.get(&event.sandbox), event.body)
             else {
                 continue;
@@ -55,13 +61,24 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun], resumed: Option<&str>) -> a
             }
             let side = out.entry(role.to_string()).or_default();
             // Bounded whatever the log holds: no plan has more metrics or trials.
-            if trial > MAX_TRIAL || (!side.metrics.contains_key(&metric) && side.metrics.len() >= MAX_METRICS) {
+            if trial > MAX_TRIAL
+                || sample > MAX_SAMPLE
+                || (!side.metrics.contains_key(&metric) && side.metrics.len() >= MAX_METRICS)
+            {
                 continue;
             }
-            let samples = side.metrics.entry(metric).or_default();
-            samples.retain(|s| s.trial != trial);
-            samples.push(Sample { trial, value, error });
-            samples.sort_by_key(|s| s.trial);
+            let samples = side.metrics.entry(metric.clone()).or_default();
+            let slot = measured_in.entry((*role, metric, trial)).or_insert_with(|| event.sandbox.clone());
+            if *slot != event.sandbox {
+                samples.retain(|s| s.trial != trial);
+                *slot = event.sandbox.clone();
+            }
+            // In (trial, sample) order; a sample sent again replaces the earlier one.
+            let new = Sample { trial, sample, value, error };
+            match samples.binary_search_by_key(&(trial, sample), |s| (s.trial, s.sample)) {
+                Ok(at) => samples[at] = new,
+                Err(at) => samples.insert(at, new),
+            }
         }
     }
     for side in sides {

@@ -576,6 +576,7 @@ mod tests {
             value: Some(1.0),
             error: None,
             unit: String::new(),
+            sample: 0,
         };
         event(sandbox, at, body)
     }

@@ -252,6 +252,7 @@ mod tests {
             value: Some(1.5),
             error: None,
             unit: "s".into(),
+            sample: 0,
         });
         assert_eq!(text(&observed), ["2026-03-01T10:00:00.250Z = install trial 1: 1.5 s"]);
         assert_eq!(event_lines(&observed)[0].0, 1_772_359_200_250);

@@ -65,6 +65,7 @@ fn body() -> impl Strategy<Value = Option<event::Body>> {
                 trial,
                 outcome: Some(observation::Outcome::Value(v)),
                 unit,
+                sample: trial % 3,
             })
         )),
         (command.clone(), text()).prop_map(|(c, e)| Some(event::Body::Observation(Observation {

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use sandbench_proto::metric;
 use sandbench_proto::plan::{Channel, Check, Runtime, ScenarioStep, phase};
 
+use super::metrics::MetricDef;
 use super::{Plan, SourceSettings};
 
 pub fn describe(plan: &Plan) -> String {
@@ -120,16 +121,21 @@ fn metrics(out: &mut String, plan: &Plan) {
     let key_width = plan.metrics.iter().map(|m| m.key.chars().count()).max().unwrap_or(0).max(14);
     let title_width = plan.metrics.iter().map(|m| m.title.chars().count()).max().unwrap_or(0).max(36);
     let unit_width = plan.metrics.iter().map(|m| m.unit.chars().count()).max().unwrap_or(0).max(6);
+    // Floors as the report shows values: in the metric's unit.
+    let absolute = |m: &MetricDef| crate::report::format::value(m.absolute, m);
+    let abs_width = plan.metrics.iter().map(|m| absolute(m).chars().count()).max().unwrap_or(0).max(12);
     let _ = writeln!(
         out,
-        "  {:<key_width$} {:<title_width$} {:>unit_width$} {:>12} {:>9}  group",
+        "  {:<key_width$} {:<title_width$} {:>unit_width$} {:>abs_width$} {:>9}  group",
         "key", "title", "unit", "absolute", "relative"
     );
     for m in &plan.metrics {
+        let absolute = absolute(m);
+        let relative = format!("{}%", crate::report::format::number(m.relative * 100.0, 1, false));
         let _ = writeln!(
             out,
-            "  {:<key_width$} {:<title_width$} {:>unit_width$} {:>12} {:>9}  {}",
-            m.key, m.title, m.unit, m.absolute, m.relative, m.group
+            "  {:<key_width$} {:<title_width$} {:>unit_width$} {absolute:>abs_width$} {relative:>9}  {}",
+            m.key, m.title, m.unit, m.group
         );
     }
 }
@@ -173,7 +179,9 @@ fn section_lines(out: &mut String, section: &Runtime) {
         let _ = writeln!(out, "    steps: {}", steps.join(", "));
     }
     for c in &section.commands {
-        let _ = writeln!(out, "  command {}: `{}` × {}", c.metric, c.step.run, c.repeat);
+        let warmup = if c.warmup > 0 { format!(" after {} warmup", c.warmup) } else { String::new() };
+        let prepare = c.prepare.as_ref().map(|p| format!(", each after `{}`", p.run)).unwrap_or_default();
+        let _ = writeln!(out, "  command {}: `{}` × {}{warmup}{prepare}", c.metric, c.step.run, c.repeat);
     }
     for s in &section.scripts {
         let reads = s.value_field.as_ref().map(|f| format!(" (RESULT field {f:?})")).unwrap_or_default();

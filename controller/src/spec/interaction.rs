@@ -78,7 +78,15 @@ pub(super) fn section_limit_s(section: &Runtime) -> f64 {
         s.fixture.as_ref().map_or(0.0, |f| f.timeout_s) + s.timeout_s + steps_limit(&s.steps, s.timeout_s) + 10.0
     };
     section.scenarios.iter().map(scenario).sum::<f64>()
-        + section.commands.iter().map(|c| c.step.timeout_s * f64::from(c.repeat)).sum::<f64>()
+        + section
+            .commands
+            .iter()
+            .map(|c| {
+                // Every warmup and timed run, each after its `prepare`.
+                let runs = f64::from(c.warmup + c.repeat);
+                runs * (c.step.timeout_s + c.prepare.as_ref().map_or(0.0, |p| p.timeout_s))
+            })
+            .sum::<f64>()
         + section.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
 }
 

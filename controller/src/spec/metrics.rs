@@ -151,7 +151,8 @@ impl Validator<'_> {
                     None
                 }
             };
-            defs.extend(def);
+            let observed = plan.observed_unit(key);
+            defs.extend(def.map(|def| self.reconcile_unit(def, observed, raw.get(key))));
         }
         let produced: BTreeSet<&String> = produced.iter().collect();
         for (key, r) in raw {
@@ -162,12 +163,50 @@ impl Validator<'_> {
         report_order(defs)
     }
 
+    /// The scale that turns what the agent records (`observed`: seconds, bytes) into the
+    /// metric's unit; an error on the unit when there is none, on `scale` when the spec's
+    /// contradicts it. A script's metric (`observed` None) keeps the spec's scale.
+    fn reconcile_unit(
+        &mut self,
+        mut def: MetricDef,
+        observed: Option<&str>,
+        raw: Option<&Spanned<RawMetric>>,
+    ) -> MetricDef {
+        let Some(observed) = observed else { return def };
+        let field = format!("metrics.{}", def.key);
+        match super::units::factor(observed, &def.unit) {
+            Err(why) => {
+                let at = raw.and_then(|r| r.get_ref().unit.as_ref().map(|u| self.line(u.span().start)));
+                let line = at
+                    .or(raw.map(|r| self.line(r.span().start)))
+                    .unwrap_or_else(|| self.line_of(&format!("\"{}\"", def.key)));
+                self.error_at(line, &format!("{field}.unit"), why);
+            }
+            Ok(factor) => {
+                let given = raw.and_then(|r| r.get_ref().scale.as_ref());
+                match given {
+                    Some(scale) if (scale.get_ref() - factor).abs() > 1e-9 * factor => self.error(
+                        scale,
+                        &format!("{field}.scale"),
+                        format!(
+                            "scale {} does not turn {observed} into {}: that takes {factor}; leave `scale` out, the unit sets it",
+                            scale.get_ref(),
+                            def.unit
+                        ),
+                    ),
+                    _ => def.scale = factor,
+                }
+            }
+        }
+        def
+    }
+
     fn metric(&mut self, key: &str, r: &Spanned<RawMetric>, base: Option<MetricDef>) -> Option<MetricDef> {
         let m = r.get_ref();
         let field = format!("metrics.{key}");
         let (Some(title), Some(unit)) = (
             m.title.clone().or(base.as_ref().map(|b| b.title.clone())),
-            m.unit.clone().or(base.as_ref().map(|b| b.unit.clone())),
+            m.unit.as_ref().map(|u| u.get_ref().clone()).or(base.as_ref().map(|b| b.unit.clone())),
         ) else {
             self.error(r, &field, "expected a title and a unit");
             return None;

@@ -9,6 +9,7 @@ pub mod metrics;
 mod phases;
 mod raw;
 mod runtime;
+pub mod units;
 mod validate;
 
 use std::fmt;

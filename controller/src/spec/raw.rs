@@ -249,6 +249,8 @@ pub struct RawRepeated {
     pub repeat: Option<Spanned<i64>>,
     pub aggregate: Option<Spanned<String>>,
     pub timeout_s: Option<Spanned<f64>>,
+    pub warmup: Option<Spanned<i64>>,
+    pub prepare: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -267,7 +269,7 @@ pub struct RawScript {
 #[serde(deny_unknown_fields)]
 pub struct RawMetric {
     pub title: Option<String>,
-    pub unit: Option<String>,
+    pub unit: Option<Spanned<String>>,
     pub scale: Option<Spanned<f64>>,
     pub absolute: Option<Spanned<f64>>,
     pub relative: Option<Spanned<f64>>,

@@ -95,14 +95,27 @@ impl Validator<'_> {
     fn repeated_command(&mut self, field: &str, r: &RawRepeated) -> RepeatedCommand {
         let metric = self.metric_key(&r.metric, &format!("{field}.metric"));
         let repeat = self.count(&r.repeat, &format!("{field}.repeat"), 1, 10_000, 1) as u32;
-        let aggregate = self.aggregate(&r.aggregate, &format!("{field}.aggregate"));
+        let warmup = self.count(&r.warmup, &format!("{field}.warmup"), 0, 10_000, 0) as u32;
+        let aggregate = self.aggregate(&r.aggregate, &format!("{field}.aggregate"), Aggregate::Samples);
         let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 3600.0, 60.0);
         let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
+        if r.run.trim().is_empty() {
+            self.error(&r.metric, &format!("{field}.run"), "expected the command line to time");
+        }
+        let prepare = r.prepare.as_ref().and_then(|p| {
+            if p.get_ref().trim().is_empty() {
+                self.error(p, &format!("{field}.prepare"), "expected a command line, or no `prepare`");
+                return None;
+            }
+            Some(Step { run: p.get_ref().clone(), cwd: cwd.clone(), timeout_s, env: BTreeMap::new() })
+        });
         RepeatedCommand {
             metric,
             step: Step { run: r.run.clone(), cwd, timeout_s, env: BTreeMap::new() },
             repeat,
             aggregate,
+            warmup,
+            prepare,
         }
     }
 
@@ -132,15 +145,21 @@ impl Validator<'_> {
         }
     }
 
-    fn aggregate(&mut self, value: &Option<Spanned<String>>, field: &str) -> Aggregate {
+    /// `aggregate` of a repeated command (`default` Samples) or a request step (`default` Mean,
+    /// where every request is not a sample of its own).
+    fn aggregate(&mut self, value: &Option<Spanned<String>>, field: &str, default: Aggregate) -> Aggregate {
+        let samples = default == Aggregate::Samples;
         match value.as_ref().map(|v| v.get_ref().as_str()) {
-            None | Some("mean") => Aggregate::Mean,
+            None => default,
+            Some("mean") => Aggregate::Mean,
             Some("total") => Aggregate::Total,
+            Some("samples") if samples => Aggregate::Samples,
             Some(other) => {
                 if let Some(v) = value {
-                    self.error(v, field, format!("expected \"mean\" or \"total\", got {other:?}"));
+                    let expected = if samples { "\"samples\", \"mean\" or \"total\"" } else { "\"mean\" or \"total\"" };
+                    self.error(v, field, format!("expected {expected}, got {other:?}"));
                 }
-                Aggregate::Mean
+                default
             }
         }
     }
@@ -230,7 +249,7 @@ impl Validator<'_> {
             metric,
             send,
             repeat: self.count(&r.repeat, &format!("{field}.repeat"), 1, 100_000, 1) as u32,
-            aggregate: self.aggregate(&r.aggregate, &format!("{field}.aggregate")),
+            aggregate: self.aggregate(&r.aggregate, &format!("{field}.aggregate"), Aggregate::Mean),
             expect: json_map(r.expect.as_ref()),
             output_bytes,
         })

@@ -162,7 +162,7 @@ unit = "s"
             "bench.toml:24: runtime.scenario[0].step[1].kind: expected request, interrupt, memory, cpu, restart, settle, ready, type, keys, wait_for, retry, start_timer, stop_timer, send or collect, got \"teleport\"",
             "bench.toml:26: runtime.command[0].metric: expected a metric key of lowercase letters, digits and '_', got \"Git-Status\"",
             "bench.toml:26: metrics.Git-Status: this metric is recorded but not defined: add [metrics.KEY] with title, unit, scale, absolute and relative",
-            "bench.toml:28: runtime.command[0].aggregate: expected \"mean\" or \"total\", got \"median\"",
+            "bench.toml:28: runtime.command[0].aggregate: expected \"samples\", \"mean\" or \"total\", got \"median\"",
             "bench.toml:29: metrics.never: defined, but no phase records it",
         ]
     );
@@ -383,4 +383,168 @@ fn a_cpuset_is_checked_against_this_machine() {
     }
     let ok = parse(Path::new("bench.toml"), &MINIMAL.replace("[install]", "[sandbox]\ncpuset = \"0\"\n[install]"));
     assert!(ok.unwrap().check_host().is_ok());
+}
+
+#[test]
+fn repeated_commands_take_warmup_prepare_and_are_per_run_samples_by_default() {
+    let spec = r#"name = "r"
+[install]
+command = "true"
+[[runtime.command]]
+metric = "probe"
+run = "wc -l < runs"
+cwd = "~/work"
+repeat = 5
+warmup = 2
+prepare = "echo x >> runs"
+timeout_s = 7
+[[runtime.command]]
+metric = "probe_mean"
+run = "true"
+aggregate = "mean"
+[metrics.probe]
+title = "Probe"
+unit = "ms"
+[metrics.probe_mean]
+title = "Probe, mean"
+unit = "µs"
+"#;
+    let plan = parse(Path::new("bench.toml"), spec).unwrap();
+    let commands = &plan.agent.runtime.commands;
+    let c = &commands[0];
+    assert_eq!((c.repeat, c.warmup, c.aggregate), (5, 2, sandbench_proto::plan::Aggregate::Samples));
+    let prepare = c.prepare.as_ref().unwrap();
+    assert_eq!(
+        (prepare.run.as_str(), prepare.cwd.as_deref(), prepare.timeout_s),
+        ("echo x >> runs", Some("~/work"), 7.0)
+    );
+    assert_eq!(
+        (commands[1].warmup, commands[1].aggregate, &commands[1].prepare),
+        (0, sandbench_proto::plan::Aggregate::Mean, &None)
+    );
+    // Every warmup and timed run, each after its prepare, at their timeouts.
+    assert_eq!(plan.phase_limit_s("runtime"), 7.0 * 2.0 * 7.0 + 60.0);
+    let check = describe(&plan);
+    assert!(check.contains("command probe: `wc -l < runs` × 5 after 2 warmup, each after `echo x >> runs`"), "{check}");
+    // The unit sets the scale from seconds.
+    let scale = |key: &str| plan.metrics.iter().find(|m| m.key == key).unwrap().scale;
+    assert_eq!((scale("probe"), scale("probe_mean")), (1000.0, 1e6));
+
+    let bad = r#"name = "r"
+[install]
+command = "true"
+[[runtime.command]]
+metric = "probe"
+run = "true"
+warmup = -1
+prepare = " "
+[[runtime.scenario]]
+name = "k"
+command = ["kernel"]
+  [[runtime.scenario.step]]
+  kind = "request"
+  metric = "probe_request"
+  send = { type = "x" }
+  aggregate = "samples"
+[metrics.probe]
+title = "Probe"
+unit = "s"
+[metrics.probe_request]
+title = "Request"
+unit = "s"
+"#;
+    assert_eq!(
+        errors(bad),
+        [
+            "bench.toml:7: runtime.command[0].warmup: expected a whole number from 0 to 10000, got -1",
+            "bench.toml:8: runtime.command[0].prepare: expected a command line, or no `prepare`",
+            "bench.toml:16: runtime.scenario[0].step[0].aggregate: expected \"mean\" or \"total\", got \"samples\"",
+        ]
+    );
+}
+
+#[test]
+fn units_are_converted_from_what_is_recorded_or_refused_where_they_are_declared() {
+    let spec = |unit: &str, scale: &str| {
+        format!(
+            r#"name = "u"
+[install]
+command = "true"
+[[runtime.scenario]]
+name = "k"
+command = ["kernel"]
+  [[runtime.scenario.step]]
+  kind = "memory"
+  metric = "heap"
+[[runtime.command]]
+metric = "probe"
+run = "true"
+[[runtime.script]]
+name = "bench"
+run = "node bench.js"
+metrics = ["parsed"]
+[metrics.heap]
+title = "Heap"
+unit = "MiB"
+[metrics.probe]
+title = "Probe"
+unit = {unit}
+{scale}
+[metrics.parsed]
+title = "Parsed"
+unit = "ms"
+"#
+        )
+    };
+    let plan = parse(Path::new("bench.toml"), &spec("\"ms\"", "")).unwrap();
+    let def = |key: &str| plan.metrics.iter().find(|m| m.key == key).unwrap().clone();
+    assert_eq!((def("heap").scale, def("probe").scale), (1.0 / 1_048_576.0, 1000.0));
+    // A script's metric is in what the script prints: the spec's scale, 1 by default.
+    assert_eq!(def("parsed").scale, 1.0);
+    assert_eq!(plan.observed_unit("heap"), Some("bytes"));
+    assert_eq!(plan.observed_unit("probe"), Some("s"));
+    assert_eq!(plan.observed_unit("install"), Some("s"));
+    assert_eq!(plan.observed_unit("parsed"), None);
+    // A scale that agrees with the unit is fine.
+    assert!(parse(Path::new("bench.toml"), &spec("\"ms\"", "scale = 1000")).is_ok());
+    assert_eq!(
+        errors(&spec("\"ms\"", "scale = 1")),
+        [
+            "bench.toml:23: metrics.probe.scale: scale 1 does not turn s into ms: that takes 1000; leave `scale` out, the unit sets it"
+        ]
+    );
+    assert_eq!(
+        errors(&spec("\"MB\"", "")),
+        [
+            "bench.toml:22: metrics.probe.unit: the metric is a time (recorded in s) but unit \"MB\" is a size; expected one of ns, µs, us, ms, s, min, h"
+        ]
+    );
+    assert_eq!(
+        errors(&spec("\"runs\"", "")),
+        [
+            "bench.toml:22: metrics.probe.unit: the metric is a time (recorded in s); unit \"runs\" cannot be converted to: expected one of ns, µs, us, ms, s, min, h"
+        ]
+    );
+    // A memory probe into a metric declared in seconds.
+    let memory_in_seconds = spec("\"s\"", "").replace("unit = \"MiB\"", "unit = \"s\"");
+    assert_eq!(
+        errors(&memory_in_seconds),
+        [
+            "bench.toml:19: metrics.heap.unit: the metric is a size (recorded in bytes) but unit \"s\" is a time; expected one of bytes, B, KB, kB, MB, GB, KiB, MiB, GiB"
+        ]
+    );
+}
+
+#[test]
+fn check_prints_floors_in_the_units_shown() {
+    let plan = parse(
+        Path::new("bench.toml"),
+        "name = \"f\"\n[install]\ncommand = \"true\"\n[measure]\nstartup = [\"demo\"]\n",
+    )
+    .unwrap();
+    let check = describe(&plan);
+    let line = |key: &str| check.lines().find(|l| l.trim_start().starts_with(&format!("{key} "))).unwrap().to_string();
+    assert!(line("cold").contains(" 100.0 ms ") && line("cold").contains(" 20.0% "), "{check}");
+    assert!(line("rss").contains(" 10.49 MB "), "{check}");
+    assert!(!check.contains("10485760"), "{check}");
 }

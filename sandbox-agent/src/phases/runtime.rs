@@ -22,6 +22,7 @@ use crate::commands::PhaseContext;
 use crate::probes::command::{self, ShellCommand};
 use crate::probes::jsonl::{JsonlChild, JsonlLaunch};
 use crate::probes::terminal::{Launch, Terminal};
+use crate::probes::timed::Repeatable;
 use crate::probes::{keys, memory, processes, readiness, script};
 use crate::users::User;
 
@@ -78,7 +79,6 @@ pub fn run_section(
     }
     for repeated in &section.commands {
         if let Err(err) = repeat_command(ctx, plan, user, base, trial, repeated) {
-            ctx.error(&repeated.metric, trial, &err, "s");
             failures.push(format!("{}: {err:#}", repeated.metric));
         }
     }
@@ -102,6 +102,7 @@ fn checked(ctx: &PhaseContext, user: &User) -> anyhow::Result<()> {
     cleanup
 }
 
+/// A repeated command, as `user` in its folder (relative to `base`): see [`run_repeated`].
 fn repeat_command(
     ctx: &PhaseContext,
     plan: &AgentPlan,
@@ -110,20 +111,87 @@ fn repeat_command(
     trial: u32,
     repeated: &RepeatedCommand,
 ) -> anyhow::Result<()> {
-    let workdir =
-        repeated.step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
-    let mut total = Duration::ZERO;
-    for _ in 0..repeated.repeat {
-        let done = common::run_step(ctx, &repeated.step, user, &workdir, &plan.env)?;
-        total += done.elapsed;
-        done.success(&format!("`{}`", repeated.step.run))?;
-    }
+    let shell = |step: &sandbench_proto::plan::Step| ShellCommand {
+        run: step.run.clone(),
+        env: common::user_env(user, &plan.env, &step.env),
+        cwd: step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf()),
+        user: Some((user.uid, user.gid)),
+        timeout: Duration::from_secs_f64(step.timeout_s),
+    };
+    run_repeated(ctx, trial, repeated, &shell(&repeated.step), repeated.prepare.as_ref().map(shell).as_ref())
+}
+
+/// `warmup` runs of `timed` not recorded, then `repeat` timed ones, each run after the untimed
+/// `prepare`. Each timed run is a sample of its own (`Samples`, sent as it is taken, numbered
+/// from 0) or adds to the trial's one value (mean, total). The first failed run ends the
+/// command and its metric gets the error (at that run's sample).
+fn run_repeated(
+    ctx: &PhaseContext,
+    trial: u32,
+    repeated: &RepeatedCommand,
+    timed: &ShellCommand,
+    prepare: Option<&ShellCommand>,
+) -> anyhow::Result<()> {
+    let samples = repeated.aggregate == Aggregate::Samples;
+    let mut taken = 0;
+    let result = timed_runs(ctx, timed, prepare, repeated.warmup, repeated.repeat, &mut |elapsed| {
+        if samples {
+            ctx.sample(&repeated.metric, trial, taken, elapsed.as_secs_f64(), "s");
+        }
+        taken += 1;
+    });
+    let times = match result {
+        Ok(times) => times,
+        Err(err) => {
+            ctx.sample_error(&repeated.metric, trial, if samples { taken } else { 0 }, &err, "s");
+            return Err(err);
+        }
+    };
+    let total: Duration = times.iter().sum();
     let value = match repeated.aggregate {
-        Aggregate::Mean => total.as_secs_f64() / f64::from(repeated.repeat.max(1)),
+        Aggregate::Samples => return Ok(()),
+        Aggregate::Mean => total.as_secs_f64() / times.len().max(1) as f64,
         Aggregate::Total => total.as_secs_f64(),
     };
     ctx.value(&repeated.metric, trial, value, "s");
     Ok(())
+}
+
+/// Runs `warmup` then `repeat` times `timed` (each after `prepare`), handing each timed run's
+/// time to `took` as it is taken; returns them all.
+fn timed_runs(
+    ctx: &PhaseContext,
+    timed: &ShellCommand,
+    prepare: Option<&ShellCommand>,
+    warmup: u32,
+    repeat: u32,
+    took: &mut dyn FnMut(Duration),
+) -> anyhow::Result<Vec<Duration>> {
+    let dir = ctx.state_dir.join("transcripts");
+    std::fs::create_dir_all(&dir)?;
+    let mut probe = Repeatable::new(timed, &dir.join("repeated-command.out"))?;
+    let mut times = Vec::with_capacity(repeat as usize);
+    for run in 0..warmup + repeat {
+        if ctx.canceled() {
+            bail!("canceled");
+        }
+        if let Some(prepare) = prepare {
+            command::run(prepare, &mut |stream, chunk| ctx.log(stream, chunk))?
+                .success(&format!("prepare `{}`", prepare.run))?;
+        }
+        let done = probe.run_once()?;
+        let output = probe.output();
+        if !output.is_empty() {
+            ctx.log(LogStream::Stdout, &output);
+        }
+        command::Finished { status: done.status, output, elapsed: done.elapsed }
+            .success(&format!("`{}`", timed.run))?;
+        if run >= warmup {
+            took(done.elapsed);
+            times.push(done.elapsed);
+        }
+    }
+    Ok(times)
 }
 
 fn run_script(
@@ -436,7 +504,8 @@ impl Engine<'_> {
         }
         if let Some(metric) = metric {
             let value = match aggregate {
-                Aggregate::Mean => total.as_secs_f64() / f64::from(repeat.max(1)),
+                // A request step's runs are not samples of their own (the spec refuses it).
+                Aggregate::Mean | Aggregate::Samples => total.as_secs_f64() / f64::from(repeat.max(1)),
                 Aggregate::Total => total.as_secs_f64(),
             };
             self.record(metric, value, "s");
@@ -582,7 +651,93 @@ fn check_expect(done: &Value, expect: &Map<String, Value>) -> anyhow::Result<()>
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use sandbench_proto::v1::{Observation, event, observation};
+    use tokio::sync::mpsc;
+
     use super::*;
+    use crate::commands::OutputCap;
+
+    fn context(state_dir: &Path) -> (PhaseContext, mpsc::Receiver<event::Body>) {
+        let (tx, rx) = mpsc::channel(4096);
+        let ctx = PhaseContext {
+            command_id: "c".into(),
+            trial: 0,
+            plan: Vec::new(),
+            resume_observations: 0,
+            cancel: Default::default(),
+            emit: tx,
+            state_dir: state_dir.to_path_buf(),
+            held: Default::default(),
+            output: Mutex::new(OutputCap::new(1 << 20)),
+        };
+        (ctx, rx)
+    }
+
+    fn shell(run: &str, cwd: &Path) -> ShellCommand {
+        ShellCommand {
+            run: run.into(),
+            env: std::collections::BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+            cwd: cwd.to_path_buf(),
+            user: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn repeated(aggregate: Aggregate, warmup: u32, repeat: u32) -> RepeatedCommand {
+        let step =
+            sandbench_proto::plan::Step { run: String::new(), cwd: None, timeout_s: 10.0, env: Default::default() };
+        RepeatedCommand { metric: "probe".into(), step, repeat, aggregate, warmup, prepare: None }
+    }
+
+    fn observations(rx: &mut mpsc::Receiver<event::Body>) -> Vec<Observation> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .filter_map(|b| if let event::Body::Observation(o) = b { Some(o) } else { None })
+            .collect()
+    }
+
+    #[test]
+    fn warmup_runs_are_not_samples_and_prepare_runs_before_every_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ctx, mut rx) = context(dir.path());
+        // The command records how many times prepare had run when it started.
+        let timed = shell("wc -l < prepared >> seen", dir.path());
+        let prepare = shell("echo x >> prepared", dir.path());
+        run_repeated(&ctx, 3, &repeated(Aggregate::Samples, 2, 5), &timed, Some(&prepare)).unwrap();
+        let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+        let seen: Vec<u32> = seen.lines().map(|l| l.trim().parse().unwrap()).collect();
+        assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7], "2 warmup and 5 timed runs, each after its prepare");
+        let got = observations(&mut rx);
+        assert_eq!(got.iter().map(|o| o.sample).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+        for o in &got {
+            assert_eq!((o.metric.as_str(), o.trial, o.unit.as_str()), ("probe", 3, "s"));
+            assert!(matches!(o.outcome, Some(observation::Outcome::Value(v)) if v > 0.0 && v < 5.0), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn a_mean_is_one_value_and_a_failed_run_is_the_error_of_its_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ctx, mut rx) = context(dir.path());
+        run_repeated(&ctx, 0, &repeated(Aggregate::Mean, 1, 4), &shell("true", dir.path()), None).unwrap();
+        let got = observations(&mut rx);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].sample, 0);
+        // Passes its warmup and two timed runs, then fails.
+        let timed = shell("echo x >> runs; test $(wc -l < runs) -lt 4 || { echo broken; exit 3; }", dir.path());
+        let err = run_repeated(&ctx, 1, &repeated(Aggregate::Samples, 1, 5), &timed, None).unwrap_err();
+        assert!(err.to_string().contains("exit status 3): broken"), "{err:#}");
+        let got = observations(&mut rx);
+        let samples: Vec<(u32, bool)> =
+            got.iter().map(|o| (o.sample, matches!(o.outcome, Some(observation::Outcome::Error(_))))).collect();
+        assert_eq!(samples, [(0, false), (1, false), (2, true)]);
+        // A failing prepare fails the run before it.
+        let err =
+            run_repeated(&ctx, 2, &repeated(Aggregate::Samples, 0, 2), &timed, Some(&shell("exit 9", dir.path())))
+                .unwrap_err();
+        assert!(err.to_string().contains("prepare `exit 9` failed (exit status 9)"), "{err:#}");
+    }
 
     #[test]
     fn expectations_are_checked_field_by_field() {

@@ -54,6 +54,7 @@ pub fn run(ctx: &PhaseContext) -> anyhow::Result<()> {
             trial: i as u32,
             outcome: Some(observation::Outcome::Value(i as f64)),
             unit: "count".to_string(),
+            sample: 0,
         };
         if !ctx.emit(event::Body::Observation(observation)) {
             anyhow::bail!("the agent is shutting down");

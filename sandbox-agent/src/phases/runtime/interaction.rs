@@ -286,7 +286,7 @@ impl Engine<'_> {
         }
         if let Some(metric) = metric {
             let value = match aggregate {
-                Aggregate::Mean => total.as_secs_f64() / f64::from(repeat.max(1)),
+                Aggregate::Mean | Aggregate::Samples => total.as_secs_f64() / f64::from(repeat.max(1)),
                 Aggregate::Total => total.as_secs_f64(),
             };
             self.record(metric, value, "s");

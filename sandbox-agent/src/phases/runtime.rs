@@ -1,6 +1,7 @@
 //! runtime: scenarios that drive a long-running child over JSON lines, a terminal or a socket,
 //! plain commands repeated for a mean or total, and scripts whose `RESULT {json}` lines become
-//! metrics. The ui and transport phases run sections of the same kind ([`run_section`]). When a
+//! metrics. A command's metric gets the companions of its runs' process trees (`<metric>.cpu`,
+//! …, mean or total as its time), a script its own (`script.<name>.cpu`, …). The ui and transport phases run sections of the same kind ([`run_section`]). When a
 //! step fails, its metric (and an open timer's) gets the error and the scenario's remaining
 //! metrics say why they are missing; other scenarios, commands and scripts still run.
 
@@ -22,6 +23,7 @@ use crate::commands::PhaseContext;
 use crate::probes::command::{self, ShellCommand};
 use crate::probes::jsonl::{JsonlChild, JsonlLaunch};
 use crate::probes::terminal::{Launch, Terminal};
+use crate::probes::usage::Usage;
 use crate::probes::{keys, memory, processes, readiness, script};
 use crate::users::User;
 
@@ -113,18 +115,25 @@ fn repeat_command(
     let workdir =
         repeated.step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
     let mut total = Duration::ZERO;
+    let mut used = Usage::default();
     for _ in 0..repeated.repeat {
         let done = common::run_step(ctx, &repeated.step, user, &workdir, &plan.env)?;
         total += done.elapsed;
+        used.add(&done.usage);
         done.success(&format!("`{}`", repeated.step.run))?;
     }
-    let value = match repeated.aggregate {
-        Aggregate::Mean => total.as_secs_f64() / f64::from(repeated.repeat.max(1)),
-        Aggregate::Total => total.as_secs_f64(),
+    let (value, used) = match repeated.aggregate {
+        Aggregate::Mean => (total.as_secs_f64() / f64::from(repeated.repeat.max(1)), used.mean_of(repeated.repeat)),
+        Aggregate::Total => (total.as_secs_f64(), used),
     };
     ctx.value(&repeated.metric, trial, value, "s");
+    common::record_usage(ctx, &repeated.metric, trial, &used);
     Ok(())
 }
+
+/// The stem of a script's companions: `script.throughput.cpu` is the CPU time of the script
+/// `throughput`.
+const SCRIPT_PREFIX: &str = "script.";
 
 fn run_script(
     ctx: &PhaseContext,
@@ -175,7 +184,9 @@ fn run_script(
             }
         }
     });
+    let mut used = None;
     let failure = match result.and_then(|done| {
+        used = Some(done.usage);
         // As the reference does, a failed bench's error carries its first line of output.
         let first = done.output_text().lines().find(|l| !l.trim().is_empty()).unwrap_or_default().to_string();
         done.success(&format!("script {}", script.name)).map_err(|err| match first.as_str() {
@@ -194,6 +205,11 @@ fn run_script(
         if failure.is_none() {
             ctx.value(name, trial, *value, "");
         }
+    }
+    // The script's own wall time is no metric: its companions are named after it and shown, not
+    // judged (`script.<name>.cpu`, …).
+    if let (None, Some(used)) = (&failure, used) {
+        common::record_usage(ctx, &format!("{SCRIPT_PREFIX}{}", script.name), trial, &used);
     }
     for metric in &script.metrics {
         if let Some(err) = &failure {

@@ -12,3 +12,4 @@ pub mod readiness;
 pub mod script;
 pub mod socket;
 pub mod terminal;
+pub mod usage;

@@ -54,6 +54,7 @@ fn report() -> Report {
         noise: None,
         sequential: None,
         comparisons: Vec::new(),
+        conditions: Vec::new(),
     }
 }
 

@@ -7,6 +7,8 @@
 //! default) or the reference harness's rule, kept byte for byte. [`Report::analyze`] makes it and
 //! every rendering shows that one.
 
+pub mod companions;
+pub mod conditions;
 pub mod decide;
 pub mod format;
 #[cfg(test)]
@@ -249,6 +251,9 @@ pub struct Report {
     /// Derived from the samples; kept for readers of the JSON.
     #[serde(default)]
     pub comparisons: Vec<MetricComparison>,
+    /// The conditions each timed trial ran under (steal, load, throttling), as the agents read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<conditions::Condition>,
 }
 
 /// The comparison of one metric. `comparison.outcome` is the decision of the report's rule;
@@ -292,6 +297,13 @@ impl Report {
             }
         }
         defs
+    }
+
+    /// Keeps the trials' conditions and warns of each trial flagged for heavy steal or
+    /// throttling ([`conditions`]).
+    pub fn add_conditions(&mut self, found: Vec<conditions::Condition>) {
+        self.warnings.extend(found.iter().filter_map(conditions::Condition::warning));
+        self.conditions = found;
     }
 
     /// Samples each side should have of `key` (a CPU companion: as many as its metric).

@@ -108,6 +108,7 @@ pub(super) fn example(status: Status) -> Report {
         noise: None,
         sequential: None,
         comparisons: Vec::new(),
+        conditions: Vec::new(),
     }
 }
 

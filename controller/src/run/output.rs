@@ -140,6 +140,7 @@ pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision
         // never looks again is one look at the full alpha.
         sequential: None,
         comparisons: Vec::new(),
+        conditions: Vec::new(),
     }
 }
 

@@ -97,7 +97,8 @@ mod tests {
         assert_eq!(c.throttled_seconds(), Some(0.5));
         let reversed = TrialConditions { phase: "measure".into(), trial: 2, before: after, after: before };
         assert_eq!((reversed.steal(), reversed.throttled_periods()), (None, None));
-        let empty = TrialConditions { phase: "x".into(), trial: 0, before: Reading::default(), after: Reading::default() };
+        let empty =
+            TrialConditions { phase: "x".into(), trial: 0, before: Reading::default(), after: Reading::default() };
         assert_eq!((empty.steal(), empty.throttled_seconds()), (None, None));
         assert_eq!(file_path("runtime", 3), "conditions/runtime-3.json");
         let json = serde_json::to_string(&Reading::default()).unwrap();

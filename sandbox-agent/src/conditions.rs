@@ -111,7 +111,8 @@ mod tests {
     #[test]
     fn falls_back_to_cgroup_v1_in_nanoseconds() {
         // v2's file without the cpu controller: usage only, so the v1 file is read.
-        let dir = root(Some(("sys/fs/cgroup/cpu/cpu.stat", "nr_periods 12\nnr_throttled 6\nthrottled_time 3000000000\n")));
+        let dir =
+            root(Some(("sys/fs/cgroup/cpu/cpu.stat", "nr_periods 12\nnr_throttled 6\nthrottled_time 3000000000\n")));
         std::fs::write(dir.path().join("sys/fs/cgroup/cpu.stat"), "usage_usec 5000\n").unwrap();
         let r = read(dir.path());
         assert_eq!((r.nr_periods, r.nr_throttled, r.throttled_usec), (Some(12), Some(6), Some(3_000_000)));

@@ -40,7 +40,10 @@ pub fn table(report: &Report) -> Option<String> {
         out,
         "\nProcess trees of the timed steps (medians, base → head): user + system CPU time, the largest peak RSS of one process, page faults and context switches.\n"
     );
-    let _ = writeln!(out, "| Step | CPU | Max RSS | Minor faults | Major faults | Voluntary switches | Involuntary switches |");
+    let _ = writeln!(
+        out,
+        "| Step | CPU | Max RSS | Minor faults | Major faults | Voluntary switches | Involuntary switches |"
+    );
     let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for stem in &stems {
         let title = report.metrics.iter().find(|d| &d.key == stem).map_or(stem.as_str(), |d| d.title.as_str());
@@ -92,7 +95,8 @@ mod tests {
         assert_eq!(stems(&report), ["cold", "script.throughput"]);
         let table = table(&report).unwrap();
         assert!(
-            table.contains("| Cold startup | 200.0 ms → 220.0 ms | 51.0 MB → 51.0 MB | — → — | 1 → 1 | — → — | — → — |"),
+            table
+                .contains("| Cold startup | 200.0 ms → 220.0 ms | 51.0 MB → 51.0 MB | — → — | 1 → 1 | — → — | — → — |"),
             "{table}"
         );
         assert!(table.contains("| script.throughput | 500.0 ms → 500.0 ms |"), "{table}");

@@ -17,8 +17,8 @@ use anyhow::{Context, bail};
 use sandbench_proto::plan::{AgentPlan, BUILDER_USER, phase};
 
 use crate::commands::PhaseContext;
-use crate::{conditions, isolation};
 use crate::probes::processes::of_user;
+use crate::{conditions, isolation};
 
 pub use common::restore_origin;
 
@@ -44,7 +44,8 @@ pub fn run(name: &str, ctx: &PhaseContext) -> anyhow::Result<()> {
 /// Sends the trial's conditions (steal, load, throttling), read before and now after it.
 fn send_conditions(ctx: &PhaseContext, name: &str, before: sandbench_proto::conditions::Reading) {
     let after = conditions::read(Path::new("/"));
-    let trial = sandbench_proto::conditions::TrialConditions { phase: name.to_string(), trial: ctx.trial, before, after };
+    let trial =
+        sandbench_proto::conditions::TrialConditions { phase: name.to_string(), trial: ctx.trial, before, after };
     if let Ok(bytes) = serde_json::to_vec_pretty(&trial) {
         ctx.file(&sandbench_proto::conditions::file_path(name, ctx.trial), &bytes);
     }

@@ -167,7 +167,8 @@ mod tests {
     #[test]
     fn a_grandchild_burning_cpu_is_counted() {
         // sh → sh → a busy loop of about 0.3 s of CPU, waited for at each level.
-        let pid = spawn("sh -c 'end=$(($(date +%s%N) + 300000000)); while [ $(date +%s%N) -lt $end ]; do :; done'; true");
+        let pid =
+            spawn("sh -c 'end=$(($(date +%s%N) + 300000000)); while [ $(date +%s%N) -lt $end ]; do :; done'; true");
         let (status, usage) = wait(pid).unwrap();
         crate::reaper::disown(pid);
         assert!(status.success());
@@ -197,15 +198,8 @@ mod tests {
 
     #[test]
     fn repeated_runs_add_and_average_and_the_live_tree_subtracts() {
-        let run = Usage {
-            user_s: 0.2,
-            system_s: 0.1,
-            maxrss_bytes: 10.0,
-            minflt: 100.0,
-            majflt: 2.0,
-            vcsw: 5.0,
-            ivcsw: 1.0,
-        };
+        let run =
+            Usage { user_s: 0.2, system_s: 0.1, maxrss_bytes: 10.0, minflt: 100.0, majflt: 2.0, vcsw: 5.0, ivcsw: 1.0 };
         let mut sum = Usage::default();
         sum.add(&run);
         sum.add(&Usage { maxrss_bytes: 30.0, ..run });

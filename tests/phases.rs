@@ -89,6 +89,12 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
         let (cold, warm) = (values["cold"][0].1, values["warm"][0].1);
         assert!(warm < cold, "cold {cold} s, warm {warm} s");
         assert!(values["bundle"][0].1 > 1000.0, "the npm tarball has a size");
+        // Node burns CPU to start: the live tree at the echo has some, less than its wall time
+        // allows on the sandbox's 2 CPUs; the install and the git command have theirs.
+        let cold_cpu = values["cold.cpu"][0].1;
+        assert!(cold_cpu > 0.0 && cold_cpu < 2.0 * cold + 0.05, "cold {cold} s, CPU {cold_cpu} s");
+        assert!(values["install.cpu"].iter().all(|(_, v)| *v > 0.0), "{:?}", values["install.cpu"]);
+        assert!(values["git_status.cpu"][0].1 > 0.0 && values["git_status.maxrss"][0].1 > 1e6);
         // Transcripts arrived as files in the run directory.
         let transcripts = h.run_dir.path().join("sandboxes").join(&id).join("transcripts");
         let raw = std::fs::read(transcripts.join("cold-0.raw")).unwrap();

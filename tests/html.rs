@@ -60,6 +60,7 @@ fn report() -> Report {
         sequential: None,
         shards: Vec::new(),
         comparisons: Vec::new(),
+        conditions: Vec::new(),
     }
 }
 

@@ -89,6 +89,12 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
         let (cold, warm) = (values["cold"][0].1, values["warm"][0].1);
         assert!(warm < cold, "cold {cold} s, warm {warm} s");
         assert!(values["bundle"][0].1 > 1000.0, "the npm tarball has a size");
+        // Node burns CPU to start: the live tree at the echo has some, less than its wall time
+        // allows on the sandbox's 2 CPUs; the install and the git command have theirs.
+        let cold_cpu = values["cold.cpu"][0].1;
+        assert!(cold_cpu > 0.0 && cold_cpu < 2.0 * cold + 0.05, "cold {cold} s, CPU {cold_cpu} s");
+        assert!(values["install.cpu"].iter().all(|(_, v)| *v > 0.0), "{:?}", values["install.cpu"]);
+        assert!(values["git_status.cpu"][0].1 > 0.0 && values["git_status.maxrss"][0].1 > 1e6);
         // Transcripts arrived as files in the run directory.
         let transcripts = h.run_dir.path().join("sandboxes").join(&id).join("transcripts");
         let raw = std::fs::read(transcripts.join("cold-0.raw")).unwrap();
@@ -370,6 +376,33 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
         assert!(echo < 1.0, "t_echo {echo}");
         assert!(run.values[&("t_cpu".into(), 0)] >= 0.0);
         assert!(run.values[&("t_rss".into(), 0)] > 0.0);
+
+        // Every timed step's process tree beside its wall time: the install command (wait4),
+        // the terminal starts (the live tree at the echo), the script (named after it).
+        let suffixes = sandbench_proto::metric::companion::ALL.map(|(s, _)| s);
+        for (key, trials) in [("install", [0, 1]), ("cold", [0, 1]), ("warm", [0, 1])] {
+            for trial in trials {
+                for suffix in suffixes {
+                    let value = run.values.get(&(format!("{key}{suffix}"), trial));
+                    assert!(value.is_some_and(|v| v.is_finite() && *v >= 0.0), "{key}{suffix} {trial}: {value:?}");
+                }
+            }
+        }
+        assert!(run.values[&("install.maxrss".into(), 0)] > 100e3, "{:?}", run.values);
+        assert!(run.values[&("cold.maxrss".into(), 0)] > 100e3, "the fixture was alive at its echo");
+        assert!(run.values[&("install.minflt".into(), 0)] > 0.0 && run.values[&("cold.vcsw".into(), 0)] > 0.0);
+        assert!(run.values[&("cold.cpu".into(), 0)] < 2.0, "the fixture mostly waits: {:?}", run.values);
+        assert!(run.values.contains_key(&("script.no-enter.cpu".into(), 0)), "{:?}", run.values);
+        // The conditions of each timed trial arrived beside the samples.
+        let sandboxes: Vec<_> =
+            std::fs::read_dir(h.run_dir.path().join("sandboxes")).unwrap().flatten().map(|e| e.path()).collect();
+        let file = sandboxes.iter().map(|s| s.join("conditions/measure-1.json")).find(|p| p.is_file());
+        let file = file.unwrap_or_else(|| panic!("no conditions of measure 1 in {sandboxes:?}"));
+        let conditions: sandbench_proto::conditions::TrialConditions =
+            serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+        assert_eq!((conditions.phase.as_str(), conditions.trial), ("measure", 1));
+        assert!(conditions.steal().is_some() && conditions.after.load.is_some(), "{conditions:?}");
+        assert!(conditions.throttled_periods().is_some(), "the sandbox's cpu.stat: {conditions:?}");
     })
     .await;
 }

@@ -128,8 +128,21 @@ async fn an_a_a_run_completes_with_no_change() {
     let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
     let again = sandbench::run::rerender(&result.dir).unwrap();
     assert_eq!(sandbench::report::markdown::render(&again), markdown);
-    // The paired rule's headline: every one of the demo's 36 metrics counted, none changed, no
-    // arrow anywhere.
+    // Every timed step's process tree in report.json beside its wall time, and the conditions
+    // of every measure trial on both sides.
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(result.dir.join("report.json")).unwrap()).unwrap();
+    for side in ["base_side", "head_side"] {
+        for key in ["cold.cpu", "cold.maxrss", "cold.minflt", "cold.vcsw", "warm.cpu", "install.cpu", "git_status.cpu"]
+        {
+            let samples = json[side]["metrics"][key].as_array().map_or(0, |a| a.len());
+            assert_eq!(samples, if key == "install.cpu" { 2 } else { 5 }, "{side} {key}");
+        }
+    }
+    let measured = report.conditions.iter().filter(|c| c.phase == "measure").count();
+    assert_eq!(measured, 10, "{:?}", report.conditions);
+    // The paired rule's headline: every one of the demo's 36 metrics and the CPU times of its
+    // install, starts and command (40) counted, none changed, no arrow anywhere.
     let overall = markdown.lines().find(|l| l.starts_with("**Overall: ")).unwrap_or_default();
     let counts = overall
         .strip_prefix("**Overall: 0 regressed · 0 improved · ")
@@ -137,7 +150,7 @@ async fn an_a_a_run_completes_with_no_change() {
         .and_then(|rest| rest.split_once(" no change · "))
         .and_then(|(same, unsure)| Some((same.parse::<usize>().ok()?, unsure.parse::<usize>().ok()?)));
     let Some((same, unsure)) = counts else { panic!("unexpected headline {overall:?} in {markdown}") };
-    assert_eq!(same + unsure, 36, "{overall}");
+    assert_eq!(same + unsure, 40, "{overall}");
     assert!(!markdown.contains('↑') && !markdown.contains('↓'), "{markdown}");
     // The reference's layout: the CLI table first, then its sections in its order, each with
     // values from this run — the transport benches and the UI interactions included.

@@ -10,6 +10,7 @@ pub mod v1 {
 /// The agent's plan, as JSON inside `RunPhase`.
 pub mod plan;
 
+pub mod conditions;
 pub mod metric;
 mod side;
 

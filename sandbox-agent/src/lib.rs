@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod commands;
+pub mod conditions;
 pub mod facts;
 pub mod isolation;
 pub mod journal;

@@ -344,6 +344,12 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
         Rule::Paired => paired_table(out, report, &defs, comparisons),
     }
     runs_table(out, &defs, comparisons);
+    // The reference rule keeps the reference's comment byte for byte.
+    if report.rule == Rule::Paired
+        && let Some(table) = super::companions::table(report)
+    {
+        out.push_str(&table);
+    }
     cost_table(out, report);
     if !errors.is_empty() {
         let _ = writeln!(out, "\nFailures:\n");

@@ -9,7 +9,9 @@
 //! (`blocks`): a machine's constant speed factor widens no spread.
 
 mod blocks;
-mod decide;
+pub mod companions;
+pub mod conditions;
+pub mod decide;
 pub mod format;
 #[cfg(test)]
 mod fuzz;
@@ -266,6 +268,9 @@ pub struct Report {
     /// Derived from the samples; kept for readers of the JSON.
     #[serde(default)]
     pub comparisons: Vec<MetricComparison>,
+    /// The conditions each timed trial ran under (steal, load, throttling), as the agents read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<conditions::Condition>,
 }
 
 /// The comparison of one metric. `comparison.outcome` is the decision of the report's rule;
@@ -341,6 +346,13 @@ impl Report {
             }
         }
         defs
+    }
+
+    /// Keeps the trials' conditions and warns of each trial flagged for heavy steal or
+    /// throttling ([`conditions`]).
+    pub fn add_conditions(&mut self, found: Vec<conditions::Condition>) {
+        self.warnings.extend(found.iter().filter_map(conditions::Condition::warning));
+        self.conditions = found;
     }
 
     /// Samples each side should have of `key` (a CPU companion: as many as its metric).

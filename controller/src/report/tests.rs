@@ -114,6 +114,7 @@ pub(super) fn example(status: Status) -> Report {
         sequential: None,
         shards: Vec::new(),
         comparisons: Vec::new(),
+        conditions: Vec::new(),
     }
 }
 

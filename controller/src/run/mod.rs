@@ -335,6 +335,8 @@ fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, 
     report.warnings = notes.into_iter().chain(warnings).collect();
     report.warnings.extend(output::agent_warnings(dir));
     report.sandboxes = records;
+    let conditions = report::conditions::collect(dir, &report.sandboxes);
+    report.add_conditions(conditions);
     report.finished_at = Some(report::timestamp(SystemTime::now()));
     if let Some(side) = sides.remove(sandbench_proto::Side::Base.as_str()) {
         report.base_side = side;

@@ -177,6 +177,7 @@ pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision
         sequential: None,
         shards: Vec::new(),
         comparisons: Vec::new(),
+        conditions: Vec::new(),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::commands::PhaseContext;
 use crate::journal::lock;
 use crate::origin::Origin;
 use crate::probes::command::{self, Finished, ShellCommand};
+use crate::probes::usage::Usage;
 use crate::users::{self, Accounts, User};
 
 /// What phases leave for later phases, kept in the state folder so an agent restart keeps it.
@@ -132,6 +133,13 @@ pub fn run_step(
         timeout: Duration::from_secs_f64(step.timeout_s),
     };
     command::run(&shell, &mut |stream: LogStream, chunk: &[u8]| ctx.log(stream, chunk))
+}
+
+/// Records the companions of metric `key` (`<key>.cpu`, `<key>.maxrss`, …) for `trial`.
+pub fn record_usage(ctx: &PhaseContext, key: &str, trial: u32, usage: &Usage) {
+    for (metric, value, unit) in usage.companions(key) {
+        ctx.value(&metric, trial, value, unit);
+    }
 }
 
 /// Stops every process of `user`, noting it in the log.

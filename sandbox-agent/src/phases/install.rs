@@ -13,6 +13,7 @@ use sandbench_proto::plan::{AgentPlan, Check, Fixture, Step, benchmark_user};
 use super::common::{self, AgentState};
 use crate::commands::PhaseContext;
 use crate::probes::disk;
+use crate::probes::usage::Usage;
 use crate::safefs;
 use crate::users::User;
 
@@ -30,13 +31,14 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
     };
     // Root lays the fixture only once no process of the user is left to race it.
     let outcome = match (outcome, cleanup, &user) {
-        (Ok((seconds, true)), Ok(()), Some(user)) => fixture_after_hygiene(ctx, plan, user).map(|()| seconds),
-        (Ok((seconds, _)), Ok(()), _) => Ok(seconds),
+        (Ok((timed, true)), Ok(()), Some(user)) => fixture_after_hygiene(ctx, plan, user).map(|()| timed),
+        (Ok((timed, _)), Ok(()), _) => Ok(timed),
         (Err(err), ..) | (Ok(_), Err(err), _) => Err(err),
     };
     match outcome {
-        Ok(seconds) => {
+        Ok((seconds, usage)) => {
             ctx.value(METRIC, trial, seconds, "s");
+            common::record_usage(ctx, METRIC, trial, &usage);
             let mut state = AgentState::load(&ctx.state_dir)?;
             if state.first_install_trial == Some(trial) {
                 state.first_install_ok = true;
@@ -51,15 +53,21 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
     }
 }
 
-/// The timed install and its checks: the seconds, and whether this is the sandbox's first
-/// installation (whose user gets the fixture).
-fn install(ctx: &PhaseContext, plan: &AgentPlan, trial: u32, name: &str, uid: u32) -> anyhow::Result<(f64, bool)> {
+/// The timed install and its checks: the seconds and what the command's process tree cost, and
+/// whether this is the sandbox's first installation (whose user gets the fixture).
+fn install(
+    ctx: &PhaseContext,
+    plan: &AgentPlan,
+    trial: u32,
+    name: &str,
+    uid: u32,
+) -> anyhow::Result<((f64, Usage), bool)> {
     let user = common::accounts().create_fresh(name, uid)?;
     let excludes = &plan.install.footprint_excludes;
     let before = disk::apparent_size(&user.home, excludes)?;
     ctx.note(&format!("$ {}  (as {}, timed)", plan.install.command.run, user.name));
     let finished = common::run_step(ctx, &plan.install.command, &user, &user.home, &plan.env)?;
-    let seconds = finished.elapsed.as_secs_f64();
+    let timed = (finished.elapsed.as_secs_f64(), finished.usage);
     finished.success("the install command")?;
     for check in &plan.install.checks {
         verify(ctx, plan, &user, check)?;
@@ -73,7 +81,7 @@ fn install(ctx: &PhaseContext, plan: &AgentPlan, trial: u32, name: &str, uid: u3
         state.first_install_ok = false;
         state.save(&ctx.state_dir)?;
     }
-    Ok((seconds, first))
+    Ok((timed, first))
 }
 
 /// Lays the fixture (when the plan has one) for the user whose processes hygiene just ended,

@@ -1,4 +1,6 @@
-//! measure: start-up in a terminal, cold then warm (metrics `cold`, `warm`, seconds), memory of
+//! measure: start-up in a terminal, cold then warm (metrics `cold`, `warm`, seconds, each with
+//! the companions of the user's live processes from just before the spawn to the echo: `cold.cpu`,
+//! `cold.maxrss`, … see [`usage::live`]), memory of
 //! the user's processes after the cold start has settled (`rss`, and `pss` when every process
 //! has it), and in trial 0 the installed footprint after first use (`disk`). The reference's
 //! failure rules: a failed cold start means no warm sample; a failed settle is an `rss` error and
@@ -13,7 +15,7 @@ use sandbench_proto::plan::{AgentPlan, Startup};
 use super::common::{self, AgentState};
 use crate::commands::PhaseContext;
 use crate::probes::terminal::{Launch, Terminal};
-use crate::probes::{disk, memory, readiness};
+use crate::probes::{disk, memory, readiness, usage};
 use crate::users::User;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
@@ -73,6 +75,7 @@ fn startups(
     let timeout = Duration::from_secs_f64(startup.timeout_s);
 
     // Cold.
+    let before = usage::live(Path::new("/proc"), user.uid);
     let mut term = match Terminal::spawn(&launch) {
         Ok(term) => term,
         Err(err) => {
@@ -82,7 +85,9 @@ fn startups(
     };
     match readiness::ready(&mut term, timeout) {
         Ok(elapsed) => {
+            let used = usage::live(Path::new("/proc"), user.uid).since(&before);
             ctx.value(sandbench_proto::metric::COLD, trial, elapsed.as_secs_f64(), "s");
+            common::record_usage(ctx, sandbench_proto::metric::COLD, trial, &used);
             *cold_ok = true;
         }
         Err(err) => {
@@ -116,7 +121,8 @@ fn startups(
         common::run_step(ctx, between, user, &workdir, &plan.env)?.success("the step between cold and warm")?;
     }
 
-    // Warm.
+    // Warm (the cold start's daemons may still run: what they used before counts out).
+    let before = usage::live(Path::new("/proc"), user.uid);
     let mut term = match Terminal::spawn(&launch) {
         Ok(term) => term,
         Err(err) => {
@@ -126,8 +132,14 @@ fn startups(
     };
     let warm = readiness::ready(&mut term, timeout);
     match &warm {
-        Ok(elapsed) => ctx.value(sandbench_proto::metric::WARM, trial, elapsed.as_secs_f64(), "s"),
-        Err(err) => ctx.error(sandbench_proto::metric::WARM, trial, err, "s"),
+        Ok(elapsed) => {
+            let used = usage::live(Path::new("/proc"), user.uid).since(&before);
+            ctx.value(sandbench_proto::metric::WARM, trial, elapsed.as_secs_f64(), "s");
+            common::record_usage(ctx, sandbench_proto::metric::WARM, trial, &used);
+        }
+        Err(err) => {
+            ctx.error(sandbench_proto::metric::WARM, trial, err, "s");
+        }
     };
     let settled = if warm.is_ok() { term.settle(Duration::from_secs_f64(plan.measure.settle_s)) } else { Ok(()) };
     close(ctx, term, &format!("warm-{trial}"));

@@ -17,8 +17,8 @@ use anyhow::{Context, bail};
 use sandbench_proto::plan::{AgentPlan, BUILDER_USER, phase};
 
 use crate::commands::PhaseContext;
-use crate::isolation;
 use crate::probes::processes::of_user;
+use crate::{conditions, isolation};
 
 pub use common::restore_origin;
 
@@ -31,9 +31,24 @@ pub fn run(name: &str, ctx: &PhaseContext) -> anyhow::Result<()> {
         serde_json::from_slice(&ctx.plan).with_context(|| format!("invalid plan for phase {name}"))?;
     harness::write(&plan).context("cannot write the harness files")?;
     let before = isolation::snapshot(&isolation::RealFs, &isolation::SHARED_PLACES);
+    let timed = phase::TIMED.contains(&name);
+    let conditions_before = timed.then(|| conditions::read(Path::new("/")));
     let result = dispatch(name, ctx, &plan);
+    if let Some(before) = conditions_before {
+        send_conditions(ctx, name, before);
+    }
     let cleanup = isolate(ctx, name, &before);
     result.and(cleanup)
+}
+
+/// Sends the trial's conditions (steal, load, throttling), read before and now after it.
+fn send_conditions(ctx: &PhaseContext, name: &str, before: sandbench_proto::conditions::Reading) {
+    let after = conditions::read(Path::new("/"));
+    let trial =
+        sandbench_proto::conditions::TrialConditions { phase: name.to_string(), trial: ctx.trial, before, after };
+    if let Ok(bytes) = serde_json::to_vec_pretty(&trial) {
+        ctx.file(&sandbench_proto::conditions::file_path(name, ctx.trial), &bytes);
+    }
 }
 
 /// After a phase: the builder's processes stopped (prepare's, and any a later phase started),

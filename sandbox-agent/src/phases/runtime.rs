@@ -1,6 +1,7 @@
 //! runtime: scenarios that drive a long-running child over JSON lines, a terminal or a socket,
 //! plain commands repeated for a mean or total, and scripts whose `RESULT {json}` lines become
-//! metrics. The ui and transport phases run sections of the same kind ([`run_section`]). When a
+//! metrics. A command's metric gets the companions of its runs' process trees (`<metric>.cpu`,
+//! …, mean or total as its time), a script its own (`script.<name>.cpu`, …). The ui and transport phases run sections of the same kind ([`run_section`]). When a
 //! step fails, its metric (and an open timer's) gets the error and the scenario's remaining
 //! metrics say why they are missing; other scenarios, commands and scripts still run.
 
@@ -22,7 +23,8 @@ use crate::commands::PhaseContext;
 use crate::probes::command::{self, ShellCommand};
 use crate::probes::jsonl::{JsonlChild, JsonlLaunch};
 use crate::probes::terminal::{Launch, Terminal};
-use crate::probes::timed::Repeatable;
+use crate::probes::timed::{Repeatable, TimedRun};
+use crate::probes::usage::Usage;
 use crate::probes::{keys, memory, processes, readiness, script};
 use crate::users::User;
 
@@ -134,10 +136,15 @@ fn run_repeated(
 ) -> anyhow::Result<()> {
     let samples = repeated.aggregate == Aggregate::Samples;
     let mut taken = 0;
-    let result = timed_runs(ctx, timed, prepare, repeated.warmup, repeated.repeat, &mut |elapsed| {
+    let mut used = Usage::default();
+    let result = timed_runs(ctx, timed, prepare, repeated.warmup, repeated.repeat, &mut |run| {
         if samples {
-            ctx.sample(&repeated.metric, trial, taken, elapsed.as_secs_f64(), "s");
+            ctx.sample(&repeated.metric, trial, taken, run.elapsed.as_secs_f64(), "s");
+            for (metric, value, unit) in run.usage.companions(&repeated.metric) {
+                ctx.sample(&metric, trial, taken, value, unit);
+            }
         }
+        used.add(&run.usage);
         taken += 1;
     });
     let times = match result {
@@ -148,24 +155,26 @@ fn run_repeated(
         }
     };
     let total: Duration = times.iter().sum();
-    let value = match repeated.aggregate {
+    let runs = u32::try_from(times.len()).unwrap_or(u32::MAX);
+    let (value, used) = match repeated.aggregate {
         Aggregate::Samples => return Ok(()),
-        Aggregate::Mean => total.as_secs_f64() / times.len().max(1) as f64,
-        Aggregate::Total => total.as_secs_f64(),
+        Aggregate::Mean => (total.as_secs_f64() / f64::from(runs.max(1)), used.mean_of(runs)),
+        Aggregate::Total => (total.as_secs_f64(), used),
     };
     ctx.value(&repeated.metric, trial, value, "s");
+    common::record_usage(ctx, &repeated.metric, trial, &used);
     Ok(())
 }
 
-/// Runs `warmup` then `repeat` times `timed` (each after `prepare`), handing each timed run's
-/// time to `took` as it is taken; returns them all.
+/// Runs `warmup` then `repeat` times `timed` (each after `prepare`), handing each timed run
+/// (its time and what its process tree cost) to `took` as it is taken; returns the times.
 fn timed_runs(
     ctx: &PhaseContext,
     timed: &ShellCommand,
     prepare: Option<&ShellCommand>,
     warmup: u32,
     repeat: u32,
-    took: &mut dyn FnMut(Duration),
+    took: &mut dyn FnMut(&TimedRun),
 ) -> anyhow::Result<Vec<Duration>> {
     let dir = ctx.state_dir.join("transcripts");
     std::fs::create_dir_all(&dir)?;
@@ -184,15 +193,19 @@ fn timed_runs(
         if !output.is_empty() {
             ctx.log(LogStream::Stdout, &output);
         }
-        command::Finished { status: done.status, output, elapsed: done.elapsed }
+        command::Finished { status: done.status, output, elapsed: done.elapsed, usage: done.usage }
             .success(&format!("`{}`", timed.run))?;
         if run >= warmup {
-            took(done.elapsed);
+            took(&done);
             times.push(done.elapsed);
         }
     }
     Ok(times)
 }
+
+/// The stem of a script's companions: `script.throughput.cpu` is the CPU time of the script
+/// `throughput`.
+const SCRIPT_PREFIX: &str = "script.";
 
 fn run_script(
     ctx: &PhaseContext,
@@ -243,7 +256,9 @@ fn run_script(
             }
         }
     });
+    let mut used = None;
     let failure = match result.and_then(|done| {
+        used = Some(done.usage);
         // As the reference does, a failed bench's error carries its first line of output.
         let first = done.output_text().lines().find(|l| !l.trim().is_empty()).unwrap_or_default().to_string();
         done.success(&format!("script {}", script.name)).map_err(|err| match first.as_str() {
@@ -262,6 +277,11 @@ fn run_script(
         if failure.is_none() {
             ctx.value(name, trial, *value, "");
         }
+    }
+    // The script's own wall time is no metric: its companions are named after it and shown, not
+    // judged (`script.<name>.cpu`, …).
+    if let (None, Some(used)) = (&failure, used) {
+        common::record_usage(ctx, &format!("{SCRIPT_PREFIX}{}", script.name), trial, &used);
     }
     for metric in &script.metrics {
         if let Some(err) = &failure {
@@ -708,9 +728,14 @@ mod tests {
         let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
         let seen: Vec<u32> = seen.lines().map(|l| l.trim().parse().unwrap()).collect();
         assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7], "2 warmup and 5 timed runs, each after its prepare");
-        let got = observations(&mut rx);
+        let all = observations(&mut rx);
+        // Each timed run is a sample, and so is what it cost (its companions, same index).
+        let of = |metric: &str| all.iter().filter(|o| o.metric == metric).map(|o| o.sample).collect::<Vec<_>>();
+        assert_eq!(of("probe.cpu"), [0, 1, 2, 3, 4]);
+        assert_eq!(of("probe.maxrss"), [0, 1, 2, 3, 4]);
+        let got: Vec<&Observation> = all.iter().filter(|o| o.metric == "probe").collect();
         assert_eq!(got.iter().map(|o| o.sample).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
-        for o in &got {
+        for o in got {
             assert_eq!((o.metric.as_str(), o.trial, o.unit.as_str()), ("probe", 3, "s"));
             assert!(matches!(o.outcome, Some(observation::Outcome::Value(v)) if v > 0.0 && v < 5.0), "{o:?}");
         }
@@ -722,15 +747,23 @@ mod tests {
         let (ctx, mut rx) = context(dir.path());
         run_repeated(&ctx, 0, &repeated(Aggregate::Mean, 1, 4), &shell("true", dir.path()), None).unwrap();
         let got = observations(&mut rx);
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].sample, 0);
+        // One value and its six companions (CPU, max RSS, faults, switches), the mean of 4 runs.
+        let metrics: Vec<&str> = got.iter().map(|o| o.metric.as_str()).collect();
+        assert_eq!(
+            metrics,
+            ["probe", "probe.cpu", "probe.maxrss", "probe.minflt", "probe.majflt", "probe.vcsw", "probe.ivcsw"]
+        );
+        assert!(got.iter().all(|o| o.sample == 0 && o.trial == 0));
         // Passes its warmup and two timed runs, then fails.
         let timed = shell("echo x >> runs; test $(wc -l < runs) -lt 4 || { echo broken; exit 3; }", dir.path());
         let err = run_repeated(&ctx, 1, &repeated(Aggregate::Samples, 1, 5), &timed, None).unwrap_err();
         assert!(err.to_string().contains("exit status 3): broken"), "{err:#}");
         let got = observations(&mut rx);
-        let samples: Vec<(u32, bool)> =
-            got.iter().map(|o| (o.sample, matches!(o.outcome, Some(observation::Outcome::Error(_))))).collect();
+        let samples: Vec<(u32, bool)> = got
+            .iter()
+            .filter(|o| o.metric == "probe")
+            .map(|o| (o.sample, matches!(o.outcome, Some(observation::Outcome::Error(_)))))
+            .collect();
         assert_eq!(samples, [(0, false), (1, false), (2, true)]);
         // A failing prepare fails the run before it.
         let err =

@@ -34,6 +34,8 @@ pub struct Finished {
     pub output: Vec<u8>,
     /// From just before spawn to the exit.
     pub elapsed: Duration,
+    /// What the command and the descendants it waited for cost (its wait4 rusage).
+    pub usage: super::usage::Usage,
 }
 
 impl Finished {
@@ -87,7 +89,7 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
     while let Ok((stream, chunk)) = rx.recv_timeout(Duration::from_millis(50)) {
         keep(&mut output, sink, stream, &chunk);
     }
-    let status = status.context("cannot wait for the command")?;
+    let (status, usage) = status.context("cannot wait for the command")?;
     if pumped.timed_out {
         bail!("`{}` timed out after {:.0} s", command.run, command.timeout.as_secs_f64());
     }
@@ -95,7 +97,7 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
     // Readers end when the last holder of the pipes is gone; one held open by a process that
     // escaped the group is not waited for.
     drop(readers);
-    Ok(Finished { status, output, elapsed })
+    Ok(Finished { status, output, elapsed, usage })
 }
 
 /// `/bin/sh -c` with only the given environment, in its own process group, as the user.
@@ -142,11 +144,15 @@ fn spawn_readers(child: &mut Child, tx: &mpsc::Sender<(LogStream, Vec<u8>)>) -> 
     readers
 }
 
-/// A thread that waits for `child`; the receiver gets the moment it exited.
-fn spawn_waiter(mut child: Child) -> (JoinHandle<std::io::Result<ExitStatus>>, mpsc::Receiver<Instant>) {
+/// The exit status of a command and what its process tree cost.
+type Waited = std::io::Result<(ExitStatus, super::usage::Usage)>;
+
+/// A thread that waits for `child` (with wait4, for its rusage); the receiver gets the moment
+/// it exited.
+fn spawn_waiter(child: Child) -> (JoinHandle<Waited>, mpsc::Receiver<Instant>) {
     let (done_tx, done_rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {
-        let status = child.wait();
+        let status = super::usage::wait(child.id());
         // The exit time is taken here, not when the caller notices, so timings are exact.
         let _ = done_tx.send(Instant::now());
         status

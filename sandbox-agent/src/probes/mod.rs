@@ -13,3 +13,4 @@ pub mod script;
 pub mod socket;
 pub mod terminal;
 pub mod timed;
+pub mod usage;

@@ -7,27 +7,29 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::process::{Pid, PidfdFlags, pidfd_open};
 
 use super::command::ShellCommand;
+use super::usage::{self, Usage};
 
 /// Output of the last run kept for error messages and the log.
 const KEEP_BYTES: u64 = 64 * 1024;
 
-/// One timed run: what a per-run sample is made of. (Figures measured beside the time of the
-/// same run, such as its CPU time, belong here.)
+/// One timed run: what a per-run sample is made of.
 #[derive(Debug)]
 pub struct TimedRun {
     pub status: ExitStatus,
     /// From just before the spawn to the return of the wait.
     pub elapsed: Duration,
+    /// What the run's process tree cost (wait4's rusage: CPU time, peak RSS, faults, switches).
+    pub usage: Usage,
 }
 
 /// A command ready to be run and timed many times.
@@ -85,7 +87,9 @@ impl Repeatable {
         // The run's process group: a timeout, or what it left running.
         super::processes::kill_group(pid);
         let result = match waited {
-            Ok(Some((status, exited))) => Ok(TimedRun { status, elapsed: exited.saturating_duration_since(started) }),
+            Ok(Some((status, exited, usage))) => {
+                Ok(TimedRun { status, elapsed: exited.saturating_duration_since(started), usage })
+            }
             Ok(None) => {
                 let _ = child.wait();
                 Err(anyhow::anyhow!("`{}` timed out after {:.0} s", self.line, self.timeout.as_secs_f64()))
@@ -110,9 +114,12 @@ impl Repeatable {
     }
 }
 
-/// Waits for `child` until `deadline`: its status and the moment the wait returned, or None
-/// at the deadline.
-fn wait_until(child: &mut Child, deadline: Instant) -> anyhow::Result<Option<(ExitStatus, Instant)>> {
+/// What a finished run's wait gives: its status, the moment the wait returned, its rusage.
+type Waited = (ExitStatus, Instant, Usage);
+
+/// Waits for `child` until `deadline` (reaped with wait4, for its rusage), or None at the
+/// deadline.
+fn wait_until(child: &mut Child, deadline: Instant) -> anyhow::Result<Option<Waited>> {
     let pidfd = match pidfd_open(Pid::from_child(child), PidfdFlags::empty()) {
         Ok(fd) => fd,
         // No pidfd (an old kernel, a seccomp filter): a thread blocks in wait instead.
@@ -126,32 +133,30 @@ fn wait_until(child: &mut Child, deadline: Instant) -> anyhow::Result<Option<(Ex
             Ok(0) if left.is_zero() => return Ok(None),
             Ok(0) | Err(rustix::io::Errno::INTR) => continue,
             Ok(_) => {
-                let status = child.wait().context("cannot wait for the command")?;
-                return Ok(Some((status, Instant::now())));
+                let (status, usage) = usage::wait(child.id()).context("cannot wait for the command")?;
+                return Ok(Some((status, Instant::now(), usage)));
             }
             Err(err) => return Err(anyhow::Error::from(err).context("cannot poll the command's pidfd")),
         }
     }
 }
 
-fn wait_in_thread(child: &mut Child, deadline: Instant) -> anyhow::Result<Option<(ExitStatus, Instant)>> {
+fn wait_in_thread(child: &mut Child, deadline: Instant) -> anyhow::Result<Option<Waited>> {
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
-        let status = rustix::process::waitpid(Pid::from_raw(pid as i32), rustix::process::WaitOptions::empty());
+        let waited = usage::wait(pid);
         let _ = tx.send(Instant::now());
-        status
+        waited
     });
     let Ok(exited) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
         super::processes::kill_group(pid);
         let _ = waiter.join();
         return Ok(None);
     };
-    let status = waiter.join().map_err(|_| anyhow::anyhow!("waiter thread panicked"))?;
-    let Some((_, status)) = status.context("cannot wait for the command")? else {
-        bail!("the command's status was lost");
-    };
-    Ok(Some((ExitStatus::from_raw(status.as_raw()), exited)))
+    let waited = waiter.join().map_err(|_| anyhow::anyhow!("waiter thread panicked"))?;
+    let (status, usage) = waited.context("cannot wait for the command")?;
+    Ok(Some((status, exited, usage)))
 }
 
 /// Shell words that are never programs of their own.

@@ -12,6 +12,11 @@ use super::schedule::Slot;
 use super::walk::{Run, SideRun};
 use crate::sandbox;
 
+/// How often the engine is pinged while a trial runs.
+const ENGINE_PING: Duration = Duration::from_millis(250);
+/// Every how many pings the trial's sandbox is inspected (every 2 s).
+const INSPECT_EVERY: u32 = 8;
+
 impl Run {
     /// Runs one timed trial; a failure says whether its sandbox is lost.
     pub(super) async fn trial(&self, side: &SideRun, slot: &Slot) -> TrialResult {
@@ -48,6 +53,14 @@ impl Run {
         if let Ok(running) = provisioner.running(id).await {
             return Some(running);
         }
+        self.engine_answers().await;
+        provisioner.running(id).await.ok()
+    }
+
+    /// Returns once the engine answers, at once or after an outage within its bound (counted,
+    /// so that a sandbox found dead afterwards is known to be lost with it); past the bound the
+    /// run halts, naming the engine, and this never returns.
+    async fn engine_answers(&self) {
         if let Err(why) = self.engine.reachable(&self.display).await {
             self.halt.send_if_modified(|halt| {
                 let first = halt.is_none();
@@ -57,9 +70,8 @@ impl Run {
                 first
             });
             // The walk ends on the halt, dropping this.
-            return std::future::pending().await;
+            std::future::pending::<()>().await;
         }
-        provisioner.running(id).await.ok()
     }
 
     /// A trial's step timeout: every step at its own timeout, plus room for the agent's work.
@@ -87,7 +99,11 @@ impl Run {
         let hub = self.station.hub();
         let run = sandbox::run_phase(&hub, &id, plan, name, trial, timeout);
         tokio::pin!(run);
-        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        // The engine is pinged often (a restart can take under a second, and an outage nobody
+        // saw would leave a sandbox lost with it unexplained and not retried); whether the
+        // sandbox still runs is asked less often (an inspect is heavier, beside a measurement).
+        let mut tick = tokio::time::interval(ENGINE_PING);
+        let mut ticks = 0u32;
         loop {
             tokio::select! {
                 done = &mut run => {
@@ -99,6 +115,11 @@ impl Run {
                     return Ok((done.status, done.error, errors));
                 }
                 _ = tick.tick() => {
+                    ticks = ticks.wrapping_add(1);
+                    if ticks % INSPECT_EVERY != 0 {
+                        self.engine_answers().await;
+                        continue;
+                    }
                     if self.runs(&id).await == Some(false) {
                         let cause = self.station.provisioner().lost_cause(&id).await;
                         bail!("sandbox {id} stopped during {name} trial {trial}: {cause}");

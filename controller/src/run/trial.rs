@@ -116,7 +116,7 @@ impl Run {
                 }
                 _ = tick.tick() => {
                     ticks = ticks.wrapping_add(1);
-                    if ticks % INSPECT_EVERY != 0 {
+                    if !ticks.is_multiple_of(INSPECT_EVERY) {
                         self.engine_answers().await;
                         continue;
                     }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use sandbench::cost::ledger::Ledger;
-use sandbench::provision::{AgentShipping, DockerProvisioner, labels};
+use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::Status;
 use sandbench::run::{RunOptions, run};
 
@@ -31,22 +31,12 @@ async fn a_tiny_budget_stops_the_run_which_the_ledger_and_sandbench_cost_show() 
     let ledger_path = out.path().join("ledger.sqlite");
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
     let options = RunOptions {
-        spec: demo_spec(),
-        base: "HEAD".into(),
-        head: "HEAD".into(),
-        out: out.path().join("runs"),
         trials: Some(3),
-        pairs: 1,
         // Two sandboxes at about $0.13 an hour each spend this in about half a second.
         budget_usd: Some(0.000_04),
         run_timeout: Duration::from_secs(600),
-        agent: None,
-        shipping: AgentShipping::Bind,
-        noise: None,
-        rates: Default::default(),
         ledger: Some(ledger_path.clone()),
-        shard: None,
-        engine_wait: Duration::from_secs(120),
+        ..RunOptions::new(demo_spec(), "HEAD", "HEAD", out.path().join("runs"))
     };
     let result = run(options, cancel).await.unwrap();
     let report = &result.report;

@@ -13,6 +13,8 @@
 //! every probe metric 0, no container left. The clean side measures everything; `disk_gb` is
 //! held or said not to be.
 
+mod support;
+
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -31,17 +33,8 @@ const PROBES: [&str; 4] = ["token_stolen", "root_write", "socket_tampered", "set
 fn hostile_repo() -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
     let product = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hostile");
-    copy(&product, repo.path());
-    let git = |args: &str| {
-        let ok = Command::new("sh")
-            .arg("-c")
-            .arg(format!("git -c user.name=t -c user.email=t@t {args}"))
-            .current_dir(repo.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args}");
-    };
+    support::copy_tree(&product, repo.path());
+    let git = |args: &str| support::git(repo.path(), args);
     git("init -q -b main .");
     for mode in ["none", "sums", "fixture", "runtime"] {
         std::fs::write(repo.path().join("attacks/mode"), format!("{mode}\n")).unwrap();
@@ -50,19 +43,6 @@ fn hostile_repo() -> tempfile::TempDir {
         git(&format!("tag {mode}"));
     }
     repo
-}
-
-fn copy(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

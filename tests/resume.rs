@@ -14,36 +14,6 @@ use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::{Report, Status};
 use sandbench::store::{StoredBody, read_events};
 
-/// A git repository holding a copy of examples/demo, committed and tagged `base`.
-fn demo_repo() -> tempfile::TempDir {
-    let repo = tempfile::tempdir().unwrap();
-    copy(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo"), repo.path());
-    for args in ["init -q -b main .", "add -A", "commit -qm base", "tag base"] {
-        let ok = Command::new("sh")
-            .arg("-c")
-            .arg(format!("git -c user.name=t -c user.email=t@t {args}"))
-            .current_dir(repo.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args}");
-    }
-    repo
-}
-
-fn copy(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// A `sandbench` process with its output in files of `out`; killed (SIGKILL) and waited for
 /// when dropped, and the sandboxes of `run_id` removed, whether the test passed or not.
 struct Controller {
@@ -143,7 +113,7 @@ fn phases(dir: &Path) -> (Vec<Started>, Vec<Done>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_mid_measure_is_resumed_with_every_trial_once() {
-    let repo = demo_repo();
+    let repo = support::demo_repo(|_| {});
     let out = tempfile::tempdir().unwrap();
     let ledger_path = out.path().join("ledger.sqlite");
     let spec = repo.path().join("bench.toml");

@@ -2,10 +2,12 @@
 //! transport benches and UI interactions included), a regression, and a sandbox killed in the
 //! middle of a run.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbench::provision::{AgentShipping, DockerProvisioner, labels};
+use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::Status;
 use sandbench::run::{RunOptions, run};
 use sandbench::stats::Outcome;
@@ -13,23 +15,8 @@ use sandbench::stats::Outcome;
 /// A git repository holding a copy of examples/demo, committed as `base`; `slower` adds a head
 /// commit whose CLI spends 300 ms more before it shows its prompt.
 fn demo_repo(slower: bool) -> (tempfile::TempDir, String, String) {
-    let repo = tempfile::tempdir().unwrap();
-    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo");
-    copy(&demo, repo.path());
-    let git = |args: &str| {
-        let ok = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("git -c user.name=t -c user.email=t@t {args}"))
-            .current_dir(repo.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args}");
-    };
-    git("init -q -b main .");
-    git("add -A");
-    git("commit -qm base");
-    git("tag base");
+    let repo = support::demo_repo(|_| {});
+    let git = |args: &str| support::git(repo.path(), args);
     if slower {
         let path = repo.path().join("bin/demo.js");
         let text = std::fs::read_to_string(&path).unwrap();
@@ -45,36 +32,12 @@ fn demo_repo(slower: bool) -> (tempfile::TempDir, String, String) {
     (repo, "base".into(), "head".into())
 }
 
-fn copy(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 fn options(repo: &Path, out: &Path, base: &str, head: &str, trials: u32) -> RunOptions {
     RunOptions {
-        spec: repo.join("bench.toml"),
-        base: base.into(),
-        head: head.into(),
-        out: out.to_path_buf(),
         trials: Some(trials),
-        pairs: 1,
-        budget_usd: None,
         run_timeout: Duration::from_secs(600),
-        agent: None,
-        shipping: AgentShipping::Bind,
-        noise: None,
-        rates: Default::default(),
         ledger: Some(out.join("ledger.sqlite")),
-        shard: None,
-        engine_wait: Duration::from_secs(120),
+        ..RunOptions::new(repo.join("bench.toml"), base, head, out)
     }
 }
 

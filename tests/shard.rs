@@ -2,67 +2,34 @@
 //! other, then `merge` — every pair exactly once, from the shard that owns it, one report with
 //! the demo's metrics, and one ledger entry holding both shards' sandboxes.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use sandbench::provision::{AgentShipping, DockerProvisioner, labels};
+use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::Status;
 use sandbench::run::{RunOptions, run};
 use sandbench::shard::Shard;
 
 /// A git repository holding a copy of examples/demo (ui trials cut to 2), tagged `base`.
 fn demo_repo() -> tempfile::TempDir {
-    let repo = tempfile::tempdir().unwrap();
-    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo");
-    copy(&demo, repo.path());
-    let spec = repo.path().join("bench.toml");
-    let text = std::fs::read_to_string(&spec).unwrap();
-    assert!(text.contains("\nui = 3\n"), "the demo spec changed: {text}");
-    std::fs::write(&spec, text.replace("\nui = 3\n", "\nui = 2\n")).unwrap();
-    for args in ["init -q -b main .", "add -A", "commit -qm base", "tag base"] {
-        let ok = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("git -c user.name=t -c user.email=t@t {args}"))
-            .current_dir(repo.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args}");
-    }
-    repo
-}
-
-fn copy(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
+    support::demo_repo(|repo| {
+        let spec = repo.join("bench.toml");
+        let text = std::fs::read_to_string(&spec).unwrap();
+        assert!(text.contains("\nui = 3\n"), "the demo spec changed: {text}");
+        std::fs::write(&spec, text.replace("\nui = 3\n", "\nui = 2\n")).unwrap();
+    })
 }
 
 fn options(repo: &Path, out: &Path, shard: Shard) -> RunOptions {
     RunOptions {
-        spec: repo.join("bench.toml"),
-        base: "base".into(),
-        head: "base".into(),
-        out: out.join("runs"),
         trials: Some(2),
-        pairs: 1,
-        budget_usd: None,
         run_timeout: Duration::from_secs(600),
-        agent: None,
-        shipping: AgentShipping::Bind,
-        noise: None,
-        rates: Default::default(),
         ledger: Some(out.join("ledger.sqlite")),
         shard: Some(shard),
-        engine_wait: std::time::Duration::from_secs(120),
+        ..RunOptions::new(repo.join("bench.toml"), "base", "base", out.join("runs"))
     }
 }
 

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -244,4 +244,42 @@ pub fn quick_heartbeats() -> HubConfig {
         hello_timeout: Duration::from_secs(5),
         ..HubConfig::default()
     }
+}
+
+/// Copies the folder `from` into `to`, recursively (a product's sources into a test repository).
+pub fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Runs `git ARGS` (split by the shell) in `repo` under a test identity; it must succeed.
+pub fn git(repo: &Path, args: &str) {
+    let ok = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("git -c user.name=t -c user.email=t@t {args}"))
+        .current_dir(repo)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args}");
+}
+
+/// A git repository holding a copy of examples/demo, changed by `edit`, committed and tagged
+/// `base` (on branch main).
+pub fn demo_repo(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo"), repo.path());
+    edit(repo.path());
+    for args in ["init -q -b main .", "add -A", "commit -qm base", "tag base"] {
+        git(repo.path(), args);
+    }
+    repo
 }

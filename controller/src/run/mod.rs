@@ -72,6 +72,37 @@ pub struct RunOptions {
     pub engine_wait: Duration,
 }
 
+impl RunOptions {
+    /// A run of `spec`, `base` against `head`, into `out`, every other option at its default:
+    /// one pair, the spec's trials, no budget, a 60-minute run timeout, the agent found beside
+    /// the controller and bind-mounted, no noise profile, the built-in rates, no ledger, no
+    /// shard, the default wait for the engine. Callers set what they need on top.
+    pub fn new(
+        spec: impl Into<PathBuf>,
+        base: impl Into<String>,
+        head: impl Into<String>,
+        out: impl Into<PathBuf>,
+    ) -> RunOptions {
+        RunOptions {
+            spec: spec.into(),
+            base: base.into(),
+            head: head.into(),
+            out: out.into(),
+            trials: None,
+            pairs: 1,
+            budget_usd: None,
+            run_timeout: Duration::from_secs(60 * 60),
+            agent: None,
+            shipping: AgentShipping::Bind,
+            noise: None,
+            rates: RateOverrides::default(),
+            ledger: None,
+            shard: None,
+            engine_wait: engine::DEFAULT_ENGINE_WAIT,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RateOverrides {
     pub cpu_usd_per_hour: Option<f64>,

@@ -687,21 +687,10 @@ mod tests {
         assert_eq!(Mark::load(dir.path()).unwrap(), None);
         let revision = |c: &str| Revision { rev: c.into(), commit: c.repeat(40) };
         let opts = RunOptions {
-            spec: "bench.toml".into(),
-            base: "a".into(),
-            head: "b".into(),
-            out: dir.path().into(),
             trials: Some(3),
-            pairs: 1,
-            budget_usd: None,
             run_timeout: Duration::from_secs(60),
-            agent: None,
-            shipping: AgentShipping::Bind,
-            noise: None,
-            rates: RateOverrides::default(),
-            ledger: None,
-            shard: None,
             engine_wait: Duration::from_secs(10),
+            ..RunOptions::new("bench.toml", "a", "b", dir.path())
         };
         let mark = Mark::new(&opts, RUN, &revision("a"), &revision("b"), 0.1);
         assert!(mark.spec.is_absolute() && mark.alive(), "this process runs");
@@ -748,21 +737,10 @@ startup = ["product"]
         std::fs::write(&spec, SPEC).unwrap();
         let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
         let opts = RunOptions {
-            spec,
-            base: "v1".into(),
-            head: "v2".into(),
-            out: tmp.path().join("runs"),
-            trials: None,
-            pairs: 1,
-            budget_usd: None,
             run_timeout: Duration::from_secs(120),
-            agent: None,
-            shipping: AgentShipping::Bind,
-            noise: None,
-            rates: RateOverrides::default(),
             ledger: Some(tmp.path().join("ledger.sqlite")),
-            shard: None,
             engine_wait: Duration::from_secs(10),
+            ..RunOptions::new(spec, "v1", "v2", tmp.path().join("runs"))
         };
         let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
         let connect = async move { Ok(fake as Arc<dyn Provisioner>) };

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{RunOptions, RunResult, run_on};
+use crate::provision::Provisioner;
 use crate::provision::fake::{Answer, FakeProvisioner, Script};
-use crate::provision::{AgentShipping, Provisioner};
 use crate::report::{Report, Status};
 use crate::stats::Outcome;
 
@@ -50,21 +50,10 @@ fn setup(pairs: u32) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
     std::fs::write(&spec, SPEC).unwrap();
     let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
     let opts = RunOptions {
-        spec,
-        base: "v1".into(),
-        head: "v2".into(),
-        out: dir.path().join("runs"),
-        trials: None,
         pairs,
-        budget_usd: None,
         run_timeout: Duration::from_secs(120),
-        agent: None,
-        shipping: AgentShipping::Bind,
-        noise: None,
-        rates: Default::default(),
-        ledger: None,
-        shard: None,
         engine_wait: Duration::from_secs(10),
+        ..RunOptions::new(spec, "v1", "v2", dir.path().join("runs"))
     };
     (dir, plan, opts)
 }

@@ -10,8 +10,8 @@ use sandbench_proto::plan::phase;
 use tokio::sync::watch;
 
 use super::{Shard, merge};
+use crate::provision::Provisioner;
 use crate::provision::fake::{Answer, FakeProvisioner, Script};
-use crate::provision::{AgentShipping, Provisioner};
 use crate::report::{Report, Status};
 use crate::run::schedule::{self, Side};
 
@@ -127,21 +127,11 @@ fn options(dir: &Path, shard: Shard) -> crate::run::RunOptions {
     let spec = dir.join("bench.toml");
     std::fs::write(&spec, SPEC).unwrap();
     crate::run::RunOptions {
-        spec,
-        base: "v1".into(),
-        head: "v2".into(),
-        out: dir.join("runs"),
-        trials: None,
-        pairs: 1,
-        budget_usd: None,
         run_timeout: Duration::from_secs(120),
-        agent: None,
-        shipping: AgentShipping::Bind,
-        noise: None,
-        rates: Default::default(),
         ledger: Some(dir.join("ledger.sqlite")),
         shard: Some(shard),
         engine_wait: Duration::from_secs(10),
+        ..crate::run::RunOptions::new(spec, "v1", "v2", dir.join("runs"))
     }
 }
 

@@ -175,6 +175,14 @@ impl Script {
     }
 }
 
+/// A spec of the fake product (image `fake:1`, 2 CPUs): its `[trials]` table's lines, then the
+/// rest of the spec (phases, metrics). Whole-run tests write it to a file.
+pub fn spec_text(trials: &str, rest: &str) -> String {
+    format!(
+        "name = \"fake-product\"\n\n[sandbox]\nimage = \"fake:1\"\ncpus = 2\nmemory_gb = 2\ndisk_gb = 10\n\n[trials]\n{trials}\n{rest}"
+    )
+}
+
 /// The deterministic value of the `index`-th metric of a phase in `trial`: 10, 20, 30… display
 /// units, varying by up to 3% from trial to trial.
 pub fn synthetic(index: usize, trial: u32, raw_per_display: f64) -> f64 {

@@ -703,27 +703,18 @@ mod tests {
         assert!(!dead.alive());
     }
 
-    const SPEC: &str = r#"
-name = "fake-product"
-
-[sandbox]
-image = "fake:1"
-cpus = 2
-memory_gb = 2
-disk_gb = 10
-
-[trials]
-install = 2
-measure = 4
-runtime = 2
-failure_limit = 2
-
-[install]
+    /// The fake product's spec for these tests.
+    fn spec_toml() -> String {
+        crate::provision::fake::spec_text(
+            "install = 2\nmeasure = 4\nruntime = 2\nfailure_limit = 2",
+            r#"[install]
 command = "sh install.sh"
 
 [measure]
 startup = ["product"]
-"#;
+"#,
+        )
+    }
 
     const FAKE_RUN: &str = "20260101-000000-fake";
 
@@ -734,7 +725,7 @@ startup = ["product"]
         use crate::provision::fake::{FakeProvisioner, Script};
         let tmp = tempfile::tempdir().unwrap();
         let spec = tmp.path().join("bench.toml");
-        std::fs::write(&spec, SPEC).unwrap();
+        std::fs::write(&spec, spec_toml()).unwrap();
         let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
         let opts = RunOptions {
             run_timeout: Duration::from_secs(120),

@@ -14,22 +14,11 @@ use crate::provision::fake::{Answer, FakeProvisioner, Script};
 use crate::report::{Report, Status};
 use crate::stats::Outcome;
 
-const SPEC: &str = r#"
-name = "fake-product"
-
-[sandbox]
-image = "fake:1"
-cpus = 2
-memory_gb = 2
-disk_gb = 10
-
-[trials]
-install = 2
-measure = 4
-runtime = 3
-failure_limit = 2
-
-[install]
+/// The fake product's spec for these tests.
+fn spec_toml() -> String {
+    crate::provision::fake::spec_text(
+        "install = 2\nmeasure = 4\nruntime = 3\nfailure_limit = 2",
+        r#"[install]
 command = "sh install.sh"
 
 [measure]
@@ -41,13 +30,15 @@ metric = "git_status"
 run = "git status --porcelain"
 repeat = 5
 aggregate = "mean"
-"#;
+"#,
+    )
+}
 
 /// A spec file in a temporary folder, its plan, and the options of a run of it.
 fn setup(pairs: u32) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("bench.toml");
-    std::fs::write(&spec, SPEC).unwrap();
+    std::fs::write(&spec, spec_toml()).unwrap();
     let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
     let opts = RunOptions {
         pairs,

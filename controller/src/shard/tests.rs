@@ -101,31 +101,24 @@ fn a_shards_schedule_walks_only_its_trials_abba_split_across_its_pairs() {
     assert_eq!(schedule::build_for(&phases, 2, None), schedule::build(&phases, 2));
 }
 
-const SPEC: &str = r#"
-name = "fake-product"
-
-[sandbox]
-image = "fake:1"
-cpus = 2
-memory_gb = 2
-disk_gb = 10
-
-[trials]
-install = 2
-measure = 6
-
-[install]
+/// The fake product's spec for these tests.
+fn spec_toml() -> String {
+    crate::provision::fake::spec_text(
+        "install = 2\nmeasure = 6",
+        r#"[install]
 command = "sh install.sh"
 
 [measure]
 startup = ["product"]
 footprint = true
-"#;
+"#,
+    )
+}
 
 /// A spec in `dir`, and the options of shard `shard` of a run of it.
 fn options(dir: &Path, shard: Shard) -> crate::run::RunOptions {
     let spec = dir.join("bench.toml");
-    std::fs::write(&spec, SPEC).unwrap();
+    std::fs::write(&spec, spec_toml()).unwrap();
     crate::run::RunOptions {
         run_timeout: Duration::from_secs(120),
         ledger: Some(dir.join("ledger.sqlite")),

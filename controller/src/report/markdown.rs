@@ -388,10 +388,16 @@ fn paired_method(report: &Report) -> Vec<String> {
     };
     let looks = match &report.sequential {
         Some(s) => format!(
-            "Pairs were added while a gating metric was inconclusive: looks at {:?} pairs, each interval at the alpha its look spends (O'Brien–Fleming-type spending, Bonferroni over looks, {:.0}% in all); this report is look {} at {confidence:.2}% confidence.",
+            "Pairs were added while a gating metric ({}) was inconclusive: looks at {:?} pairs, each interval at the alpha its look spends (O'Brien–Fleming-type spending, Bonferroni over looks, {:.0}% in all); this report is look {} at {confidence:.2}% confidence.{}",
+            escape(&s.gate.join(", ")),
             s.design.looks(),
             100.0 * (1.0 - s.design.alpha),
-            s.look
+            s.look,
+            if s.ended.is_empty() {
+                String::new()
+            } else {
+                format!(" The run stopped adding pairs: {}.", escape(&s.ended))
+            }
         ),
         None => format!("One look: {confidence:.0}% intervals."),
     };

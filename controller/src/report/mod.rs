@@ -70,6 +70,9 @@ pub struct Sequential {
     pub look: u32,
     /// Metrics whose verdicts decide whether more pairs are run.
     pub gate: Vec<String>,
+    /// Why the run stopped adding pairs, as the report says it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ended: String,
 }
 
 impl Sequential {
@@ -81,6 +84,7 @@ impl Sequential {
             design: Design { alpha: 0.05, initial, max_pairs: plan.trials.max_pairs },
             look: 1,
             gate: plan.trials.gate.clone(),
+            ended: String::new(),
         })
     }
 }

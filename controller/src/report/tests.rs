@@ -382,7 +382,7 @@ fn an_adaptive_report_uses_its_look_and_says_what_to_do_next() {
     assert_eq!(report.alpha(), 0.05);
     assert_eq!(report.next_look(1), None);
     let design = crate::stats::sequential::Design { alpha: 0.05, initial: 10, max_pairs: 20 };
-    report.sequential = Some(Sequential { design, look: 1, gate: vec!["cold".into()] });
+    report.sequential = Some(Sequential { design, look: 1, gate: vec!["cold".into()], ended: String::new() });
     assert!((report.alpha() - design.alpha_at(1)).abs() < 1e-12);
     // ±2 % noise against a 20 % floor: decided (no change) at the first look.
     assert_eq!(report.next_look(1), Some(Next::Decided));

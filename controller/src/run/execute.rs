@@ -33,6 +33,8 @@ pub(super) struct Setting<'a> {
     pub head: &'a Revision,
     /// What an earlier attempt completed, when the run is resumed.
     pub resumed: Option<&'a super::resume::Resumed>,
+    /// The report as it starts (an adaptive run's looks are analysed on it).
+    pub skeleton: &'a report::Report,
 }
 
 /// What `execute` ends with.
@@ -46,6 +48,8 @@ pub(super) struct Finished {
     /// Why the run ended early, when the terminal has not said it yet (a stop, or the error
     /// that ended it before any sandbox).
     pub reason: Option<String>,
+    /// How far an adaptive run went.
+    pub adapted: Option<super::adapt::Adapted>,
 }
 
 impl Finished {
@@ -57,6 +61,7 @@ impl Finished {
             errors: vec![error.clone()],
             warnings: Vec::new(),
             reason: Some(error),
+            adapted: None,
         }
     }
 }
@@ -66,7 +71,7 @@ pub(super) async fn execute(
     cancel: watch::Receiver<bool>,
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
 ) -> anyhow::Result<Finished> {
-    let Setting { plan, opts, dir, display, base, head, resumed } = setting;
+    let Setting { plan, opts, dir, display, base, head, resumed, skeleton } = setting;
     let provisioner = connect.await?;
     // Runs of the ledger whose controller died are recorded as abandoned before any sandbox of
     // theirs is reaped below (their lifetimes are read from the engine while it has them).
@@ -100,6 +105,9 @@ pub(super) async fn execute(
         resumed: resumed.cloned(),
         engine,
         notes: Mutex::new(Vec::new()),
+        adaptive: super::adapt::Adaptive::new(skeleton, plan, opts.shard.is_some()),
+        round_times: Default::default(),
+        started: Instant::now(),
     };
     let attempt = resumed.map_or(1, |r| r.attempt);
     let mut sides: Vec<SideRun> = (0..pairs)
@@ -156,7 +164,8 @@ pub(super) async fn execute(
         None if !any_ready => Status::Failed,
         None => Status::Completed,
     };
-    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason })
+    let adapted = run.adaptive.as_ref().map(super::adapt::Adaptive::adapted);
+    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason, adapted })
 }
 
 /// Ctrl-C / SIGTERM, the run timeout and the budget, watched continuously (not only between

@@ -13,6 +13,7 @@
 //! out an engine that stops answering, `renew` gives a side whose sandbox was lost with it a new
 //! one, and [`story`] is how the terminal ends the run.
 
+mod adapt;
 mod display;
 pub mod engine;
 mod execute;
@@ -224,6 +225,7 @@ async fn conduct(
         base: &base,
         head: &head,
         resumed: resumed.as_ref(),
+        skeleton: &report,
     };
     let finished = match execute::execute(setting, cancel, connect).await {
         Ok(finished) => finished,
@@ -232,6 +234,9 @@ async fn conduct(
     // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
     let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
     let reason = finished.reason.clone();
+    if let Some(adapted) = &finished.adapted {
+        grow_report(&mut report, &plan, adapted);
+    }
     finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
     report.sandboxes.splice(0..0, earlier);
     if let Some(ledger) = ledger.as_mut()
@@ -310,6 +315,13 @@ fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Result<(Vec<Stri
         noise = Some(profile);
     }
     let mut notes = Vec::new();
+    if opts.shard.is_some() && report::Sequential::for_plan(plan).is_some() {
+        notes.push(format!(
+            "adaptive pairs are off in a sharded run (each shard sees only its share): the planned {} pairs are run, not up to trials.max_pairs ({})",
+            plan.trials.measure.max(plan.trials.runtime),
+            plan.trials.max_pairs
+        ));
+    }
     let install = crate::shard::install_trials(plan.trials.install, opts.pairs as usize, opts.shard);
     if install != plan.trials.install {
         let shards = opts.shard.map(|s| format!(" of each of the {} shards", s.count)).unwrap_or_default();
@@ -379,6 +391,19 @@ fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, 
     report.retain_owned();
     if report.status == Status::Completed && !report.complete() {
         report.status = Status::Partial;
+    }
+}
+
+/// An adaptive run's report: analysed at its last look, each grown phase's metrics expecting
+/// the trials it grew to.
+fn grow_report(report: &mut Report, plan: &Plan, adapted: &adapt::Adapted) {
+    report.sequential = Some(adapted.sequential.clone());
+    for (name, trials) in &adapted.trials {
+        for key in plan.metrics_of_phase(name) {
+            if key != sandbench_proto::metric::DISK {
+                report.expected.insert(key, *trials);
+            }
+        }
     }
 }
 

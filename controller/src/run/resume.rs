@@ -296,7 +296,14 @@ impl Run {
     /// (its observations are not counted: the slot's first completion is).
     pub(super) async fn install_resumed(&self, side: &SideRun) -> anyhow::Result<()> {
         let Some(resumed) = &self.resumed else { return Ok(()) };
-        let stages = schedule::build_for(&self.plan.timed_phases(), self.opts.pairs as usize, self.opts.shard);
+        let mut stages = schedule::build_for(&self.plan.timed_phases(), self.opts.pairs as usize, self.opts.shard);
+        // An adaptive run may grow measure and runtime: their slots up to max_pairs may come.
+        if self.adaptive.is_some() {
+            let t = &self.plan.trials;
+            for (name, planned) in [(phase::MEASURE, t.measure), (phase::RUNTIME, t.runtime)] {
+                stages.push(schedule::grow(name, planned, t.max_pairs, self.opts.pairs as usize));
+            }
+        }
         let mine: Vec<&Slot> = stages
             .iter()
             .flat_map(|s| s.lanes.iter().flatten())
@@ -705,8 +712,12 @@ mod tests {
 
     /// The fake product's spec for these tests.
     fn spec_toml() -> String {
+        spec_with("install = 2\nmeasure = 4\nruntime = 2\nfailure_limit = 2")
+    }
+
+    fn spec_with(trials: &str) -> String {
         crate::provision::fake::spec_text(
-            "install = 2\nmeasure = 4\nruntime = 2\nfailure_limit = 2",
+            trials,
             r#"[install]
 command = "sh install.sh"
 
@@ -722,10 +733,20 @@ startup = ["product"]
     /// leave it: the log up to head's measure trial 1 (its observations, not its phase_done),
     /// report.json running, the ledger entry unfinished, controller.json naming a dead process.
     async fn killed_run() -> (tempfile::TempDir, RunOptions, PathBuf, Mark) {
-        use crate::provision::fake::{FakeProvisioner, Script};
+        killed_run_of(&spec_toml(), crate::provision::fake::Script::for_plan, "measure-1").await
+    }
+
+    /// A run of `spec` on the fake answering from `script`, cut back as a SIGKILL in head's
+    /// trial `cut` (`measure-1`) would leave it.
+    async fn killed_run_of(
+        spec_text: &str,
+        script: impl Fn(&crate::spec::Plan) -> crate::provision::fake::Script,
+        cut: &str,
+    ) -> (tempfile::TempDir, RunOptions, PathBuf, Mark) {
+        use crate::provision::fake::FakeProvisioner;
         let tmp = tempfile::tempdir().unwrap();
         let spec = tmp.path().join("bench.toml");
-        std::fs::write(&spec, spec_toml()).unwrap();
+        std::fs::write(&spec, spec_text).unwrap();
         let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
         let opts = RunOptions {
             run_timeout: Duration::from_secs(120),
@@ -733,7 +754,7 @@ startup = ["product"]
             engine_wait: Duration::from_secs(10),
             ..RunOptions::new(spec, "v1", "v2", tmp.path().join("runs"))
         };
-        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let fake = Arc::new(FakeProvisioner::new(script(&plan)));
         let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
         let result =
             super::super::run_on(opts.clone(), watch::channel(false).1, connect, FAKE_RUN.into()).await.unwrap();
@@ -742,12 +763,12 @@ startup = ["product"]
         let log = dir.join(crate::store::OBSERVATIONS_FILE);
         let text = std::fs::read_to_string(&log).unwrap();
         let head = format!("sandbench-{FAKE_RUN}-head");
-        let cut = text
+        let at = text
             .lines()
-            .position(|l| l.contains(&head) && l.contains("\"phase_done\"") && l.contains("\"measure-1\""))
+            .position(|l| l.contains(&head) && l.contains("\"phase_done\"") && l.contains(&format!("\"{cut}\"")))
             .unwrap();
-        let kept: Vec<&str> = text.lines().take(cut).collect();
-        assert!(kept.last().is_some_and(|l| l.contains("measure-1")), "head's measure trial 1 is cut mid-way");
+        let kept: Vec<&str> = text.lines().take(at).collect();
+        assert!(kept.last().is_some_and(|l| l.contains(cut)), "head's {cut} is cut mid-way");
         std::fs::write(&log, kept.join("\n") + "\n").unwrap();
         let mut report = read_report(&dir).unwrap();
         report.status = Status::Running;
@@ -832,6 +853,46 @@ startup = ["product"]
         // Nothing is left to resume.
         let err = check(&resume_options(&dir, None)).unwrap_err().to_string();
         assert!(err.contains("completed; nothing is missing"), "{err}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_adaptive_run_killed_while_adding_pairs_is_resumed_to_the_same_look() {
+        use crate::provision::fake::{Answer, FakeProvisioner, Script};
+        // Looks at 3, 6 and 9 pairs; head's start swings in the planned trials, so the run
+        // grows measure; it is killed in head's measure trial 4, which only growing runs.
+        let spec = spec_with("install = 1\nmeasure = 3\nruntime = 2\nmax_pairs = 9\nfailure_limit = 2");
+        let script = |plan: &crate::spec::Plan| {
+            let mut script = Script::for_plan(plan);
+            for (trial, factor) in [(0, 1.3), (1, 0.75), (2, 1.25)] {
+                script = script.on("head", phase::MEASURE, Some(trial), Answer::Scale(factor));
+            }
+            script
+        };
+        let (_tmp, opts, dir, mark) = killed_run_of(&spec, script, "measure-4").await;
+        let plan = crate::spec::load(&opts.spec).unwrap();
+        let fake = Arc::new(FakeProvisioner::new(script(&plan)));
+        let result =
+            resume_on(resume_options(&dir, opts.ledger.clone()), mark, watch::channel(false).1, fake).await.unwrap();
+        let report = &result.report;
+        assert_eq!(result.status, Status::Completed, "{:?}", report.errors);
+        assert_eq!(report.sequential.as_ref().map(|s| s.look), Some(3));
+        for side in [&report.base_side, &report.head_side] {
+            let trials: Vec<u32> = side.metrics["cold"].iter().map(|s| s.trial).collect();
+            assert_eq!(trials, (0..9).collect::<Vec<_>>(), "every grown trial once");
+        }
+        // The resumed head ran only what was missing: its own installation (untimed), then
+        // measure from the cut trial on; runtime was done.
+        let events = crate::store::read_events(&dir.join(crate::store::OBSERVATIONS_FILE)).unwrap();
+        let started: Vec<String> = events
+            .iter()
+            .filter(|e| e.sandbox == format!("sandbench-{FAKE_RUN}-head-r2"))
+            .filter_map(|e| match &e.body {
+                StoredBody::PhaseStarted { command_id, .. } => Some(command_id.clone()),
+                _ => None,
+            })
+            .collect();
+        let grown: Vec<String> = (4..9).map(|t| format!("measure-{t}")).collect();
+        assert_eq!(started, [["prepare-0".to_string(), "install-0".into()].as_slice(), grown.as_slice()].concat());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

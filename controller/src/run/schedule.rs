@@ -49,6 +49,18 @@ pub fn build_for(phases: &[(&'static str, u32)], pairs: usize, shard: Option<cra
         .collect()
 }
 
+/// The slots that grow a phase from `from` to `to` trials (an adaptive run's added pairs):
+/// split across pairs and ordered ABBA as if the phase had had `to` trials from the start, so
+/// each pair's rounds go on alternating where its planned ones stopped.
+pub fn grow(phase: &'static str, from: u32, to: u32, pairs: usize) -> Stage {
+    let pairs = pairs.max(1);
+    let all: Vec<u32> = (0..to).collect();
+    let lanes = (0..pairs)
+        .map(|pair| lane(phase, &all, pair, pairs).into_iter().filter(|s| s.trial >= from).collect())
+        .collect();
+    Stage { phase, lanes }
+}
+
 fn lane(name: &'static str, trials: &[u32], pair: usize, pairs: usize) -> Vec<Slot> {
     let mine = trials.iter().enumerate().filter(|(at, _)| at % pairs == pair).map(|(_, t)| *t);
     mine.enumerate()
@@ -142,6 +154,26 @@ mod tests {
         // base0 head0 head1 base1 base2 head2
         let remaining: Vec<u32> = (0..lane.len()).map(|i| remaining_after(lane, i)).collect();
         assert_eq!(remaining, [2, 2, 1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn grown_trials_go_on_with_each_pairs_abba_rounds() {
+        // One pair: measure planned with 3 trials, grown to 6. Rounds 3, 4 and 5 continue the
+        // alternation: head first on the odd rounds.
+        let grown = grow(phase::MEASURE, 3, 6, 1);
+        assert_eq!(
+            order(&grown.lanes[0]),
+            [(3, "head"), (3, "base"), (4, "base"), (4, "head"), (5, "head"), (5, "base")]
+        );
+        // Planned and grown slots together are exactly the plan of 6 trials.
+        let whole = &build(&trials(0, 6, 0), 1)[1].lanes[0];
+        let planned = &build(&trials(0, 3, 0), 1)[1].lanes[0];
+        assert_eq!([planned.as_slice(), grown.lanes[0].as_slice()].concat(), *whole);
+        // Two pairs: trial t on pair t % 2, as the plan would have put it.
+        let grown = grow(phase::RUNTIME, 5, 8, 2);
+        assert_eq!(order(&grown.lanes[0]), [(6, "head"), (6, "base")]);
+        assert_eq!(order(&grown.lanes[1]), [(5, "base"), (5, "head"), (7, "head"), (7, "base")]);
+        assert!(grow(phase::RUNTIME, 8, 8, 2).lanes.iter().all(Vec::is_empty));
     }
 
     #[test]

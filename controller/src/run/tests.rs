@@ -16,8 +16,13 @@ use crate::stats::Outcome;
 
 /// The fake product's spec for these tests.
 fn spec_toml() -> String {
+    spec_with("install = 2\nmeasure = 4\nruntime = 3\nfailure_limit = 2")
+}
+
+/// The fake product's spec with these `[trials]` lines.
+fn spec_with(trials: &str) -> String {
     crate::provision::fake::spec_text(
-        "install = 2\nmeasure = 4\nruntime = 3\nfailure_limit = 2",
+        trials,
         r#"[install]
 command = "sh install.sh"
 
@@ -36,9 +41,13 @@ aggregate = "mean"
 
 /// A spec file in a temporary folder, its plan, and the options of a run of it.
 fn setup(pairs: u32) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
+    setup_spec(pairs, &spec_toml())
+}
+
+fn setup_spec(pairs: u32, text: &str) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("bench.toml");
-    std::fs::write(&spec, spec_toml()).unwrap();
+    std::fs::write(&spec, text).unwrap();
     let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
     let opts = RunOptions {
         pairs,
@@ -338,4 +347,80 @@ async fn the_terminal_ends_with_the_reason_and_the_verdicts() {
 fn observed(runs: &Path, needle: &str) -> bool {
     let Some(Ok(entry)) = std::fs::read_dir(runs).into_iter().flatten().next() else { return false };
     std::fs::read_to_string(entry.path().join("observations.jsonl")).is_ok_and(|log| log.contains(needle))
+}
+
+/// Three planned pairs, up to nine: looks at 3, 6 and 9 pairs.
+fn adaptive_setup() -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
+    setup_spec(1, &spec_with("install = 1\nmeasure = 3\nruntime = 3\nmax_pairs = 9\nfailure_limit = 2"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inconclusive_gating_metric_grows_its_phase_pair_by_pair_up_to_max_pairs() {
+    let (_dir, plan, opts) = adaptive_setup();
+    assert_eq!(crate::report::Sequential::for_plan(&plan).unwrap().design.looks(), [3, 6, 9]);
+    // Head's start swings ±25 % in the three planned trials (inconclusive), then equals base's;
+    // runtime is identical on both sides (decided at once).
+    let mut script = Script::for_plan(&plan);
+    for (trial, factor) in [(0, 1.3), (1, 0.75), (2, 1.25)] {
+        script = script.on("head", "measure", Some(trial), Answer::Scale(factor));
+    }
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    let sequential = report.sequential.as_ref().expect("an adaptive run's report has its looks");
+    // Grown to 6, still undecided there (the swings dominate 6 pairs at look 2's alpha), then 9.
+    assert_eq!(sequential.look, 3, "{sequential:?}");
+    assert_eq!(trials(report, true, "cold"), (0..9).collect::<Vec<u32>>());
+    assert_eq!(trials(report, false, "warm"), (0..9).collect::<Vec<u32>>());
+    assert_eq!(report.expected["cold"], 9);
+    // Runtime was decided at the first look: not grown.
+    assert_eq!(trials(report, true, "git_status"), [0, 1, 2]);
+    assert_eq!(report.expected["git_status"], 3);
+    assert!(!sequential.ended.is_empty());
+    // The report is read at the last look's alpha, and says so.
+    assert!((report.alpha() - sequential.design.alpha_at(3)).abs() < 1e-12);
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    assert!(markdown.contains("this report is look 3"), "{markdown}");
+    assert!(fake.list(None).await.unwrap().is_empty(), "every fake sandbox is removed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_decided_at_its_first_look_adds_no_pairs() {
+    let (_dir, plan, opts) = adaptive_setup();
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake, not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    let sequential = report.sequential.as_ref().unwrap();
+    assert_eq!(sequential.look, 1);
+    assert!(sequential.ended.contains("decided at look 1"), "{}", sequential.ended);
+    assert_eq!(trials(report, true, "cold"), [0, 1, 2]);
+    assert_eq!(outcome(report, "cold"), Outcome::NoClearChange);
+    // A sharded run never adapts: each shard sees only its share of the pairs.
+    let skeleton = super::output::skeleton(&plan, "x", report.base.clone(), report.head.clone());
+    assert!(super::adapt::Adaptive::new(&skeleton, &plan, true).is_none());
+    assert!(super::adapt::Adaptive::new(&skeleton, &plan, false).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pairs_the_run_timeout_has_no_room_for_are_not_started() {
+    // Up to 40 pairs: the next look is at 22. Each head measure trial takes 1 s, so 19 more
+    // rounds need about 19 s, and the run has 20 s in all.
+    let (_dir, plan, mut opts) =
+        setup_spec(1, &spec_with("install = 1\nmeasure = 3\nruntime = 3\nmax_pairs = 40\nfailure_limit = 2"));
+    opts.run_timeout = Duration::from_secs(20);
+    let mut script = Script::for_plan(&plan).on("head", "measure", None, Answer::Delay(Duration::from_secs(1)));
+    for (trial, factor) in [(0, 1.3), (1, 0.75), (2, 1.25)] {
+        script = script.on("head", "measure", Some(trial), Answer::Scale(factor));
+    }
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake, not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    let sequential = report.sequential.as_ref().unwrap();
+    assert_eq!(sequential.look, 1);
+    assert!(sequential.ended.contains("run timeout"), "{}", sequential.ended);
+    assert_eq!(trials(report, true, "cold"), [0, 1, 2]);
+    assert_eq!(outcome(report, "cold"), Outcome::Inconclusive);
 }

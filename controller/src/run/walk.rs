@@ -51,6 +51,12 @@ pub(super) struct Run {
     pub engine: Engine,
     /// What the report's warnings say of the walk (retried slots).
     pub notes: Mutex<Vec<String>>,
+    /// When the run may add pairs ([`super::adapt`]).
+    pub adaptive: Option<super::adapt::Adaptive>,
+    /// How long a round of each phase took, for the adaptive projection.
+    pub round_times: super::adapt::RoundTimes,
+    /// When the walk began.
+    pub started: std::time::Instant,
 }
 
 impl Run {
@@ -81,21 +87,31 @@ impl Run {
             return Some(stop);
         }
         let stages = schedule::build_for(&self.plan.timed_phases(), self.opts.pairs as usize, self.opts.shard);
-        // A phase the spec does not have (no trials) takes no time and is not charged.
-        for stage in stages.into_iter().filter(|s| s.lanes.iter().any(|lane| !lane.is_empty())) {
-            for side in sides.iter().filter(|s| s.live.is_some()) {
-                side.meter.mark(stage.phase);
-            }
-            let lanes = stage.lanes.iter().map(|lane| self.walk_lane(sides, lane));
-            let stops = tokio::select! {
-                s = futures_util::future::join_all(lanes) => s,
-                stop = halted(self.halt.subscribe()) => return Some(stop),
-            };
-            if let Some(stop) = stops.into_iter().flatten().next() {
+        for stage in &stages {
+            if let Some(stop) = self.walk_stage(sides, stage).await {
                 return Some(stop);
             }
         }
-        None
+        self.adapt(sides).await
+    }
+
+    /// One stage, its pairs' lanes in parallel; the stop, if the run was stopped.
+    pub(super) async fn walk_stage(&self, sides: &[SideRun], stage: &schedule::Stage) -> Option<Stop> {
+        // A phase the spec does not have (no trials) takes no time and is not charged.
+        if stage.lanes.iter().all(Vec::is_empty) {
+            return None;
+        }
+        for side in sides.iter().filter(|s| s.live.is_some()) {
+            side.meter.mark(stage.phase);
+        }
+        let began = std::time::Instant::now();
+        let lanes = stage.lanes.iter().map(|lane| self.walk_lane(sides, lane));
+        let stops = tokio::select! {
+            s = futures_util::future::join_all(lanes) => s,
+            stop = halted(self.halt.subscribe()) => return Some(stop),
+        };
+        self.round_times.record(stage, began.elapsed());
+        stops.into_iter().flatten().next()
     }
 
     /// Creates every sandbox concurrently and waits for their agents.

@@ -857,17 +857,11 @@ startup = ["product"]
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_adaptive_run_killed_while_adding_pairs_is_resumed_to_the_same_look() {
-        use crate::provision::fake::{Answer, FakeProvisioner, Script};
+        use crate::provision::fake::{FakeProvisioner, Script};
         // Looks at 3, 6 and 9 pairs; head's start swings in the planned trials, so the run
         // grows measure; it is killed in head's measure trial 4, which only growing runs.
         let spec = spec_with("install = 1\nmeasure = 3\nruntime = 2\nmax_pairs = 9\nfailure_limit = 2");
-        let script = |plan: &crate::spec::Plan| {
-            let mut script = Script::for_plan(plan);
-            for (trial, factor) in [(0, 1.3), (1, 0.75), (2, 1.25)] {
-                script = script.on("head", phase::MEASURE, Some(trial), Answer::Scale(factor));
-            }
-            script
-        };
+        let script = |plan: &crate::spec::Plan| super::super::tests::swinging_start(Script::for_plan(plan));
         let (_tmp, opts, dir, mark) = killed_run_of(&spec, script, "measure-4").await;
         let plan = crate::spec::load(&opts.spec).unwrap();
         let fake = Arc::new(FakeProvisioner::new(script(&plan)));

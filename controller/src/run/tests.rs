@@ -349,6 +349,26 @@ fn observed(runs: &Path, needle: &str) -> bool {
     std::fs::read_to_string(entry.path().join("observations.jsonl")).is_ok_and(|log| log.contains(needle))
 }
 
+/// Head's start swings by ±25 % in the first three measure trials (inconclusive at 3 pairs),
+/// then equals base's.
+pub(super) fn swinging_start(mut script: Script) -> Script {
+    for (trial, factor) in [(0, 1.3), (1, 0.75), (2, 1.25)] {
+        script = script.on("head", "measure", Some(trial), Answer::Scale(factor));
+    }
+    script
+}
+
+/// The report of a completed adaptive run that added no pairs, for `why`.
+fn stopped_at_first_look<'a>(result: &'a RunResult, why: &str) -> &'a Report {
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    let sequential = report.sequential.as_ref().expect("an adaptive run's report has its looks");
+    assert_eq!(sequential.look, 1);
+    assert!(sequential.ended.contains(why), "{}", sequential.ended);
+    assert_eq!(trials(report, true, "cold"), [0, 1, 2]);
+    report
+}
+
 /// Three planned pairs, up to nine: looks at 3, 6 and 9 pairs.
 fn adaptive_setup() -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
     setup_spec(1, &spec_with("install = 1\nmeasure = 3\nruntime = 3\nmax_pairs = 9\nfailure_limit = 2"))
@@ -358,12 +378,8 @@ fn adaptive_setup() -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
 async fn an_inconclusive_gating_metric_grows_its_phase_pair_by_pair_up_to_max_pairs() {
     let (_dir, plan, opts) = adaptive_setup();
     assert_eq!(crate::report::Sequential::for_plan(&plan).unwrap().design.looks(), [3, 6, 9]);
-    // Head's start swings ±25 % in the three planned trials (inconclusive), then equals base's;
-    // runtime is identical on both sides (decided at once).
-    let mut script = Script::for_plan(&plan);
-    for (trial, factor) in [(0, 1.3), (1, 0.75), (2, 1.25)] {
-        script = script.on("head", "measure", Some(trial), Answer::Scale(factor));
-    }
+    // Runtime is identical on both sides (decided at once).
+    let script = swinging_start(Script::for_plan(&plan));
     let fake = Arc::new(FakeProvisioner::new(script));
     let result = run_fake(opts, fake.clone(), not_canceled()).await;
     let report = &result.report;
@@ -390,12 +406,7 @@ async fn a_run_decided_at_its_first_look_adds_no_pairs() {
     let (_dir, plan, opts) = adaptive_setup();
     let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
     let result = run_fake(opts, fake, not_canceled()).await;
-    let report = &result.report;
-    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
-    let sequential = report.sequential.as_ref().unwrap();
-    assert_eq!(sequential.look, 1);
-    assert!(sequential.ended.contains("decided at look 1"), "{}", sequential.ended);
-    assert_eq!(trials(report, true, "cold"), [0, 1, 2]);
+    let report = stopped_at_first_look(&result, "decided at look 1");
     assert_eq!(outcome(report, "cold"), Outcome::NoClearChange);
     // A sharded run never adapts: each shard sees only its share of the pairs.
     let skeleton = super::output::skeleton(&plan, "x", report.base.clone(), report.head.clone());
@@ -410,17 +421,10 @@ async fn pairs_the_run_timeout_has_no_room_for_are_not_started() {
     let (_dir, plan, mut opts) =
         setup_spec(1, &spec_with("install = 1\nmeasure = 3\nruntime = 3\nmax_pairs = 40\nfailure_limit = 2"));
     opts.run_timeout = Duration::from_secs(20);
-    let mut script = Script::for_plan(&plan).on("head", "measure", None, Answer::Delay(Duration::from_secs(1)));
-    for (trial, factor) in [(0, 1.3), (1, 0.75), (2, 1.25)] {
-        script = script.on("head", "measure", Some(trial), Answer::Scale(factor));
-    }
+    let script =
+        swinging_start(Script::for_plan(&plan).on("head", "measure", None, Answer::Delay(Duration::from_secs(1))));
     let fake = Arc::new(FakeProvisioner::new(script));
     let result = run_fake(opts, fake, not_canceled()).await;
-    let report = &result.report;
-    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
-    let sequential = report.sequential.as_ref().unwrap();
-    assert_eq!(sequential.look, 1);
-    assert!(sequential.ended.contains("run timeout"), "{}", sequential.ended);
-    assert_eq!(trials(report, true, "cold"), [0, 1, 2]);
+    let report = stopped_at_first_look(&result, "run timeout");
     assert_eq!(outcome(report, "cold"), Outcome::Inconclusive);
 }

@@ -19,7 +19,7 @@ use sandbench_proto::plan::phase;
 
 use super::gate::{Stop, over_budget};
 use super::output::collect;
-use super::schedule::{self, Stage};
+use super::schedule;
 use super::walk::{Run, SideRun};
 use crate::report::{Report, Sequential};
 use crate::stats::sequential::Next;
@@ -60,23 +60,24 @@ impl Adaptive {
     }
 }
 
-/// How long one round (a base and a head trial on every pair) of each phase took, from the
-/// stages walked so far: what growing a phase is expected to cost.
+/// How long one slot (one side's trial) of each phase took, from the stages walked so far:
+/// what growing a phase is expected to cost.
 #[derive(Debug, Default)]
 pub(super) struct RoundTimes(Mutex<BTreeMap<&'static str, Duration>>);
 
 impl RoundTimes {
-    /// Records a walked stage that took `took`.
-    pub fn record(&self, stage: &Stage, took: Duration) {
-        let rounds = stage.lanes.iter().map(Vec::len).max().unwrap_or(0).div_ceil(2);
-        if rounds > 0 {
-            let per = took / u32::try_from(rounds).unwrap_or(u32::MAX);
-            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(stage.phase, per);
+    /// Records a stage of `phase` whose longest lane ran `slots` slots in `took`.
+    pub fn record(&self, phase: &'static str, slots: usize, took: Duration) {
+        if slots > 0 {
+            let per = took / u32::try_from(slots).unwrap_or(u32::MAX);
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(phase, per);
         }
     }
 
-    fn get(&self, phase: &str) -> Option<Duration> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(phase).copied()
+    /// How long `rounds` rounds (a base and a head slot each) of `phase` are expected to take.
+    fn rounds(&self, phase: &str, rounds: u32) -> Duration {
+        let per = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(phase).copied();
+        per.unwrap_or_default() * 2 * rounds
     }
 }
 
@@ -187,10 +188,8 @@ impl Run {
     /// the budget, at the round times seen so far; None when it fits.
     fn no_room(&self, sides: &[SideRun], grow: &[(&'static str, u32)], pairs: u32) -> Option<String> {
         let lanes = self.opts.pairs.max(1);
-        let needed: Duration = grow
-            .iter()
-            .map(|(name, from)| self.round_times.get(name).unwrap_or_default() * (pairs - from).div_ceil(lanes))
-            .sum();
+        let needed: Duration =
+            grow.iter().map(|(name, from)| self.round_times.rounds(name, (pairs - from).div_ceil(lanes))).sum();
         let elapsed = self.started.elapsed();
         if elapsed + needed > self.opts.run_timeout {
             return Some(format!(

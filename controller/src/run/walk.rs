@@ -110,7 +110,9 @@ impl Run {
             s = futures_util::future::join_all(lanes) => s,
             stop = halted(self.halt.subscribe()) => return Some(stop),
         };
-        self.round_times.record(stage, began.elapsed());
+        // Only the slots run here took time (a resumed run counts the others as done).
+        let ran = stage.lanes.iter().map(|lane| lane.iter().filter(|s| self.done_before(s).is_none()).count());
+        self.round_times.record(stage.phase, ran.max().unwrap_or(0), began.elapsed());
         stops.into_iter().flatten().next()
     }
 
@@ -197,42 +199,49 @@ impl Run {
     /// One pair's lane of a stage, slot after slot, as the gates allow.
     async fn walk_lane(&self, sides: &[SideRun], lane: &[Slot]) -> Option<Stop> {
         for (at, slot) in lane.iter().enumerate() {
-            // Completed by an earlier attempt (a resumed run): counted as it ended, not run again.
-            if let Some(result) = self.done_before(slot) {
-                if let Some(stop) = self.check() {
-                    return Some(stop);
-                }
-                for error in self.gates().record(slot, &result, remaining_after(lane, at)) {
-                    self.error(error);
-                }
-                continue;
-            }
-            let stop = self.check();
-            let (decision, error) = self.gates().decide(slot, stop.as_ref());
-            if let Some(error) = error {
-                self.error(error);
-            }
-            match decision {
-                Decision::Run => {}
-                Decision::Skip => continue,
-                Decision::Stop(stop) => return Some(stop),
-            }
-            let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) else { continue };
-            let mut result = self.trial(side, slot).await;
-            if let TrialResult::Failed { cause, lost: true } = &result
-                && let Some(retried) = self.renew(side, slot, cause).await
-            {
-                result = retried;
-            }
-            if result == TrialResult::Ok {
-                side.seen_running(self.engine.outages());
-            }
-            let errors = self.gates().record(slot, &result, remaining_after(lane, at));
-            for error in errors {
+            let result = match self.done_before(slot) {
+                // Completed by an earlier attempt (a resumed run): counted as it ended, not run again.
+                Some(result) => match self.check() {
+                    Some(stop) => return Some(stop),
+                    None => result,
+                },
+                None => match self.run_slot(sides, slot).await {
+                    Ok(Some(result)) => result,
+                    Ok(None) => continue,
+                    Err(stop) => return Some(stop),
+                },
+            };
+            for error in self.gates().record(slot, &result, remaining_after(lane, at)) {
                 self.error(error);
             }
         }
         None
+    }
+
+    /// Runs one slot if the gates let it (retried once in a new sandbox when its sandbox was
+    /// lost): how it ended, None when it was skipped, or the stop.
+    async fn run_slot(&self, sides: &[SideRun], slot: &Slot) -> Result<Option<TrialResult>, Stop> {
+        let stop = self.check();
+        let (decision, error) = self.gates().decide(slot, stop.as_ref());
+        if let Some(error) = error {
+            self.error(error);
+        }
+        match decision {
+            Decision::Run => {}
+            Decision::Skip => return Ok(None),
+            Decision::Stop(stop) => return Err(stop),
+        }
+        let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) else { return Ok(None) };
+        let mut result = self.trial(side, slot).await;
+        if let TrialResult::Failed { cause, lost: true } = &result
+            && let Some(retried) = self.renew(side, slot, cause).await
+        {
+            result = retried;
+        }
+        if result == TrialResult::Ok {
+            side.seen_running(self.engine.outages());
+        }
+        Ok(Some(result))
     }
 }
 

@@ -175,7 +175,7 @@ impl Run {
 
     /// Look `sequential.look` on the samples the run directory holds so far.
     fn look_at(&self, skeleton: &Report, sequential: &Sequential, sides: &[SideRun]) -> anyhow::Result<Next> {
-        let resumed = self.resumed.as_ref().map(|_| self.station.run_id());
+        let resumed = self.resumed.as_ref().map(|r| (self.station.run_id(), &r.accounting));
         let mut data = collect(self.station.dir(), sides, resumed)?;
         let mut report = skeleton.clone();
         report.base_side = data.remove(sandbench_proto::Side::Base.as_str()).unwrap_or_default();

@@ -135,7 +135,7 @@ pub(super) async fn execute(
     warnings.splice(0..0, run.notes.lock().map(|n| n.clone()).unwrap_or_default());
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
-    let mut sides_data = collect(dir, &sides, resumed.is_some().then_some(run.station.run_id()))?;
+    let mut sides_data = collect(dir, &sides, resumed.map(|r| (run.station.run_id(), &r.accounting)))?;
     // The CPUs each sandbox was given, as provisioned (quota and pinning).
     for side in sides.iter().filter(|s| s.live.is_some()) {
         let cpuset = cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();

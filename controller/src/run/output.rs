@@ -21,18 +21,19 @@ const MAX_TRIAL: u32 = 100_000;
 const MAX_SAMPLE: u32 = 10_000;
 
 /// Samples per side and metric from the run's event log (read as a stream: only the samples
-/// are kept), and each side's facts. A resumed run (`resumed`: its id) also takes the samples
-/// of earlier attempts' sandboxes, only those each slot's first completion counts
-/// ([`Accounting::counts`](super::resume::Accounting::counts)).
-pub(super) fn collect(dir: &Path, sides: &[SideRun], resumed: Option<&str>) -> anyhow::Result<BTreeMap<String, Side>> {
+/// are kept), and each side's facts. A resumed run (`resumed`: its id and what its earlier
+/// attempts completed) also takes the samples of earlier attempts' sandboxes, only those each
+/// slot's first completion counts ([`Accounting::counts`](super::resume::Accounting::counts));
+/// this attempt's sandboxes count for the slots they ran.
+pub(super) fn collect(
+    dir: &Path,
+    sides: &[SideRun],
+    resumed: Option<(&str, &super::resume::Accounting)>,
+) -> anyhow::Result<BTreeMap<String, Side>> {
     let mut role_of: BTreeMap<String, &str> =
         sides.iter().flat_map(|s| s.sandbox_ids().into_iter().map(|id| (id, s.side.as_str()))).collect();
     let current: std::collections::BTreeSet<String> = role_of.keys().cloned().collect();
-    let accounting = match resumed {
-        Some(run_id) => Some((run_id, super::resume::Accounting::read(dir, run_id)?)),
-        None => None,
-    };
-    if let Some((run_id, accounting)) = &accounting {
+    if let Some((run_id, accounting)) = resumed {
         for id in accounting.sandboxes() {
             if let Some(side) = super::resume::side_of(run_id, id) {
                 role_of.entry(id.clone()).or_insert(side.as_str());
@@ -54,7 +55,7 @@ pub(super) fn collect(dir: &Path, sides: &[SideRun], resumed: Option<&str>) -> a
             else {
                 continue;
             };
-            if let Some((run_id, accounting)) = &accounting
+            if let Some((run_id, accounting)) = resumed
                 && !accounting.counts(run_id, &event.sandbox, &command_id, current.contains(&event.sandbox))
             {
                 continue;

@@ -193,6 +193,8 @@ pub fn merged_report(shards: &[Loaded], run_id: &str) -> Report {
     report.sandboxes.clear();
     report.errors.clear();
     report.warnings.clear();
+    // Every shard's trials ran under their own conditions.
+    report.conditions = shards.iter().flat_map(|s| s.report.conditions.iter().cloned()).collect();
     for side in [&mut report.base_side, &mut report.head_side] {
         side.metrics.clear();
         side.cpus.clear();

@@ -52,8 +52,8 @@ pub fn table(report: &Report) -> Option<String> {
             .map(|(suffix, _)| {
                 let key = format!("{stem}{suffix}");
                 let median = |side: &super::Side| {
-                    let values: Vec<f64> =
-                        side.metrics.get(&key).into_iter().flatten().filter_map(|s| s.value).collect();
+                    // Each trial's value (the median of its runs), as the metric itself is judged.
+                    let values: Vec<f64> = super::values(side.metrics.get(&key)).into_iter().map(|(_, v)| v).collect();
                     stats::median(&values).map_or("—".to_string(), |m| shown(suffix, m))
                 };
                 format!("{} → {}", median(&report.base_side), median(&report.head_side))

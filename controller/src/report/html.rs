@@ -201,7 +201,6 @@ fn metric(out: &mut String, report: &Report, def: &MetricDef, cmp: &MetricCompar
     out.push_str("</section>\n");
 }
 
-/// The axis: every sample, and at least ±max(floor, 5 %) around the base median.
 /// Min, median and max of each trial measured in several runs.
 fn runs_table(out: &mut String, def: &MetricDef, cmp: &MetricComparison) {
     if cmp.runs.is_empty() {
@@ -226,6 +225,7 @@ fn runs_table(out: &mut String, def: &MetricDef, cmp: &MetricComparison) {
     let _ = writeln!(out, "</table>");
 }
 
+/// The axis: every sample, and at least ±max(floor, 5 %) around the base median.
 fn axis(values: &[f64], base_median: Option<f64>, floor: Option<f64>) -> (f64, f64) {
     let (mut min, mut max) =
         values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));

@@ -111,7 +111,7 @@ fn is_first_attempt(n: &u32) -> bool {
 }
 
 /// The suffix of a metric's CPU-time companion: `cold.cpu` is the CPU time of `cold`.
-pub const CPU_SUFFIX: &str = ".cpu";
+pub const CPU_SUFFIX: &str = sandbench_proto::metric::companion::CPU;
 
 pub const SCHEMA_VERSION: u32 = 1;
 

@@ -208,7 +208,7 @@ async fn a_controller_killed_mid_measure_is_resumed_with_every_trial_once() {
     assert!(!ran("base-r2", "measure", 0), "a completed trial ran again");
     assert!(ran("head-r2", "measure", 0) && ran("base-r2", "measure", 1) && ran("head-r2", "measure", 1));
     assert!(ran("head-r2", "prepare", 0) && ran("base-r2", "prepare", 0), "prepare runs in the new sandboxes");
-    // Every slot completed once per side and phase in the sandboxes counted, whatever ran twice.
+    // The trial completed before the kill completed once: it was not run again.
     let mut completions: BTreeMap<(String, String), u32> = BTreeMap::new();
     for (sandbox_id, command) in &done {
         let side = sandbench::run::resume::side_of(&run_id, sandbox_id).unwrap();

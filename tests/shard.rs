@@ -74,7 +74,7 @@ async fn two_shards_of_the_demo_merge_into_one_report_and_one_ledger_entry() {
     }
     let merged_dir = out.path().join("merged");
     let ledger_path = out.path().join("ledger.sqlite");
-    let (report, dir) = sandbench::shard::merge::merge(&dirs, Some(&merged_dir), Some(&ledger_path)).unwrap();
+    let (report, dir) = sandbench::merge::merge(&dirs, Some(&merged_dir), Some(&ledger_path)).unwrap();
     assert_eq!(dir, merged_dir);
     assert_eq!(report.status, Status::Completed, "{:?}", report.errors);
     assert!(report.complete());

@@ -10,20 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::bench::{BenchArgs, Shipping};
 use crate::cost::ledger::Ledger;
 use crate::cost::view::{self, CostArgs};
-
-/// Exit statuses of `sandbench`. 2 is clap's usage error and no run status uses it.
-pub mod exit {
-    /// The run completed (regressions are information, not failure); any other command succeeded.
-    pub const COMPLETED: u8 = 0;
-    /// The run failed, or the command could not do its work (the error says why).
-    pub const FAILED: u8 = 1;
-    /// The command line is invalid (clap's usage error), or `check` found errors in the spec.
-    pub const USAGE: u8 = 2;
-    /// The run ended, but some of its measurements are missing.
-    pub const PARTIAL: u8 = 3;
-    /// The run was canceled (Ctrl-C, SIGTERM).
-    pub const CANCELED: u8 = 4;
-}
+pub use crate::options::{DeadMan, available_cpus, check_pairs, exit, exit_code, parse_dead_man, parse_engine_wait};
 
 /// The exit statuses, as `--help` and the README state them.
 const EXIT_STATUS_HELP: &str = "\
@@ -51,23 +38,6 @@ pub struct Cli {
     pub ledger: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// `--dead-man`, for the commands whose agents keep a dead-man switch (run, debug, ci).
-#[derive(Debug, Clone, Copy, clap::Args)]
-pub struct DeadMan {
-    /// How long an agent carries on without word from its controller (and the controller
-    /// without word from an agent) before giving up, e.g. 45s, 2m.
-    #[arg(long = "dead-man", env = "SANDBENCH_DEAD_MAN", default_value = "30s", value_name = "DURATION",
-          value_parser = parse_dead_man)]
-    pub window: std::time::Duration,
-}
-
-impl DeadMan {
-    /// Makes this the window of every agent conversation from now on.
-    pub fn apply(self) {
-        crate::server::set_dead_man(self.window);
-    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,7 +102,7 @@ pub enum Command {
     /// Combine the run directories of a run's shards (`run --shard I/N`) into one run directory:
     /// one log, one report, one ledger entry.
     #[command(after_help = EXIT_STATUS_HELP)]
-    Merge(crate::shard::merge::MergeArgs),
+    Merge(crate::merge::MergeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -206,63 +176,6 @@ pub enum ReportFormat {
     Html,
 }
 
-/// Exit status of `sandbench run` ([`exit`]): 0 only for a completed run, never 2 (clap's
-/// usage error).
-pub fn exit_code(status: crate::report::Status) -> ExitCode {
-    use crate::report::Status;
-    ExitCode::from(match status {
-        Status::Completed => exit::COMPLETED,
-        Status::Failed | Status::Running | Status::Abandoned => exit::FAILED,
-        Status::Partial => exit::PARTIAL,
-        Status::Canceled => exit::CANCELED,
-    })
-}
-
-/// `--dead-man`: a duration like `45s`, `2m`, `1m30s` or `90` (seconds), at least 2 s.
-pub fn parse_dead_man(text: &str) -> Result<std::time::Duration, String> {
-    parse_duration(text).and_then(|d| match d >= std::time::Duration::from_secs(2) {
-        true => Ok(d),
-        false => Err(format!("{text:?} ({:.1} s) is too short: an agent needs at least 2 s", d.as_secs_f64())),
-    })
-}
-
-/// `--engine-wait`: a duration like `--dead-man`'s (0 gives up at once).
-pub fn parse_engine_wait(text: &str) -> Result<std::time::Duration, String> {
-    parse_duration(text)
-}
-
-/// A duration like `45s`, `2m`, `1m30s` or `90` (seconds).
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let trimmed = text.trim();
-    let parsed = match trimmed.parse::<f64>() {
-        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => Ok(std::time::Duration::from_secs_f64(seconds)),
-        Ok(_) => Err("not a duration".to_string()),
-        Err(_) => trimmed
-            .parse::<jiff::SignedDuration>()
-            .map_err(|err| err.to_string())
-            .and_then(|d| std::time::Duration::try_from(d).map_err(|_| "negative".to_string())),
-    };
-    parsed.map_err(|err| format!("expected a duration like 45s, 2m or 1m30s, got {text:?} ({err})"))
-}
-
-/// `--pairs` beyond the CPUs is refused unless `oversubscribe`: each pair is pinned to CPUs of
-/// its own, and pairs sharing a CPU disturb each other's timings.
-pub fn check_pairs(pairs: u32, cpus: usize, oversubscribe: bool) -> anyhow::Result<()> {
-    if pairs as usize > cpus && !oversubscribe {
-        anyhow::bail!(
-            "--pairs {pairs} needs at least {pairs} CPUs (one per pair) and {cpus} {} available; \
-             ask for at most {cpus} pairs, or add --oversubscribe to let pairs share CPUs",
-            if cpus == 1 { "is" } else { "are" }
-        );
-    }
-    Ok(())
-}
-
-/// The CPUs sandboxes can be pinned to (those this process may run on).
-pub fn available_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-}
-
 /// A flag raised by Ctrl-C or SIGTERM.
 fn cancel_on_signals() -> tokio::sync::watch::Receiver<bool> {
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
@@ -333,7 +246,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => crate::bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Publish(args) => crate::publish::command(args).await,
         Command::Ci(args) => crate::publish::ci::command(*args, ledger_path, cancel_on_signals()).await,
-        Command::Merge(args) => crate::shard::merge::command(args, &ledger_path),
+        Command::Merge(args) => crate::merge::command(args, &ledger_path),
     }
 }
 

@@ -11,6 +11,8 @@ pub mod cost;
 pub mod debug;
 pub mod intake;
 pub mod logging;
+pub mod merge;
+pub mod options;
 pub mod provision;
 pub mod publish;
 pub mod report;

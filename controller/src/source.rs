@@ -4,7 +4,16 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
 use tokio::process::Command;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A revision as asked for and the commit it resolved to.
+pub struct Revision {
+    /// As asked for (`main`, a SHA, …).
+    pub rev: String,
+    pub commit: String,
+}
 
 async fn git(repo: &Path, args: &[&str]) -> anyhow::Result<Vec<u8>> {
     let output = Command::new("git")

@@ -74,7 +74,7 @@ pub struct CiArgs {
     #[command(flatten)]
     pub forge: ForgeArgs,
     #[command(flatten)]
-    pub dead_man: crate::cli::DeadMan,
+    pub dead_man: crate::options::DeadMan,
 }
 
 /// What the event says, resolved.
@@ -210,7 +210,7 @@ fn write_outputs(request: &Request) -> anyhow::Result<()> {
 /// `sandbench ci`.
 pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
     let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    crate::cli::check_pairs(args.pairs, crate::cli::available_cpus(), args.oversubscribe)?;
+    crate::options::check_pairs(args.pairs, crate::options::available_cpus(), args.oversubscribe)?;
     args.dead_man.apply();
     let request = request(&args).await?;
     write_outputs(&request)?;
@@ -273,5 +273,5 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         super::print_dry_run(&args.forge, github);
         println!("pull request #{}: {}", target.pull_request, outcome?);
     }
-    Ok(crate::cli::exit_code(result.status))
+    Ok(crate::options::exit_code(result.status))
 }

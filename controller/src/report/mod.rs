@@ -32,35 +32,8 @@ use crate::stats::sequential::{self, Design, Next};
 use crate::stats::{self, Comparison, Floors, Paired};
 pub use noise::NoiseProfile;
 
-/// Which rule decides each metric.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Rule {
-    /// Paired estimate and interval against a floor (`decide`).
-    #[default]
-    Paired,
-    /// The reference harness's rule and comment (medians, floors and spreads).
-    Reference,
-}
-
-impl Rule {
-    /// A `report.json` without a rule was written before rules existed, under the reference one.
-    fn absent() -> Rule {
-        Rule::Reference
-    }
-
-    fn is_reference(&self) -> bool {
-        *self == Rule::Reference
-    }
-
-    pub fn parse(text: &str) -> Option<Rule> {
-        match text {
-            "paired" => Some(Rule::Paired),
-            "reference" => Some(Rule::Reference),
-            _ => None,
-        }
-    }
-}
+pub use crate::source::Revision;
+pub use crate::spec::Rule;
 
 /// An adaptive run's plan of looks and the look this report is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -138,13 +111,6 @@ impl Status {
             Status::Abandoned => "abandoned",
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Revision {
-    /// As asked for (`main`, a SHA, …).
-    pub rev: String,
-    pub commit: String,
 }
 
 /// One sample: a value, or why there is none. A metric measured several times a trial has a

@@ -322,7 +322,7 @@ fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Result<(Vec<Stri
             plan.trials.max_pairs
         ));
     }
-    let install = crate::shard::install_trials(plan.trials.install, opts.pairs as usize, opts.shard);
+    let install = schedule::sharded_install_trials(plan.trials.install, opts.pairs as usize, opts.shard);
     if install != plan.trials.install {
         let shards = opts.shard.map(|s| format!(" of each of the {} shards", s.count)).unwrap_or_default();
         notes.push(format!(

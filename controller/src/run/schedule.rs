@@ -8,6 +8,8 @@
 
 pub use sandbench_proto::Side;
 
+use crate::shard::Shard;
+
 /// The name of a pair's sandbox of one side: `base`/`head` with one pair, `base0`, `head0`,
 /// `base1`… with several.
 pub fn label(side: Side, pair: usize, pairs: usize) -> String {
@@ -38,7 +40,7 @@ pub fn build(phases: &[(&'static str, u32)], pairs: usize) -> Vec<Stage> {
 
 /// [`build`] for one shard of a sharded run: only the trials `shard` owns
 /// ([`crate::shard`]), split across this run's pairs in turn as [`build`] splits all of them.
-pub fn build_for(phases: &[(&'static str, u32)], pairs: usize, shard: Option<crate::shard::Shard>) -> Vec<Stage> {
+pub fn build_for(phases: &[(&'static str, u32)], pairs: usize, shard: Option<Shard>) -> Vec<Stage> {
     let pairs = pairs.max(1);
     phases
         .iter()
@@ -83,6 +85,13 @@ pub fn remaining_after(lane: &[Slot], at: usize) -> u32 {
 /// is raised to one per pair. Pairs run in parallel, so this costs no extra time.
 pub fn install_trials(asked: u32, pairs: usize) -> u32 {
     asked.max(u32::try_from(pairs).unwrap_or(u32::MAX))
+}
+
+/// The install trials a sharded run needs: every pair of every shard installs its own
+/// sandboxes, so at least `pairs × shards` ([`install_trials`] over all of them).
+pub fn sharded_install_trials(asked: u32, pairs: usize, shard: Option<Shard>) -> u32 {
+    let shards = shard.map_or(1, |s| s.count as usize);
+    install_trials(asked, pairs.saturating_mul(shards))
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Sharding a run across machines: `--shard I/N` runs a balanced share of a spec's pairs, and
-//! [`merge`] combines the shards' run directories into one.
+//! [`crate::merge`] combines the shards' run directories into one.
 //!
 //! A *pair* is trial `t` of base and trial `t` of head of one timed phase (they run back to back,
 //! ABBA, in the same sandbox pair). Shard `I` of `N` owns the trials `t` with `t mod N = I − 1`,
@@ -8,9 +8,7 @@
 //! Both trials of a pair always come from the same shard, so from the same machine.
 //!
 //! A shard's run directory holds `shard.json` ([`ShardRecord`]): the shard, the trials it owns
-//! per phase, and what [`merge`] checks the shards agree on (spec, plan, base and head commits).
-
-pub mod merge;
+//! per phase, and what [`crate::merge`] checks the shards agree on (spec, plan, base and head commits).
 
 #[cfg(test)]
 mod tests;
@@ -22,7 +20,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::report::Revision;
+use crate::source::Revision;
 
 /// The file in a shard's run directory that says which shard it is.
 pub const SHARD_FILE: &str = "shard.json";
@@ -143,11 +141,4 @@ impl ShardRecord {
         };
         serde_json::from_str(&text).with_context(|| format!("{} is not a sandbench shard record", path.display()))
     }
-}
-
-/// The install trials a sharded run needs: every pair of every shard installs its own
-/// sandboxes (see [`crate::run::schedule::install_trials`]), so at least `pairs × shards`.
-pub fn install_trials(asked: u32, pairs: usize, shard: Option<Shard>) -> u32 {
-    let shards = shard.map_or(1, |s| s.count as usize);
-    crate::run::schedule::install_trials(asked, pairs.saturating_mul(shards))
 }

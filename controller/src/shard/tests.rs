@@ -9,7 +9,8 @@ use clap::Parser;
 use sandbench_proto::plan::phase;
 use tokio::sync::watch;
 
-use super::{Shard, merge};
+use super::Shard;
+use crate::merge;
 use crate::provision::Provisioner;
 use crate::provision::fake::{Answer, FakeProvisioner, Script};
 use crate::report::{Report, Status};
@@ -87,7 +88,7 @@ fn every_split_is_balanced_disjoint_and_covering() {
 #[test]
 fn a_shards_schedule_walks_only_its_trials_abba_split_across_its_pairs() {
     let shard = Shard { index: 2, count: 2 };
-    let phases = [(phase::INSTALL, super::install_trials(1, 2, Some(shard))), (phase::MEASURE, 7)];
+    let phases = [(phase::INSTALL, schedule::sharded_install_trials(1, 2, Some(shard))), (phase::MEASURE, 7)];
     assert_eq!(phases[0].1, 4, "every pair of every shard installs its own sandboxes");
     let stages = schedule::build_for(&phases, 2, Some(shard));
     let order = |lane: &[schedule::Slot]| lane.iter().map(|s| (s.trial, s.side)).collect::<Vec<_>>();

@@ -48,8 +48,8 @@ fn setting(out: &mut String, plan: &Plan) {
         t.install, t.measure, t.runtime, t.transport, t.ui, t.failure_limit
     );
     let rule = match plan.rule {
-        crate::report::Rule::Paired => "paired estimate and interval against each metric's floor",
-        crate::report::Rule::Reference => "the reference rule (medians, floors and spreads)",
+        super::Rule::Paired => "paired estimate and interval against each metric's floor",
+        super::Rule::Reference => "the reference rule (medians, floors and spreads)",
     };
     let _ = writeln!(out, "verdicts: {rule}");
     if t.max_pairs > t.measure.max(t.runtime) {
@@ -122,7 +122,7 @@ fn metrics(out: &mut String, plan: &Plan) {
     let title_width = plan.metrics.iter().map(|m| m.title.chars().count()).max().unwrap_or(0).max(36);
     let unit_width = plan.metrics.iter().map(|m| m.unit.chars().count()).max().unwrap_or(0).max(6);
     // Floors as the report shows values: in the metric's unit.
-    let absolute = |m: &MetricDef| crate::report::format::value(m.absolute, m);
+    let absolute = |m: &MetricDef| super::numbers::value(m.absolute, m);
     let abs_width = plan.metrics.iter().map(|m| absolute(m).chars().count()).max().unwrap_or(0).max(12);
     let _ = writeln!(
         out,
@@ -131,7 +131,7 @@ fn metrics(out: &mut String, plan: &Plan) {
     );
     for m in &plan.metrics {
         let absolute = absolute(m);
-        let relative = format!("{}%", crate::report::format::number(m.relative * 100.0, 1, false));
+        let relative = format!("{}%", super::numbers::number(m.relative * 100.0, 1, false));
         let _ = writeln!(
             out,
             "  {:<key_width$} {:<title_width$} {:>unit_width$} {absolute:>abs_width$} {relative:>9}  {}",

@@ -6,6 +6,7 @@ mod bounds;
 mod describe;
 mod interaction;
 pub mod metrics;
+pub mod numbers;
 mod phases;
 mod raw;
 mod runtime;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use sandbench_proto::metric;
 use sandbench_proto::plan::{AgentPlan, Source, phase};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cost::RateCard;
 pub use describe::describe;
@@ -116,7 +117,37 @@ pub struct Plan {
     pub metrics: Vec<MetricDef>,
     pub cost: RateCard,
     /// The rule that decides each metric (`[report] rule`).
-    pub rule: crate::report::Rule,
+    pub rule: Rule,
+}
+
+/// Which rule decides each metric (`[report] rule`); the report applies it ([`crate::report`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// Paired estimate and interval against a floor (`decide`).
+    #[default]
+    Paired,
+    /// The reference harness's rule and comment (medians, floors and spreads).
+    Reference,
+}
+
+impl Rule {
+    /// A `report.json` without a rule was written before rules existed, under the reference one.
+    pub(crate) fn absent() -> Rule {
+        Rule::Reference
+    }
+
+    pub(crate) fn is_reference(&self) -> bool {
+        *self == Rule::Reference
+    }
+
+    pub fn parse(text: &str) -> Option<Rule> {
+        match text {
+            "paired" => Some(Rule::Paired),
+            "reference" => Some(Rule::Reference),
+            _ => None,
+        }
+    }
 }
 
 impl Plan {

@@ -248,7 +248,7 @@ unit = "ms"
 #[test]
 fn adaptive_pairs_gates_and_the_rule() {
     let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
-    assert_eq!((plan.trials.max_pairs, plan.rule), (10, crate::report::Rule::Paired));
+    assert_eq!((plan.trials.max_pairs, plan.rule), (10, super::Rule::Paired));
     let spec = r#"name = "mini"
 [trials]
 measure = 5
@@ -262,7 +262,7 @@ command = "true"
 rule = "reference"
 "#;
     let plan = parse(Path::new("bench.toml"), spec).unwrap();
-    assert_eq!((plan.trials.max_pairs, plan.rule), (20, crate::report::Rule::Reference));
+    assert_eq!((plan.trials.max_pairs, plan.rule), (20, super::Rule::Reference));
     // Default gate: the timed metrics of measure and runtime (not memory, not install).
     assert_eq!(plan.trials.gate, ["cold", "warm"]);
     let gated = spec.replace("max_pairs = 20", "max_pairs = 20\ngate = [\"cold.cpu\", \"rss\"]");

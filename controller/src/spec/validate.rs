@@ -174,11 +174,11 @@ impl Validator<'_> {
         }
     }
 
-    fn rule(&mut self, raw: &RawReport) -> crate::report::Rule {
-        let Some(rule) = &raw.rule else { return crate::report::Rule::default() };
-        crate::report::Rule::parse(rule.get_ref()).unwrap_or_else(|| {
+    fn rule(&mut self, raw: &RawReport) -> super::Rule {
+        let Some(rule) = &raw.rule else { return super::Rule::default() };
+        super::Rule::parse(rule.get_ref()).unwrap_or_else(|| {
             self.error(rule, "report.rule", format!("expected \"paired\" or \"reference\", got {:?}", rule.get_ref()));
-            crate::report::Rule::default()
+            super::Rule::default()
         })
     }
 
@@ -197,7 +197,7 @@ impl Validator<'_> {
             );
         }
         let known = |key: &str| {
-            let stem = key.strip_suffix(crate::report::CPU_SUFFIX).unwrap_or(key);
+            let stem = key.strip_suffix(sandbench_proto::metric::companion::CPU).unwrap_or(key);
             plan.metrics.iter().any(|m| m.key == stem)
         };
         let gate = match &t.gate {

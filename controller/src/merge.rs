@@ -22,10 +22,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
-use super::{SHARD_FILE, ShardRecord};
 use crate::cost::ledger::{Ledger, RunStart};
 use crate::publish::Target;
 use crate::report::{Report, Status};
+use crate::shard::{SHARD_FILE, ShardRecord};
 
 /// `sandbench merge`.
 #[derive(Debug, clap::Args)]
@@ -374,5 +374,5 @@ pub fn command(args: MergeArgs, ledger: &Path) -> anyhow::Result<ExitCode> {
     for name in ["report.md", "report.html", "report.json"] {
         println!("{}", dir.join(name).display());
     }
-    Ok(crate::cli::exit_code(report.status))
+    Ok(crate::options::exit_code(report.status))
 }

@@ -1,0 +1,93 @@
+//! Command-line values shared by `run`, `debug`, `ci` and `merge`: exit statuses, the dead-man
+//! window, durations, and how many pairs a machine holds. Below the commands, so `publish` and
+//! `merge` use them without reaching up into [`crate::cli`].
+
+use std::process::ExitCode;
+
+/// Exit statuses of `sandbench`. 2 is clap's usage error and no run status uses it.
+pub mod exit {
+    /// The run completed (regressions are information, not failure); any other command succeeded.
+    pub const COMPLETED: u8 = 0;
+    /// The run failed, or the command could not do its work (the error says why).
+    pub const FAILED: u8 = 1;
+    /// The command line is invalid (clap's usage error), or `check` found errors in the spec.
+    pub const USAGE: u8 = 2;
+    /// The run ended, but some of its measurements are missing.
+    pub const PARTIAL: u8 = 3;
+    /// The run was canceled (Ctrl-C, SIGTERM).
+    pub const CANCELED: u8 = 4;
+}
+
+/// `--dead-man`, for the commands whose agents keep a dead-man switch (run, debug, ci).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct DeadMan {
+    /// How long an agent carries on without word from its controller (and the controller
+    /// without word from an agent) before giving up, e.g. 45s, 2m.
+    #[arg(long = "dead-man", env = "SANDBENCH_DEAD_MAN", default_value = "30s", value_name = "DURATION",
+          value_parser = parse_dead_man)]
+    pub window: std::time::Duration,
+}
+
+impl DeadMan {
+    /// Makes this the window of every agent conversation from now on.
+    pub fn apply(self) {
+        crate::server::set_dead_man(self.window);
+    }
+}
+
+/// Exit status of `sandbench run` ([`exit`]): 0 only for a completed run, never 2 (clap's
+/// usage error).
+pub fn exit_code(status: crate::report::Status) -> ExitCode {
+    use crate::report::Status;
+    ExitCode::from(match status {
+        Status::Completed => exit::COMPLETED,
+        Status::Failed | Status::Running | Status::Abandoned => exit::FAILED,
+        Status::Partial => exit::PARTIAL,
+        Status::Canceled => exit::CANCELED,
+    })
+}
+
+/// `--dead-man`: a duration like `45s`, `2m`, `1m30s` or `90` (seconds), at least 2 s.
+pub fn parse_dead_man(text: &str) -> Result<std::time::Duration, String> {
+    parse_duration(text).and_then(|d| match d >= std::time::Duration::from_secs(2) {
+        true => Ok(d),
+        false => Err(format!("{text:?} ({:.1} s) is too short: an agent needs at least 2 s", d.as_secs_f64())),
+    })
+}
+
+/// `--engine-wait`: a duration like `--dead-man`'s (0 gives up at once).
+pub fn parse_engine_wait(text: &str) -> Result<std::time::Duration, String> {
+    parse_duration(text)
+}
+
+/// A duration like `45s`, `2m`, `1m30s` or `90` (seconds).
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let trimmed = text.trim();
+    let parsed = match trimmed.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => Ok(std::time::Duration::from_secs_f64(seconds)),
+        Ok(_) => Err("not a duration".to_string()),
+        Err(_) => trimmed
+            .parse::<jiff::SignedDuration>()
+            .map_err(|err| err.to_string())
+            .and_then(|d| std::time::Duration::try_from(d).map_err(|_| "negative".to_string())),
+    };
+    parsed.map_err(|err| format!("expected a duration like 45s, 2m or 1m30s, got {text:?} ({err})"))
+}
+
+/// `--pairs` beyond the CPUs is refused unless `oversubscribe`: each pair is pinned to CPUs of
+/// its own, and pairs sharing a CPU disturb each other's timings.
+pub fn check_pairs(pairs: u32, cpus: usize, oversubscribe: bool) -> anyhow::Result<()> {
+    if pairs as usize > cpus && !oversubscribe {
+        anyhow::bail!(
+            "--pairs {pairs} needs at least {pairs} CPUs (one per pair) and {cpus} {} available; \
+             ask for at most {cpus} pairs, or add --oversubscribe to let pairs share CPUs",
+            if cpus == 1 { "is" } else { "are" }
+        );
+    }
+    Ok(())
+}
+
+/// The CPUs sandboxes can be pinned to (those this process may run on).
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}

@@ -90,6 +90,29 @@ pub(super) fn section_limit_s(section: &Runtime) -> f64 {
         + section.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
 }
 
+/// A harness file's text: a relative path that stays inside the spec's folder once links are
+/// resolved (a link to `/etc/shadow` or out through `..` would ship a host file into every
+/// sandbox), a regular file (a FIFO would stall `check`), read no further than the bound.
+fn read_harness_file(base: &std::path::Path, path: &str) -> Result<String, String> {
+    use std::io::Read;
+    super::bounds::relative_path(path)?;
+    let full = base.join(path);
+    let folder = std::fs::canonicalize(if base.as_os_str().is_empty() { std::path::Path::new(".") } else { base })
+        .map_err(|e| format!("cannot resolve the spec's folder {}: {e}", base.display()))?;
+    let resolved = std::fs::canonicalize(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))?;
+    if !resolved.starts_with(&folder) {
+        return Err(format!("{path:?} resolves to {}, outside the spec's folder {}", resolved.display(), folder.display()));
+    }
+    if !std::fs::metadata(&resolved).is_ok_and(|m| m.is_file()) {
+        return Err(format!("{} is not a regular file", full.display()));
+    }
+    let mut text = String::new();
+    std::fs::File::open(&resolved)
+        .and_then(|file| file.take(MAX_HARNESS_BYTES as u64 + 1).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read {}: {e}", full.display()))?;
+    Ok(text)
+}
+
 impl Validator<'_> {
     /// Harness files: a plain name each, read from beside the spec.
     pub(super) fn harness(&mut self, raw: &BTreeMap<String, Spanned<String>>) -> BTreeMap<String, String> {
@@ -105,13 +128,12 @@ impl Validator<'_> {
                 continue;
             }
             let base = self.file.parent().unwrap_or(std::path::Path::new("."));
-            let full = base.join(path.get_ref());
-            match std::fs::read_to_string(&full) {
+            match read_harness_file(base, path.get_ref()) {
                 Ok(text) => {
                     total += text.len();
                     files.insert(name.clone(), text);
                 }
-                Err(e) => self.error(path, &field, format!("cannot read {}: {e}", full.display())),
+                Err(why) => self.error(path, &field, why),
             }
         }
         if total > MAX_HARNESS_BYTES

@@ -548,3 +548,39 @@ fn check_prints_floors_in_the_units_shown() {
     assert!(line("rss").contains(" 10.49 MB "), "{check}");
     assert!(!check.contains("10485760"), "{check}");
 }
+
+#[test]
+fn harness_files_stay_inside_the_spec_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_dir = dir.path().join("spec");
+    std::fs::create_dir(&spec_dir).unwrap();
+    std::fs::write(spec_dir.join("ok.js"), "ok").unwrap();
+    std::fs::write(dir.path().join("secret"), "host secret").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", spec_dir.join("passwd.js")).unwrap();
+    std::os::unix::fs::symlink("../secret", spec_dir.join("up.js")).unwrap();
+    std::os::unix::fs::symlink("ok.js", spec_dir.join("alias.js")).unwrap();
+    let spec = MINIMAL.replace(
+        "[install]",
+        "[harness]\na = \"ok.js\"\nb = \"passwd.js\"\nc = \"up.js\"\nd = \"../secret\"\ne = \"/etc/passwd\"\nf = \"alias.js\"\ng = \".\"\n[install]",
+    );
+    let path = spec_dir.join("bench.toml");
+    let found = match parse(&path, &spec) {
+        Ok(_) => panic!("accepted"),
+        Err(SpecErrors(errors)) => errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+    };
+    let at = |line: usize, field: &str, why: &str| {
+        let want = format!("{}:{line}: harness.{field}: ", path.display());
+        assert!(
+            found.iter().any(|e| e.starts_with(&want) && e.contains(why)),
+            "missing {want}…{why} in\n{}",
+            found.join("\n")
+        );
+    };
+    at(5, "b", "outside the spec's folder");
+    at(6, "c", "outside the spec's folder");
+    at(7, "d", "leaves its folder through `..`");
+    at(8, "e", "expected a relative path");
+    at(10, "g", "expected a path without empty or `.` parts");
+    assert_eq!(found.len(), 5, "{}", found.join("\n"));
+    assert!(found.iter().all(|e| !e.contains("host secret") && !e.contains("root:")), "{found:?}");
+}

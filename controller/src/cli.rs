@@ -240,7 +240,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::sandboxes::run(command).await
         }
         Command::Cost(args) => {
-            print!("{}", cost(&args, &ledger_path, cli.ledger.is_some())?);
+            // Spec names and repositories are anyone's text.
+            let text = cost(&args, &ledger_path, cli.ledger.is_some())?;
+            match args.format {
+                view::Format::Json => print!("{}", crate::sanitize::json(&text)),
+                _ => print!("{}", crate::sanitize::terminal(&text)),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => crate::bench::run(args).await.map(|()| ExitCode::SUCCESS),
@@ -329,7 +334,13 @@ fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Res
         let path = dir.join(format.file_name());
         if stdout {
             let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            print!("{text}");
+            // report.json escapes what it holds; Markdown and HTML may carry a sandbox's
+            // characters verbatim inside escaped text, which a terminal must not obey.
+            let shown = match format {
+                ReportFormat::Json => crate::sanitize::json(&text),
+                ReportFormat::Md | ReportFormat::Html => crate::sanitize::terminal(&text),
+            };
+            print!("{shown}");
         } else {
             println!("{}", path.display());
         }

@@ -54,16 +54,35 @@ pub fn init(stderr_filter: Option<&str>) {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_ansi(ansi)
+                .fmt_fields(sanitized_fields())
                 .with_writer(std::io::stderr)
                 .with_filter(tracing_subscriber::filter::FilterExt::and(stderr, not_shown_elsewhere)),
         )
         .with(
             tracing_subscriber::fmt::layer()
                 .with_ansi(false)
+                .fmt_fields(sanitized_fields())
                 .with_writer(|| RunLogWriter)
                 .with_filter(tracing_subscriber::EnvFilter::new(RUN_LOG_FILTER)),
         )
         .try_init();
+}
+
+/// Event fields as the default formatter writes them (`message`, then `name=value`), each value
+/// with escape sequences and controls removed ([`crate::sanitize::terminal`]): a revision, a
+/// spec name or a sandbox's error text in a field can neither drive the operator's terminal nor
+/// hide in controller.log. (tracing-subscriber escapes the message only.)
+fn sanitized_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = format!("{value:?}");
+        let text = crate::sanitize::terminal(&text);
+        match field.name() {
+            "message" => write!(writer, "{text}"),
+            name => write!(writer, "{name}={text}"),
+        }
+    })
+    .delimited(" ")
 }
 
 /// Whether an event of `target` is the run's to show: sandbench's own, while a run log is open.
@@ -143,6 +162,9 @@ mod tests {
         let run_log = super::RunLog::open(&path).unwrap();
         tracing::info!(run = "r1", "run started");
         tracing::info!(sandbox = %Side::Base, "prepare (untimed)");
+        // A revision or a sandbox's error text in a field, not only in the message.
+        let hostile = "\u{1b}]0;owned\u{7}main\u{9b}2J\u{202e}";
+        tracing::info!(base = %hostile, error = ?hostile, "hostile {hostile}");
         tracing::debug!("too detailed");
         tracing::warn!(target: "h2", "a library's warning");
         tracing::info!(target: "h2", "a library's chatter");
@@ -151,13 +173,16 @@ mod tests {
         drop(run_log);
         tracing::info!("after the run");
         let log = std::fs::read_to_string(&path).unwrap();
-        for line in ["run started", "sandbox=base", "prepare (untimed)", "a library's warning", "removal failed"] {
+        for line in
+            ["run started", "sandbox=base", "prepare (untimed)", "a library's warning", "removal failed", "base=main"]
+        {
             assert!(log.contains(line), "{line:?} missing from:\n{log}");
         }
         for line in ["before the run", "after the run", "too detailed", "a library's chatter"] {
             assert!(!log.contains(line), "{line:?} in:\n{log}");
         }
         assert!(!log.contains('\x1b'), "colour codes in:\n{log}");
+        assert!(!log.chars().any(|c| c == '\u{9b}' || c == '\u{202e}' || c == '\u{7}'), "controls in:\n{log}");
     }
 
     #[test]

@@ -103,9 +103,42 @@ pub fn bounded(text: &str, max: usize) -> Cow<'_, str> {
     Cow::Owned(format!("{} … [{} more bytes not kept]", &text[..end], text.len() - end))
 }
 
+/// JSON text (as serde writes it) with every character [`terminal`] would remove written as a
+/// `\uXXXX` escape instead: the same JSON value, lossless, and inert when printed. serde escapes
+/// C0 controls itself but writes DEL, C1 controls and bidirectional overrides raw. Outside
+/// strings JSON text is ASCII without controls, so every such character is inside a string.
+pub fn json(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| unsafe_char(c) && c != '\n' && c != '\t') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_escapes_what_a_terminal_would_obey_and_keeps_the_value() {
+        let value = serde_json::json!({"unit": "ms\u{9b}31m\u{202e}\u{7f}", "plain": "é\n\t"});
+        let text = serde_json::to_string_pretty(&value).unwrap();
+        let safe = json(&text);
+        assert!(!safe.chars().any(|c| unsafe_char(c) && c != '\n'), "{safe}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&safe).unwrap(), value);
+        assert!(safe.contains("\\u009b") && safe.contains("\\u202e") && safe.contains("\\u007f"), "{safe}");
+        assert!(matches!(json("{\n  \"a\": 1\n}"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn escape_sequences_and_controls_are_removed() {

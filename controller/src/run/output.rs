@@ -191,9 +191,9 @@ pub fn write_reports(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
         std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("cannot write {name}"))?;
         Ok(())
     };
-    let mut json = serde_json::to_vec_pretty(report)?;
-    json.push(b'\n');
-    write("report.json", &json)?;
+    // Escaped so that `cat report.json` on a terminal obeys nothing a sandbox wrote into it.
+    let json = serde_json::to_string_pretty(report)?;
+    write("report.json", format!("{}\n", crate::sanitize::json(&json)).as_bytes())?;
     write("report.md", report::markdown::render(report).as_bytes())?;
     write("report.html", report::html::render(report).as_bytes())?;
     Ok(())

@@ -39,8 +39,10 @@ pub async fn logs(provisioner: &DockerProvisioner, id: &str, lines: Option<usize
     }
     container.extend(split.finish());
     let seen = container.len();
-    let mut all: Vec<Line> = container.iter().map(|l| parse_line(l)).collect();
-    all.extend(events.read_new());
+    // The last N lines of the two merged are among the last N of each.
+    let from = lines.map_or(0, |n| container.len().saturating_sub(n));
+    let mut all: Vec<Line> = container[from..].iter().map(|l| parse_line(l)).collect();
+    all.extend(events.read_new(lines));
     all.sort_by_key(|(at, _)| *at);
     let skip = lines.map_or(0, |n| all.len().saturating_sub(n));
     let mut stdout = std::io::stdout();
@@ -78,14 +80,14 @@ async fn follow_both(
                 }
                 None => {
                     let mut last: Vec<Line> = split.finish().into_iter().skip(skip).map(|l| parse_line(&l)).collect();
-                    last.extend(events.read_new());
+                    last.extend(events.read_new(None));
                     for (_, text) in last {
                         let _ = writeln!(stdout, "{}", crate::sanitize::terminal(&text));
                     }
                     return Ok(());
                 }
             },
-            _ = poll.tick() => events.read_new(),
+            _ = poll.tick() => events.read_new(None),
         };
         for (_, text) in lines {
             let _ = writeln!(stdout, "{}", crate::sanitize::terminal(&text));
@@ -103,22 +105,47 @@ struct EventTail {
 }
 
 impl EventTail {
-    /// The lines of the events appended since the last call; nothing when there is no log.
-    fn read_new(&mut self) -> Vec<Line> {
+    /// The lines of the events appended since the last call (the last `keep` of them when
+    /// given); nothing when there is no log. The log is read a line at a time, each line bounded
+    /// ([`crate::store::MAX_LINE_BYTES`]), never whole; a line still being written is left for
+    /// the next call.
+    fn read_new(&mut self, keep: Option<usize>) -> Vec<Line> {
+        use std::io::BufRead;
         let Some(path) = &self.path else { return Vec::new() };
         let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
-        let mut text = String::new();
-        if file.seek(std::io::SeekFrom::Start(self.offset)).is_err() || file.read_to_string(&mut text).is_err() {
+        if file.seek(std::io::SeekFrom::Start(self.offset)).is_err() {
             return Vec::new();
         }
-        let Some(end) = text.rfind('\n') else { return Vec::new() };
-        self.offset += end as u64 + 1;
-        text[..end]
-            .lines()
-            .filter_map(|line| serde_json::from_str::<StoredEvent>(line).ok())
-            .filter(|event| event.sandbox == self.sandbox)
-            .flat_map(|event| event_lines(&event))
-            .collect()
+        let mut reader = std::io::BufReader::new(file);
+        let mut kept = std::collections::VecDeque::new();
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let limit = crate::store::MAX_LINE_BYTES as u64 + 1;
+            let Ok(n) = (&mut reader).take(limit).read_until(b'\n', &mut line) else { break };
+            if n == 0 || (line.last() != Some(&b'\n') && (n as u64) < limit) {
+                break; // the end, or a line not finished yet
+            }
+            self.offset += n as u64;
+            if line.last() != Some(&b'\n') {
+                // Longer than any line the server writes: skip the rest of it.
+                let mut rest = Vec::new();
+                let Ok(skipped) = reader.read_until(b'\n', &mut rest) else { break };
+                self.offset += skipped as u64;
+                continue;
+            }
+            let Ok(event) = serde_json::from_slice::<StoredEvent>(&line) else { continue };
+            if event.sandbox != self.sandbox {
+                continue;
+            }
+            kept.extend(event_lines(&event));
+            if let Some(keep) = keep {
+                while kept.len() > keep {
+                    kept.pop_front();
+                }
+            }
+        }
+        kept.into()
     }
 }
 
@@ -278,14 +305,23 @@ mod tests {
         };
         std::fs::write(&path, format!("{}\n{}\n{}", line("s", 1), line("other", 2), &line("s", 3)[..20])).unwrap();
         let mut tail = EventTail { path: Some(path.clone()), sandbox: "s".into(), offset: 0 };
-        let first: Vec<String> = tail.read_new().into_iter().map(|(_, l)| l).collect();
+        let first: Vec<String> = tail.read_new(None).into_iter().map(|(_, l)| l).collect();
         assert_eq!(first, ["2026-03-01T10:00:00.000Z --- install trial 1"]);
         // The torn last line is read once it is whole.
         std::fs::write(&path, format!("{}\n{}\n{}\n", line("s", 1), line("other", 2), line("s", 3))).unwrap();
-        let next: Vec<String> = tail.read_new().into_iter().map(|(_, l)| l).collect();
+        let next: Vec<String> = tail.read_new(None).into_iter().map(|(_, l)| l).collect();
         assert_eq!(next, ["2026-03-01T10:00:00.000Z --- install trial 3"]);
-        assert!(tail.read_new().is_empty());
-        assert!(EventTail { path: None, sandbox: "s".into(), offset: 0 }.read_new().is_empty());
+        assert!(tail.read_new(None).is_empty());
+        assert!(EventTail { path: None, sandbox: "s".into(), offset: 0 }.read_new(None).is_empty());
+        // `-n N` keeps the last N, read a line at a time.
+        let many: String = (10..20).map(|seq| line("s", seq) + "\n").collect();
+        std::fs::write(&path, many).unwrap();
+        let mut tail = EventTail { path: Some(path.clone()), sandbox: "s".into(), offset: 0 };
+        let last: Vec<String> = tail.read_new(Some(2)).into_iter().map(|(_, l)| l).collect();
+        assert_eq!(
+            last,
+            ["2026-03-01T10:00:00.000Z --- install trial 18", "2026-03-01T10:00:00.000Z --- install trial 19"]
+        );
     }
 
     #[test]

@@ -101,7 +101,11 @@ fn read_harness_file(base: &std::path::Path, path: &str) -> Result<String, Strin
         .map_err(|e| format!("cannot resolve the spec's folder {}: {e}", base.display()))?;
     let resolved = std::fs::canonicalize(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))?;
     if !resolved.starts_with(&folder) {
-        return Err(format!("{path:?} resolves to {}, outside the spec's folder {}", resolved.display(), folder.display()));
+        return Err(format!(
+            "{path:?} resolves to {}, outside the spec's folder {}",
+            resolved.display(),
+            folder.display()
+        ));
     }
     if !std::fs::metadata(&resolved).is_ok_and(|m| m.is_file()) {
         return Err(format!("{} is not a regular file", full.display()));

@@ -88,7 +88,7 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
         run_id: run_id.clone(),
         image: Some(plan.sandbox.image.clone()),
         agent: opts.agent.clone(),
-        hub: HubConfig::default(),
+        hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
     };
     let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
     eprintln!(

@@ -85,7 +85,7 @@ pub(super) async fn execute(
         run_id: dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
         image: Some(plan.sandbox.image.clone()),
         agent: opts.agent.clone(),
-        hub: HubConfig::default(),
+        hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
     };
     let engine = Engine::new(provisioner.clone(), opts.engine_wait);
     let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;

@@ -24,7 +24,8 @@ fn setting(out: &mut String, plan: &Plan) {
     let _ = writeln!(out, "spec {} ({})", plan.name, plan.spec_path.display());
     let _ = writeln!(
         out,
-        "sandbox: {}, {} CPU{}, {:.1} GiB memory, {} GB disk, {} pids, network {}, ttl {} min",
+        "sandbox: {}, {} CPU{}, {:.1} GiB memory, {} GB disk (not enforced), {} pids, network {}, ttl {} min, \
+         output kept per command {} KiB",
         s.image,
         s.cpus,
         s.cpuset.as_ref().map(|c| format!(" (cpuset {c})")).unwrap_or_default(),
@@ -32,7 +33,8 @@ fn setting(out: &mut String, plan: &Plan) {
         s.disk_gb,
         s.pids_limit,
         if s.network { "on" } else { "off" },
-        s.ttl.as_secs() / 60
+        s.ttl.as_secs() / 60,
+        s.output_cap_bytes / 1024
     );
     let _ = match &plan.source {
         SourceSettings::Local { repository } => {

@@ -18,6 +18,7 @@ const KEYS: &[&str] = &[
     "memory_gb",
     "disk_gb",
     "pids",
+    "output_kb",
     "network",
     "ttl_minutes",
     "repository",

@@ -67,6 +67,9 @@ pub struct SandboxSettings {
     pub memory_bytes: u64,
     pub disk_gb: f64,
     pub pids_limit: i64,
+    /// Output kept per command (its first and last halves, with a marker between them saying
+    /// how much was cut); `sandbox.output_kb`.
+    pub output_cap_bytes: u64,
     pub network: bool,
     pub ttl: Duration,
 }

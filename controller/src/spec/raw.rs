@@ -59,6 +59,8 @@ pub struct RawSandbox {
     pub memory_gb: Option<Spanned<f64>>,
     pub disk_gb: Option<Spanned<f64>>,
     pub pids: Option<Spanned<i64>>,
+    /// Output kept per command, in KiB: its first and last halves.
+    pub output_kb: Option<Spanned<i64>>,
     #[serde(default)]
     pub network: bool,
     pub ttl_minutes: Option<Spanned<f64>>,

@@ -584,3 +584,17 @@ fn harness_files_stay_inside_the_spec_folder() {
     assert_eq!(found.len(), 5, "{}", found.join("\n"));
     assert!(found.iter().all(|e| !e.contains("host secret") && !e.contains("root:")), "{found:?}");
 }
+
+#[test]
+fn the_output_kept_per_command_is_the_specs_within_bounds() {
+    let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
+    assert_eq!(plan.sandbox.output_cap_bytes, crate::intake::DEFAULT_OUTPUT_CAP_BYTES);
+    let small = MINIMAL.replace("[install]", "[sandbox]\noutput_kb = 256\n[install]");
+    assert_eq!(parse(Path::new("bench.toml"), &small).unwrap().sandbox.output_cap_bytes, 256 * 1024);
+    for bad in ["0", "3", "65537", "-1"] {
+        let spec = MINIMAL.replace("[install]", &format!("[sandbox]\noutput_kb = {bad}\n[install]"));
+        let found = errors(&spec);
+        assert!(found.len() == 1 && found[0].starts_with("bench.toml:4: sandbox.output_kb: "), "{bad}: {found:?}");
+    }
+    assert!(super::describe(&plan).contains("GB disk (not enforced)"), "{}", super::describe(&plan));
+}

@@ -401,13 +401,74 @@ async fn sandboxes_are_created_locked_down_with_their_labels_and_limits() {
         // The sandbox's own socket folder, no other sandbox's.
         let sockets = h.station.socket_dir("base");
         assert!(
-            s.binds.iter().any(|b| b.starts_with(&format!("{}:/run/sandbench:", sockets.display()))),
-            "{:?}",
+            s.binds.iter().any(|b| b == &format!("{}:/run/sandbench:ro", sockets.display())),
+            "the socket folder is mounted read-only: {:?}",
             s.binds
         );
+        assert!(s.binds.iter().all(|b| b.ends_with(":ro")), "nothing writable on the host is mounted: {:?}", s.binds);
         assert!(sockets.join("agent.sock").exists());
         h.teardown(&live.sandbox).await;
         assert!(!sockets.exists(), "teardown removes the sandbox's socket folder");
+    })
+    .await;
+}
+
+/// The setuid drill: root in a sandbox, with the capabilities the agent keeps (CHOWN,
+/// DAC_OVERRIDE, FOWNER, FSETID…), tries to plant a setuid-root binary in its socket folder on
+/// the host, open that folder to everyone, and delete or replace its socket. Each fails on the
+/// read-only mount, the host folders are unchanged, and the agent's socket still carries a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_in_a_sandbox_cannot_write_its_socket_folder_on_the_host() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    with_harness("rootdrill", HubConfig::default(), |h| async move {
+        support::ensure_busybox_image(&h.provisioner).await;
+        let live = launch_all(&h, 2, support::BUSYBOX_IMAGE, AgentShipping::Bind).await;
+        let (me, other) = (&live[0].sandbox.id, h.station.socket_dir("s1"));
+        let mine = h.station.socket_dir("s0");
+        let listing = |dir: &std::path::Path| {
+            let mut names: Vec<(String, u32)> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().permissions().mode()))
+                .collect();
+            names.sort();
+            (std::fs::metadata(dir).unwrap().permissions().mode() & 0o7777, names)
+        };
+        let (mine_before, other_before) = (listing(&mine), listing(&other));
+        assert_eq!(mine_before.0, 0o700, "{mine_before:?}");
+        let attacks = [
+            "cp /bin/busybox /run/sandbench/x && chmod 4755 /run/sandbench/x",
+            "chmod 0777 /run/sandbench",
+            "chown 1000:1000 /run/sandbench",
+            "rm /run/sandbench/agent.sock",
+            "mv /run/sandbench/agent.sock /run/sandbench/old",
+            "ln -s /etc/shadow /run/sandbench/link",
+            "mkdir /run/sandbench/d",
+        ];
+        for attack in attacks {
+            let (code, output) =
+                h.provisioner.exec_capture(me, vec!["/bin/sh".into(), "-c".into(), attack.into()]).await.unwrap();
+            assert_ne!(code, 0, "{attack:?} succeeded as root in the sandbox: {output}");
+            assert!(output.contains("Read-only file system"), "{attack:?}: {output}");
+        }
+        // Who is root in the sandbox, and what it sees: its own socket only.
+        let (_, seen) = h
+            .provisioner
+            .exec_capture(me, vec!["/bin/sh".into(), "-c".into(), "id -u; ls -a /run/sandbench".into()])
+            .await
+            .unwrap();
+        assert_eq!(seen.split_whitespace().collect::<Vec<_>>(), ["0", ".", "..", "agent.sock"], "{seen}");
+        assert_eq!(listing(&mine), mine_before, "the sandbox's socket folder on the host changed");
+        assert_eq!(listing(&other), other_before, "the other sandbox's socket folder changed");
+        assert!(std::fs::metadata(mine.join("agent.sock")).unwrap().file_type().is_socket());
+        // The read-only mount still carries the agent's stream.
+        let hub = h.hub().await;
+        hub.send(me, stream_command(me, 1000, 10_000)).await.unwrap();
+        let outcome = hub.wait_done(me, &format!("{me}-stream"), Duration::from_secs(60)).await.unwrap();
+        assert_eq!(outcome.status, PhaseStatus::Ok, "{}", outcome.error);
+        for l in &live {
+            assert!(h.teardown(&l.sandbox).await.removal_error.is_none());
+        }
     })
     .await;
 }

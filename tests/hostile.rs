@@ -322,3 +322,31 @@ fn a_hostile_pull_request_changes_nothing_outside_its_sandboxes() {
 
     assert!(failures.is_empty(), "{} failure(s):\n- {}", failures.len(), failures.join("\n- "));
 }
+
+/// A revision name of any script is an error that names it, from the command line, with no
+/// panic and no run folder left behind.
+#[test]
+fn a_revision_of_any_script_gets_a_clear_error() {
+    let repo = support::demo_repo(|_| {});
+    let out = tempfile::tempdir().unwrap();
+    for bad in ["aéééé", "漢字\u{202e}", "--x\u{1b}[2J"] {
+        let result = Command::new(env!("CARGO_BIN_EXE_sandbench"))
+            .args(["run", "bench.toml", &format!("--base={bad}"), "--head", "base", "--out"])
+            .arg(out.path())
+            .current_dir(repo.path())
+            .env("SANDBENCH_LEDGER", out.path().join("ledger.sqlite"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run sandbench");
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert_eq!(result.status.code(), Some(1), "{bad:?}: {stderr}");
+        let named = stderr.contains("is not a commit") || stderr.contains("invalid revision");
+        assert!(stderr.starts_with("error: --base: ") && named, "{bad:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains('\u{1b}') && !stderr.contains('\u{202e}'),
+            "{stderr:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.iter().all(|name| name.to_string_lossy().starts_with("ledger.sqlite")), "{left:?}");
+    }
+}

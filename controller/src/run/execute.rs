@@ -109,19 +109,7 @@ pub(super) async fn execute(
         round_times: Default::default(),
         started: Instant::now(),
     };
-    let attempt = resumed.map_or(1, |r| r.attempt);
-    let mut sides: Vec<SideRun> = (0..pairs)
-        .flat_map(|pair| {
-            Side::BOTH.map(|side| SideRun {
-                side,
-                label: super::resume::role(&label(side, pair, pairs), attempt),
-                pair,
-                live: None,
-                meter: Meter::new(),
-                renewal: Default::default(),
-            })
-        })
-        .collect();
+    let mut sides = side_runs(pairs, resumed.map_or(1, |r| r.attempt));
     let watchers = watch_for_stops(&run, &sides, cancel);
     let cpusets = cpusets(pairs);
     let stop = run.drive(&mut sides, &cpusets).await;
@@ -136,14 +124,7 @@ pub(super) async fn execute(
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
     let mut sides_data = collect(dir, &sides, resumed.map(|r| (run.station.run_id(), &r.accounting)))?;
-    // The CPUs each sandbox was given, as provisioned (quota and pinning).
-    for side in sides.iter().filter(|s| s.live.is_some()) {
-        let cpuset = cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();
-        let nano_cpus = (run.plan.sandbox.cpus * 1e9).round() as i64;
-        if let Some(data) = sides_data.get_mut(side.side.as_str()) {
-            data.cpus.push(report::SandboxCpus::provisioned(&side.label, nano_cpus, &cpuset));
-        }
-    }
+    record_cpus(&run, &sides, &cpusets, &mut sides_data);
     let any_ready = {
         let gates = run.gates();
         sides.iter().any(|s| gates.is_ready(s.pair, s.side))
@@ -152,7 +133,41 @@ pub(super) async fn execute(
         Some(Stop::Canceled(why) | Stop::Failed(why)) => Some(why.clone()),
         None => None,
     };
-    let status = match stop {
+    let status = status_of(stop, any_ready, &mut errors);
+    let adapted = run.adaptive.as_ref().map(super::adapt::Adaptive::adapted);
+    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason, adapted })
+}
+
+/// Both sides of every pair, each with its sandbox's role in this attempt.
+fn side_runs(pairs: usize, attempt: u32) -> Vec<SideRun> {
+    (0..pairs)
+        .flat_map(|pair| {
+            Side::BOTH.map(|side| SideRun {
+                side,
+                label: super::resume::role(&label(side, pair, pairs), attempt),
+                pair,
+                live: None,
+                meter: Meter::new(),
+                renewal: Default::default(),
+            })
+        })
+        .collect()
+}
+
+/// The CPUs each sandbox was given, as provisioned (quota and pinning).
+fn record_cpus(run: &Run, sides: &[SideRun], cpusets: &[Option<String>], data: &mut BTreeMap<String, report::Side>) {
+    for side in sides.iter().filter(|s| s.live.is_some()) {
+        let cpuset = cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();
+        let nano_cpus = (run.plan.sandbox.cpus * 1e9).round() as i64;
+        if let Some(data) = data.get_mut(side.side.as_str()) {
+            data.cpus.push(report::SandboxCpus::provisioned(&side.label, nano_cpus, &cpuset));
+        }
+    }
+}
+
+/// How the walk ended, as the run's status; a stop's reason joins the errors.
+fn status_of(stop: Option<Stop>, any_ready: bool, errors: &mut Vec<String>) -> Status {
+    match stop {
         Some(Stop::Canceled(why)) => {
             errors.push(why);
             Status::Canceled
@@ -163,9 +178,7 @@ pub(super) async fn execute(
         }
         None if !any_ready => Status::Failed,
         None => Status::Completed,
-    };
-    let adapted = run.adaptive.as_ref().map(super::adapt::Adaptive::adapted);
-    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason, adapted })
+    }
 }
 
 /// Ctrl-C / SIGTERM, the run timeout and the budget, watched continuously (not only between

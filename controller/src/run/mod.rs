@@ -177,39 +177,9 @@ async fn conduct(
     }
     tracing::info!(run = %run_id, spec = %plan.name, base = %opts.base, head = %opts.head, "run started");
     let display = Display::new();
-    display.line(&format!(
-        "run {run_id}: {} — base {} ({}) vs head {} ({})",
-        plan.name,
-        base.rev,
-        short(&base.commit),
-        head.rev,
-        short(&head.commit)
-    ));
-    if let Some(resumed) = &resumed {
-        let stages = schedule::build_for(&plan.timed_phases(), opts.pairs as usize, opts.shard);
-        let total: usize = stages.iter().flat_map(|s| &s.lanes).map(Vec::len).sum();
-        let missing = resumed.accounting.missing(&stages).len();
-        display.line(&format!(
-            "resumed (attempt {}): {} of {total} trials done before, {missing} to run in new sandboxes",
-            resumed.attempt,
-            total - missing
-        ));
-    }
-    for note in &notes {
-        display.line(note);
-    }
-    if let Some(warning) = report.noise.as_ref().and_then(|n| n.warning(plan.rule)) {
-        display.line(&warning);
-    }
+    announce(&display, &opts, &plan, &report, &base, &head, resumed.as_ref(), &notes);
     if let Some(shard) = opts.shard {
-        let part = crate::shard::ShardPart::new(shard, &run_id, &plan.timed_phases());
-        let record = crate::shard::ShardRecord {
-            part: part.clone(),
-            spec: plan.name.clone(),
-            base: base.clone(),
-            head: head.clone(),
-        };
-        record.save(&dir)?;
+        let part = record_shard(shard, &plan, &run_id, &base, &head, &dir)?;
         display.line(&format!("shard {shard} runs the trials {}", describe_share(&part)));
         report.shards = vec![part];
     }
@@ -239,24 +209,13 @@ async fn conduct(
     }
     finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
     report.sandboxes.splice(0..0, earlier);
-    if let Some(ledger) = ledger.as_mut()
-        && let Err(err) = ledger.finish_run(
-            &run_id,
-            report.status.as_str(),
-            report.finished_at.as_deref().unwrap_or_default(),
-            &report.sandboxes,
-        )
-    {
-        report.warnings.push(format!("cannot record the run in the ledger {}: {err:#}", ledger.path().display()));
+    if let Some(ledger) = ledger.as_mut() {
+        settle_ledger(ledger, &mut report);
     }
     write_reports(&dir, &mut report)?;
     if base.commit == head.commit && report.status == Status::Completed {
-        let profile = NoiseProfile::from_report(&report);
-        std::fs::write(dir.join("noise.json"), serde_json::to_vec_pretty(&profile)?)?;
-        display.line(&format!(
-            "A/A run: noise profile written to {} (use it with --noise)",
-            dir.join("noise.json").display()
-        ));
+        let path = write_noise_profile(&report, &dir)?;
+        display.line(&format!("A/A run: noise profile written to {} (use it with --noise)", path.display()));
     }
     let ending = story::ending(&report, reason.as_deref(), &dir);
     for line in &ending {
@@ -265,6 +224,81 @@ async fn conduct(
     tracing::info!(run = %run_id, status = report.status.as_str(), "run finished");
     crate::logging::close_file();
     Ok(RunResult { status: report.status, dir, report, ending })
+}
+
+/// The run's opening lines: what is compared, what a resume left to do, the notes and the
+/// noise profile's warning.
+#[allow(clippy::too_many_arguments)]
+fn announce(
+    display: &Display,
+    opts: &RunOptions,
+    plan: &Plan,
+    report: &Report,
+    base: &Revision,
+    head: &Revision,
+    resumed: Option<&resume::Resumed>,
+    notes: &[String],
+) {
+    display.line(&format!(
+        "run {}: {} — base {} ({}) vs head {} ({})",
+        report.run_id,
+        plan.name,
+        base.rev,
+        short(&base.commit),
+        head.rev,
+        short(&head.commit)
+    ));
+    if let Some(resumed) = resumed {
+        let stages = schedule::build_for(&plan.timed_phases(), opts.pairs as usize, opts.shard);
+        let total: usize = stages.iter().flat_map(|s| &s.lanes).map(Vec::len).sum();
+        let missing = resumed.accounting.missing(&stages).len();
+        display.line(&format!(
+            "resumed (attempt {}): {} of {total} trials done before, {missing} to run in new sandboxes",
+            resumed.attempt,
+            total - missing
+        ));
+    }
+    for note in notes {
+        display.line(note);
+    }
+    if let Some(warning) = report.noise.as_ref().and_then(|n| n.warning(plan.rule)) {
+        display.line(&warning);
+    }
+}
+
+/// Writes a shard's `shard.json` and returns its part of the run.
+fn record_shard(
+    shard: crate::shard::Shard,
+    plan: &Plan,
+    run_id: &str,
+    base: &Revision,
+    head: &Revision,
+    dir: &Path,
+) -> anyhow::Result<crate::shard::ShardPart> {
+    let part = crate::shard::ShardPart::new(shard, run_id, &plan.timed_phases());
+    let record = crate::shard::ShardRecord {
+        part: part.clone(),
+        spec: plan.name.clone(),
+        base: base.clone(),
+        head: head.clone(),
+    };
+    record.save(dir)?;
+    Ok(part)
+}
+
+/// Closes the run's ledger entry; a failure becomes a warning of the report.
+fn settle_ledger(ledger: &mut Ledger, report: &mut Report) {
+    let finished_at = report.finished_at.clone().unwrap_or_default();
+    if let Err(err) = ledger.finish_run(&report.run_id, report.status.as_str(), &finished_at, &report.sandboxes) {
+        report.warnings.push(format!("cannot record the run in the ledger {}: {err:#}", ledger.path().display()));
+    }
+}
+
+/// An A/A run's noise profile, `noise.json` beside the report; its path.
+fn write_noise_profile(report: &Report, dir: &Path) -> anyhow::Result<PathBuf> {
+    let path = dir.join("noise.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&NoiseProfile::from_report(report))?)?;
+    Ok(path)
 }
 
 /// Applies the command line to the plan, checking each value; returns notes for the report and

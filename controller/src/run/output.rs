@@ -82,6 +82,13 @@ pub(super) fn collect(
             }
         }
     }
+    record_facts(dir, sides, &mut out);
+    Ok(out)
+}
+
+/// Each side's facts: the machine its first live sandbox reported at Hello, and the tool
+/// versions the agent found while preparing.
+fn record_facts(dir: &Path, sides: &[SideRun], out: &mut BTreeMap<String, Side>) {
     for side in sides {
         if let Some(live) = &side.live {
             let f = &live.hello.facts;
@@ -105,7 +112,6 @@ pub(super) fn collect(
             }
         }
     }
-    Ok(out)
 }
 
 /// Most warnings the agents' isolation reports are taken (each bounded in length).

@@ -108,18 +108,17 @@ fn root_shell_under_tmux(socket: &str, id: &str) {
     assert!(screen.contains("got-k"), "the key typed after exit was swallowed: {screen}");
 }
 
-#[test]
-fn a_kept_debug_sandbox_can_be_listed_rerun_entered_and_removed() {
-    let out = tempfile::tempdir().unwrap();
+/// `sandbench debug --phase install --keep` on the demo: the session, the kept sandbox's id,
+/// and a thread draining the session's output (so it never blocks).
+fn start_kept_debug(out: &Path) -> (std::process::Child, String, std::thread::JoinHandle<String>) {
     let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo/bench.toml");
     let mut debug = Command::new(env!("CARGO_BIN_EXE_sandbench"))
         .args(["debug", &spec.display().to_string(), "--rev", "HEAD", "--phase", "install", "--keep", "--out"])
-        .arg(out.path())
+        .arg(out)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let debug_pid = debug.id();
     // Wait for the session to say how to get in.
     let mut stderr = BufReader::new(debug.stderr.take().unwrap());
     let mut seen = String::new();
@@ -134,67 +133,76 @@ fn a_kept_debug_sandbox_can_be_listed_rerun_entered_and_removed() {
             break rest.split_whitespace().next().unwrap().to_string();
         }
     };
-    // Keep draining its output so it never blocks.
     let drain = std::thread::spawn(move || {
         let mut rest = String::new();
         let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
         rest
     });
+    (debug, id, drain)
+}
 
+/// What a person does with the kept sandbox: list it, rerun a phase, enter it, read its log,
+/// stall the controller, use the interactive shell, remove it.
+fn use_the_kept_sandbox(id: &str, debug_pid: u32, tmux_socket: &str) {
+    let id = id.to_string();
+    let (ok, ls, _) = sandbench(&["ls"]);
+    assert!(ok && ls.lines().any(|l| l.starts_with(&id) && l.contains("running") && l.contains("debug")), "{ls}");
+
+    let (ok, phase, err) = sandbench(&["phase", &id, "install", "--trial", "1"]);
+    assert!(ok, "{phase}{err}");
+    assert!(phase.contains("= install trial 1: "), "the rerun's observation arrives: {phase}");
+    assert!(phase.contains("installed demo 1.0.0"), "and its output: {phase}");
+
+    let (ok, root, _) = sandbench(&["shell", &id, "--", "id", "-u"]);
+    assert!(ok && root.trim() == "0", "{root}");
+    let (ok, user, _) =
+        sandbench(&["shell", &id, "--user", "benchmark1", "--", "sh", "-c", "id -u; echo $HOME; demo --version"]);
+    assert!(ok, "{user}");
+    assert_eq!(user.lines().collect::<Vec<_>>(), ["2001", "/home/benchmark1", "demo 1.0.0"]);
+    let (ok, status, _) = sandbench(&["shell", &id, "--", "/sandbench/sandbox-agent", "status"]);
+    assert!(ok && status.contains("controller: connected") && status.contains("install trial 1"), "{status}");
+
+    // A controller stalled for 15 s (a loaded machine) is waited for: the agent keeps its
+    // sandbox, and the session takes phases again once it runs.
+    let signal = |name: &str| {
+        let sent = Command::new("kill").args([name, &debug_pid.to_string()]).status().unwrap();
+        assert!(sent.success(), "kill {name}");
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_secs(15));
+    signal("-CONT");
+    let (ok, phase, err) = sandbench(&["phase", &id, "install", "--trial", "2"]);
+    assert!(ok && phase.contains("= install trial 2: "), "after the stall: {phase}{err}");
+
+    // The agent's log: every line with its time in RFC 3339; -n keeps the last lines.
+    let stamped =
+        |line: &str| line.split_once(' ').is_some_and(|(t, _)| t.len() == 24 && t.parse::<jiff::Timestamp>().is_ok());
+    let (ok, log, err) = sandbench(&["logs", &id]);
+    assert!(ok && log.lines().count() >= 2 && log.lines().all(stamped), "{log}{err}");
+    // With the kept session's phases: their starts, output and observations, in time order.
+    assert!(log.contains(" --- install trial 2\n") && log.contains(" stdout: installed demo 1.0.0\n"), "{log}");
+    assert!(log.contains(" = install trial 2: "), "{log}");
+    let (ok, tail, err) = sandbench(&["logs", &id, "-n", "1"]);
+    assert!(ok && tail.lines().count() == 1 && tail.lines().all(stamped), "{tail}{err}");
+
+    // Errors say what to do.
+    let (ok, _, err) = sandbench(&["shell", "no-such-sandbox", "--", "true"]);
+    assert!(!ok && err.contains("known sandboxes") && err.contains(&id), "{err}");
+
+    // The interactive shell, as a person uses it.
+    root_shell_under_tmux(tmux_socket, &id);
+
+    let (ok, removed, _) = sandbench(&["rm", &id]);
+    assert!(ok && removed.contains(&id), "{removed}");
+}
+
+#[test]
+fn a_kept_debug_sandbox_can_be_listed_rerun_entered_and_removed() {
+    let out = tempfile::tempdir().unwrap();
+    let (mut debug, id, drain) = start_kept_debug(out.path());
     let tmux_dir = tempfile::tempdir().unwrap();
     let tmux_socket = tmux_dir.path().join("tmux").display().to_string();
-    let result = std::panic::catch_unwind(|| {
-        let (ok, ls, _) = sandbench(&["ls"]);
-        assert!(ok && ls.lines().any(|l| l.starts_with(&id) && l.contains("running") && l.contains("debug")), "{ls}");
-
-        let (ok, phase, err) = sandbench(&["phase", &id, "install", "--trial", "1"]);
-        assert!(ok, "{phase}{err}");
-        assert!(phase.contains("= install trial 1: "), "the rerun's observation arrives: {phase}");
-        assert!(phase.contains("installed demo 1.0.0"), "and its output: {phase}");
-
-        let (ok, root, _) = sandbench(&["shell", &id, "--", "id", "-u"]);
-        assert!(ok && root.trim() == "0", "{root}");
-        let (ok, user, _) =
-            sandbench(&["shell", &id, "--user", "benchmark1", "--", "sh", "-c", "id -u; echo $HOME; demo --version"]);
-        assert!(ok, "{user}");
-        assert_eq!(user.lines().collect::<Vec<_>>(), ["2001", "/home/benchmark1", "demo 1.0.0"]);
-        let (ok, status, _) = sandbench(&["shell", &id, "--", "/sandbench/sandbox-agent", "status"]);
-        assert!(ok && status.contains("controller: connected") && status.contains("install trial 1"), "{status}");
-
-        // A controller stalled for 15 s (a loaded machine) is waited for: the agent keeps its
-        // sandbox, and the session takes phases again once it runs.
-        let signal = |name: &str| {
-            let sent = Command::new("kill").args([name, &debug_pid.to_string()]).status().unwrap();
-            assert!(sent.success(), "kill {name}");
-        };
-        signal("-STOP");
-        std::thread::sleep(Duration::from_secs(15));
-        signal("-CONT");
-        let (ok, phase, err) = sandbench(&["phase", &id, "install", "--trial", "2"]);
-        assert!(ok && phase.contains("= install trial 2: "), "after the stall: {phase}{err}");
-
-        // The agent's log: every line with its time in RFC 3339; -n keeps the last lines.
-        let stamped = |line: &str| {
-            line.split_once(' ').is_some_and(|(t, _)| t.len() == 24 && t.parse::<jiff::Timestamp>().is_ok())
-        };
-        let (ok, log, err) = sandbench(&["logs", &id]);
-        assert!(ok && log.lines().count() >= 2 && log.lines().all(stamped), "{log}{err}");
-        // With the kept session's phases: their starts, output and observations, in time order.
-        assert!(log.contains(" --- install trial 2\n") && log.contains(" stdout: installed demo 1.0.0\n"), "{log}");
-        assert!(log.contains(" = install trial 2: "), "{log}");
-        let (ok, tail, err) = sandbench(&["logs", &id, "-n", "1"]);
-        assert!(ok && tail.lines().count() == 1 && tail.lines().all(stamped), "{tail}{err}");
-
-        // Errors say what to do.
-        let (ok, _, err) = sandbench(&["shell", "no-such-sandbox", "--", "true"]);
-        assert!(!ok && err.contains("known sandboxes") && err.contains(&id), "{err}");
-
-        // The interactive shell, as a person uses it.
-        root_shell_under_tmux(&tmux_socket, &id);
-
-        let (ok, removed, _) = sandbench(&["rm", &id]);
-        assert!(ok && removed.contains(&id), "{removed}");
-    });
+    let result = std::panic::catch_unwind(|| use_the_kept_sandbox(&id, debug.id(), &tmux_socket));
 
     // Whatever happened: the terminal, the debug session end and nothing is left.
     tmux(&tmux_socket, &["kill-server"]);

@@ -111,20 +111,10 @@ fn phases(dir: &Path) -> (Vec<Started>, Vec<Done>) {
     (started, done)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_controller_killed_mid_measure_is_resumed_with_every_trial_once() {
-    let repo = support::demo_repo(|_| {});
-    let out = tempfile::tempdir().unwrap();
-    let ledger_path = out.path().join("ledger.sqlite");
-    let spec = repo.path().join("bench.toml");
-    let spec = spec.to_str().unwrap();
-    let out_arg = out.path().join("runs");
-    let out_arg = out_arg.to_str().unwrap();
-    let run_args = ["run", spec, "--base", "base", "--head", "base", "--trials", "2", "--out", out_arg];
-    let mut first = Controller::start(out.path(), "first", &run_args);
-
-    // Kill it (SIGKILL) once measure is under way: base's first measure trial done, head's
-    // started (so cut mid-way).
+/// Starts a run and SIGKILLs it once measure is under way: base's first measure trial done,
+/// head's started (so cut mid-way). Its run directory and id.
+fn kill_mid_measure(out: &Path, out_arg: &str, run_args: &[&str]) -> (PathBuf, String) {
+    let mut first = Controller::start(out, "first", run_args);
     let deadline = Instant::now() + Duration::from_secs(900);
     let dir = loop {
         assert!(Instant::now() < deadline, "the run never reached measure:\n{}", first.output());
@@ -151,27 +141,95 @@ async fn a_controller_killed_mid_measure_is_resumed_with_every_trial_once() {
     );
     assert!(!done_before.contains(&(sandbox("head"), "measure-0".into())), "head's was cut: {done_before:?}");
     assert_eq!(read_report(&dir).status, Status::Running, "a killed run's report still says running");
+    (dir, run_id)
+}
 
-    // The next start (or gc) finds the controller gone: abandoned, charged from the sandboxes'
-    // lifetimes as the engine tells them (they still exist), and report.json says so.
+/// The next start (or gc) finds the controller gone: abandoned, charged from the sandboxes'
+/// lifetimes as the engine tells them (they still exist), and report.json says so. Then its
+/// sandboxes are reaped (only this run's: other tests run beside this one).
+async fn assert_abandoned_then_reaped(dir: &Path, run_id: &str, ledger_path: &Path) {
     let provisioner = DockerProvisioner::connect(1).await.unwrap();
-    let lines = sandbench::run::resume::reconcile(&provisioner, &ledger_path).await;
-    assert!(lines.iter().any(|l| l.contains(&run_id) && l.contains("abandoned")), "{lines:?}");
-    let (row, _) = Ledger::open(&ledger_path).unwrap().run(&run_id).unwrap().unwrap();
+    let lines = sandbench::run::resume::reconcile(&provisioner, ledger_path).await;
+    assert!(lines.iter().any(|l| l.contains(run_id) && l.contains("abandoned")), "{lines:?}");
+    let (row, _) = Ledger::open(ledger_path).unwrap().run(run_id).unwrap().unwrap();
     assert_eq!(row.status, "abandoned");
     assert_eq!(row.sandboxes, 2);
     assert!(row.seconds > 10.0 && row.allocation_usd > 0.0, "{row:?}");
-    let abandoned = read_report(&dir);
+    let abandoned = read_report(dir);
     assert_eq!(abandoned.status, Status::Abandoned);
     assert!(abandoned.errors.iter().any(|e| e.contains("sandbench run --resume")), "{:?}", abandoned.errors);
     let markdown = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(markdown.contains("abandoned"), "{markdown}");
     // Reconciling again changes nothing.
-    assert!(sandbench::run::resume::reconcile(&provisioner, &ledger_path).await.is_empty());
-    // Its sandboxes are reaped (only this run's: other tests run beside this one).
-    let reaped = remove_run_sandboxes(&run_id).await;
+    assert!(sandbench::run::resume::reconcile(&provisioner, ledger_path).await.is_empty());
+    let reaped = remove_run_sandboxes(run_id).await;
     assert_eq!(reaped.len(), 2, "{reaped:?}");
-    drop(first);
+}
+
+/// One report, complete, with every trial of every metric exactly once per side.
+fn assert_every_trial_once(report: &Report) {
+    assert_eq!(report.status, Status::Completed, "errors: {:?}", report.errors);
+    assert!(report.complete());
+    for (name, side) in [("base", &report.base_side), ("head", &report.head_side)] {
+        for (metric, samples) in &side.metrics {
+            let trials: Vec<u32> = samples.iter().map(|s| s.trial).collect();
+            let distinct: BTreeSet<u32> = trials.iter().copied().collect();
+            assert_eq!(trials.len(), distinct.len(), "{name} {metric} counted a trial twice: {trials:?}");
+            if let Some(&expected) = report.expected.get(metric) {
+                assert_eq!(distinct, (0..expected).collect(), "{name} {metric}");
+            }
+        }
+    }
+}
+
+/// Only the missing slots ran again: base's first measure trial was kept, head's (cut) ran in
+/// the new head sandbox, whose untimed install is not counted; the cut trial's partial
+/// observations are not in the report.
+fn assert_only_missing_slots_ran(dir: &Path, run_id: &str, report: &Report) {
+    let sandbox = |role: &str| format!("sandbench-{run_id}-{role}");
+    let (started, done) = phases(dir);
+    let ran = |role: &str, phase: &str, trial: u32| started.contains(&(sandbox(role), phase.to_string(), trial));
+    assert!(!ran("base-r2", "measure", 0), "a completed trial ran again");
+    assert!(ran("head-r2", "measure", 0) && ran("base-r2", "measure", 1) && ran("head-r2", "measure", 1));
+    assert!(ran("head-r2", "prepare", 0) && ran("base-r2", "prepare", 0), "prepare runs in the new sandboxes");
+    // The trial completed before the kill completed once: it was not run again.
+    let mut completions: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for (sandbox_id, command) in &done {
+        let side = sandbench::run::resume::side_of(run_id, sandbox_id).unwrap();
+        *completions.entry((side.as_str().to_string(), command.clone())).or_default() += 1;
+    }
+    assert_eq!(completions[&("base".to_string(), "measure-0".to_string())], 1);
+    // Head's trial-0 samples are those of head-r2.
+    let resumed: BTreeMap<String, Option<f64>> = read_events(&dir.join("observations.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.sandbox == sandbox("head-r2"))
+        .filter_map(|e| match e.body {
+            StoredBody::Observation { command_id, metric, value, .. } if command_id == "measure-0" => {
+                Some((metric, value))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!resumed.is_empty());
+    for (metric, value) in &resumed {
+        let sample = report.head_side.metrics[metric].iter().find(|s| s.trial == 0).unwrap();
+        assert_eq!(sample.value, *value, "{metric}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_mid_measure_is_resumed_with_every_trial_once() {
+    let repo = support::demo_repo(|_| {});
+    let out = tempfile::tempdir().unwrap();
+    let ledger_path = out.path().join("ledger.sqlite");
+    let spec = repo.path().join("bench.toml");
+    let spec = spec.to_str().unwrap();
+    let out_arg = out.path().join("runs");
+    let out_arg = out_arg.to_str().unwrap();
+    let run_args = ["run", spec, "--base", "base", "--head", "base", "--trials", "2", "--out", out_arg];
+    let (dir, run_id) = kill_mid_measure(out.path(), out_arg, &run_args);
+    assert_abandoned_then_reaped(&dir, &run_id, &ledger_path).await;
 
     // A revision other than the run's is refused, naming both.
     let dir_arg = dir.to_str().unwrap();
@@ -187,55 +245,9 @@ async fn a_controller_killed_mid_measure_is_resumed_with_every_trial_once() {
     assert!(output.contains("resumed (attempt 2)"), "{output}");
     assert!(remove_run_sandboxes(&run_id).await.is_empty(), "the resumed run left sandboxes behind");
 
-    // One report, complete, with every trial of every metric exactly once per side.
     let report = read_report(&dir);
-    assert_eq!(report.status, Status::Completed, "errors: {:?}", report.errors);
-    assert!(report.complete());
-    for (name, side) in [("base", &report.base_side), ("head", &report.head_side)] {
-        for (metric, samples) in &side.metrics {
-            let trials: Vec<u32> = samples.iter().map(|s| s.trial).collect();
-            let distinct: BTreeSet<u32> = trials.iter().copied().collect();
-            assert_eq!(trials.len(), distinct.len(), "{name} {metric} counted a trial twice: {trials:?}");
-            if let Some(&expected) = report.expected.get(metric) {
-                assert_eq!(distinct, (0..expected).collect(), "{name} {metric}");
-            }
-        }
-    }
-    // Only the missing slots ran again: base's first measure trial was kept, head's (cut) ran
-    // in the new head sandbox, whose untimed install is not counted.
-    let (started, done) = phases(&dir);
-    let ran = |role: &str, phase: &str, trial: u32| started.contains(&(sandbox(role), phase.to_string(), trial));
-    assert!(!ran("base-r2", "measure", 0), "a completed trial ran again");
-    assert!(ran("head-r2", "measure", 0) && ran("base-r2", "measure", 1) && ran("head-r2", "measure", 1));
-    assert!(ran("head-r2", "prepare", 0) && ran("base-r2", "prepare", 0), "prepare runs in the new sandboxes");
-    // The trial completed before the kill completed once: it was not run again.
-    let mut completions: BTreeMap<(String, String), u32> = BTreeMap::new();
-    for (sandbox_id, command) in &done {
-        let side = sandbench::run::resume::side_of(&run_id, sandbox_id).unwrap();
-        *completions.entry((side.as_str().to_string(), command.clone())).or_default() += 1;
-    }
-    assert_eq!(completions[&("base".to_string(), "measure-0".to_string())], 1);
-    // The cut trial's partial observations are not in the report: head's trial-0 samples are
-    // those of head-r2.
-    let values_of = |role: &str, command: &str| -> BTreeMap<String, Option<f64>> {
-        read_events(&dir.join("observations.jsonl"))
-            .unwrap()
-            .into_iter()
-            .filter(|e| e.sandbox == sandbox(role))
-            .filter_map(|e| match e.body {
-                StoredBody::Observation { command_id, metric, value, .. } if command_id == command => {
-                    Some((metric, value))
-                }
-                _ => None,
-            })
-            .collect()
-    };
-    let resumed = values_of("head-r2", "measure-0");
-    assert!(!resumed.is_empty());
-    for (metric, value) in &resumed {
-        let sample = report.head_side.metrics[metric].iter().find(|s| s.trial == 0).unwrap();
-        assert_eq!(sample.value, *value, "{metric}");
-    }
+    assert_every_trial_once(&report);
+    assert_only_missing_slots_ran(&dir, &run_id, &report);
 
     // The ledger entry is brought to its final state, charged for all four sandboxes.
     let (row, _) = Ledger::open(&ledger_path).unwrap().run(&run_id).unwrap().unwrap();

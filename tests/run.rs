@@ -60,6 +60,35 @@ fn outcome(report: &sandbench::report::Report, key: &str) -> Outcome {
     report.comparisons.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no {key}")).comparison.outcome
 }
 
+/// The paired rule's headline: every one of the demo's 36 metrics and the CPU times of its
+/// install, starts and command (40) counted, none changed, no arrow anywhere; and the
+/// reference's layout: the CLI table first, then its sections in its order, each with values
+/// from this run — the transport benches and the UI interactions included.
+fn assert_reference_layout_with_no_change(markdown: &str) {
+    let overall = markdown.lines().find(|l| l.starts_with("**Overall: ")).unwrap_or_default();
+    let counts = overall
+        .strip_prefix("**Overall: 0 regressed · 0 improved · ")
+        .and_then(|rest| rest.strip_suffix(" inconclusive.**"))
+        .and_then(|rest| rest.split_once(" no change · "))
+        .and_then(|(same, unsure)| Some((same.parse::<usize>().ok()?, unsure.parse::<usize>().ok()?)));
+    let Some((same, unsure)) = counts else { panic!("unexpected headline {overall:?} in {markdown}") };
+    assert_eq!(same + unsure, 40, "{overall}");
+    assert!(!markdown.contains('↑') && !markdown.contains('↓'), "{markdown}");
+    let at = |needle: &str| markdown.find(needle).unwrap_or_else(|| panic!("no {needle} in {markdown}"));
+    assert!(at("| Cold startup |") < at("| Installation |") && at("| Installation |") < at("**Python runtime**"));
+    assert!(at("**Python runtime**") < at("**Session transport**"));
+    assert!(at("**Session transport**") < at("**UI interactions**"));
+    for (section, rows) in [("**Session transport**", 2), ("**UI interactions**", 17)] {
+        let table: Vec<&str> = markdown[at(section)..].lines().skip(4).take_while(|l| l.starts_with("| ")).collect();
+        assert_eq!(table.len(), rows, "{section}: {table:#?}");
+        for row in table {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            assert!(cells[1] != "—" && cells[2] != "—", "{section} has no value in {row}");
+        }
+    }
+    assert!(markdown.contains("| Full-history transfers per warm session switch | 1.00 transfers | 1.00 transfers |"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a_a_run_completes_with_no_change() {
     let (repo, base, _) = demo_repo(false);
@@ -104,32 +133,7 @@ async fn an_a_a_run_completes_with_no_change() {
     }
     let measured = report.conditions.iter().filter(|c| c.phase == "measure").count();
     assert_eq!(measured, 10, "{:?}", report.conditions);
-    // The paired rule's headline: every one of the demo's 36 metrics and the CPU times of its
-    // install, starts and command (40) counted, none changed, no arrow anywhere.
-    let overall = markdown.lines().find(|l| l.starts_with("**Overall: ")).unwrap_or_default();
-    let counts = overall
-        .strip_prefix("**Overall: 0 regressed · 0 improved · ")
-        .and_then(|rest| rest.strip_suffix(" inconclusive.**"))
-        .and_then(|rest| rest.split_once(" no change · "))
-        .and_then(|(same, unsure)| Some((same.parse::<usize>().ok()?, unsure.parse::<usize>().ok()?)));
-    let Some((same, unsure)) = counts else { panic!("unexpected headline {overall:?} in {markdown}") };
-    assert_eq!(same + unsure, 40, "{overall}");
-    assert!(!markdown.contains('↑') && !markdown.contains('↓'), "{markdown}");
-    // The reference's layout: the CLI table first, then its sections in its order, each with
-    // values from this run — the transport benches and the UI interactions included.
-    let at = |needle: &str| markdown.find(needle).unwrap_or_else(|| panic!("no {needle} in {markdown}"));
-    assert!(at("| Cold startup |") < at("| Installation |") && at("| Installation |") < at("**Python runtime**"));
-    assert!(at("**Python runtime**") < at("**Session transport**"));
-    assert!(at("**Session transport**") < at("**UI interactions**"));
-    for (section, rows) in [("**Session transport**", 2), ("**UI interactions**", 17)] {
-        let table: Vec<&str> = markdown[at(section)..].lines().skip(4).take_while(|l| l.starts_with("| ")).collect();
-        assert_eq!(table.len(), rows, "{section}: {table:#?}");
-        for row in table {
-            let cells: Vec<&str> = row.split(" | ").collect();
-            assert!(cells[1] != "—" && cells[2] != "—", "{section} has no value in {row}");
-        }
-    }
-    assert!(markdown.contains("| Full-history transfers per warm session switch | 1.00 transfers | 1.00 transfers |"));
+    assert_reference_layout_with_no_change(&markdown);
     // An A/A run writes a noise profile: an entry for every metric with at least 3 usable pairs
     // (the transport and UI ones among them; a CPU time under one clock tick is not usable).
     // With 5 pairs it is too short to calibrate floors.

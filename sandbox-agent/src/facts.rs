@@ -74,4 +74,13 @@ mod tests {
         assert_eq!(field(os, "PRETTY_NAME", '=').as_deref(), Some("\"Debian GNU/Linux 12 (bookworm)\""));
         assert_eq!(field("NAME=x\n", "PRETTY_NAME", '='), None);
     }
+
+    #[test]
+    fn reads_the_real_proc_files() {
+        let facts = collect();
+        assert!(facts.memory_bytes > 0, "{facts:?}");
+        assert!(!facts.kernel.is_empty(), "{facts:?}");
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        assert_eq!(!facts.cpu_model.is_empty(), cpuinfo.contains("model name"), "{facts:?}");
+    }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use sandbench_proto::plan::phase;
 use sandbench_proto::v1::{Command, RunPhase, command};
 
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
@@ -243,7 +244,7 @@ impl Bench {
             async move {
                 let command = Command {
                     command_id: format!("{id}-stream"),
-                    body: Some(command::Body::RunPhase(RunPhase { phase: "synthetic".into(), trial: 0, plan })),
+                    body: Some(command::Body::RunPhase(RunPhase { phase: phase::SYNTHETIC.into(), trial: 0, plan })),
                 };
                 let begun = Instant::now();
                 hub.send(&id, command.clone()).await?;

@@ -24,6 +24,9 @@ pub mod phase {
     pub const ALL: [&str; 6] = [PREPARE, INSTALL, MEASURE, RUNTIME, TRANSPORT, UI];
     /// The timed phases, in order.
     pub const TIMED: [&str; 5] = [INSTALL, MEASURE, RUNTIME, TRANSPORT, UI];
+    /// The agent's test phase, no spec's: it streams a number of observations for the delivery
+    /// path's tests and benchmark (`sandbench bench`), so it is in neither list above.
+    pub const SYNTHETIC: &str = "synthetic";
 }
 
 /// The user that builds (prepare), and where the source goes.

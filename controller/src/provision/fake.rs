@@ -112,7 +112,7 @@ impl Script {
                     Some(other) => other,
                     None => "",
                 };
-                let once = name == phase::PREPARE || key == "disk";
+                let once = name == phase::PREPARE || key == sandbench_proto::metric::DISK;
                 let metric = ScriptMetric {
                     key: key.clone(),
                     unit: unit.to_string(),

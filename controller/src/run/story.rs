@@ -84,7 +84,7 @@ fn verdicts(report: &Report) -> Vec<String> {
 fn names(report: &Report, keys: &[&str]) -> String {
     let title = |key: &str| -> String {
         let def = |k: &str| report.metrics.iter().find(|m| m.key == k).map(|m| m.title.clone());
-        match (def(key), key.strip_suffix(".cpu").and_then(def)) {
+        match (def(key), key.strip_suffix(sandbench_proto::metric::companion::CPU).and_then(def)) {
             (Some(title), _) => title,
             (None, Some(wall)) => format!("{wall} (CPU)"),
             (None, None) => key.to_string(),

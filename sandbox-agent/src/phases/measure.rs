@@ -55,6 +55,8 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
     result.and(cleanup)
 }
 
+/// The startup measurement: the cold start, the memory after it settles, the step between, then
+/// the warm start. `cold_ok` says whether the cold start was ready.
 fn startups(
     ctx: &PhaseContext,
     plan: &AgentPlan,
@@ -73,14 +75,26 @@ fn startups(
         user: Some((user.uid, user.gid)),
     };
     let timeout = Duration::from_secs_f64(startup.timeout_s);
+    let Some(term) = cold_start(ctx, &launch, user, trial, timeout) else { return Ok(()) };
+    *cold_ok = true;
+    if !settled_memory(ctx, plan, term, user, trial) {
+        return Ok(());
+    }
+    if let Some(between) = &plan.measure.between {
+        common::run_step(ctx, between, user, &workdir, &plan.env)?.success("the step between cold and warm")?;
+    }
+    warm_start(ctx, plan, &launch, user, trial, timeout)
+}
 
-    // Cold.
+/// The cold start: its time to ready (metric `cold`) and what the user's processes used meanwhile.
+/// Returns the terminal once ready; on failure records the error, closes it and returns `None`.
+fn cold_start(ctx: &PhaseContext, launch: &Launch, user: &User, trial: u32, timeout: Duration) -> Option<Terminal> {
     let before = usage::live(Path::new("/proc"), user.uid);
-    let mut term = match Terminal::spawn(&launch) {
+    let mut term = match Terminal::spawn(launch) {
         Ok(term) => term,
         Err(err) => {
             ctx.error(sandbench_proto::metric::COLD, trial, &err, "s");
-            return Ok(());
+            return None;
         }
     };
     match readiness::ready(&mut term, timeout) {
@@ -88,18 +102,23 @@ fn startups(
             let used = usage::live(Path::new("/proc"), user.uid).since(&before);
             ctx.value(sandbench_proto::metric::COLD, trial, elapsed.as_secs_f64(), "s");
             common::record_usage(ctx, sandbench_proto::metric::COLD, trial, &used);
-            *cold_ok = true;
+            Some(term)
         }
         Err(err) => {
             ctx.error(sandbench_proto::metric::COLD, trial, &err, "s");
             close(ctx, term, &format!("cold-{trial}"));
-            return Ok(());
+            None
         }
     }
+}
+
+/// Lets the cold start settle, then samples the memory of the user's processes (`rss`, `pss`)
+/// and closes the terminal. False when it did not settle (an `rss` error: no warm start).
+fn settled_memory(ctx: &PhaseContext, plan: &AgentPlan, mut term: Terminal, user: &User, trial: u32) -> bool {
     if let Err(err) = term.settle(Duration::from_secs_f64(plan.measure.settle_s)) {
         ctx.error(sandbench_proto::metric::RSS, trial, &err, "bytes");
         close(ctx, term, &format!("cold-{trial}"));
-        return Ok(());
+        return false;
     }
     let sample = memory::sample(Path::new("/proc"), user.uid);
     if sample.processes.is_empty() {
@@ -117,13 +136,21 @@ fn startups(
         ctx.file(&format!("memory-{trial}.json"), &serde_json::to_vec_pretty(&sample).unwrap_or_default());
     }
     close(ctx, term, &format!("cold-{trial}"));
-    if let Some(between) = &plan.measure.between {
-        common::run_step(ctx, between, user, &workdir, &plan.env)?.success("the step between cold and warm")?;
-    }
+    true
+}
 
-    // Warm (the cold start's daemons may still run: what they used before counts out).
+/// The warm start (metric `warm`; the cold start's daemons may still run: what they used before
+/// counts out), then its settle: a warm start that does not settle fails the phase.
+fn warm_start(
+    ctx: &PhaseContext,
+    plan: &AgentPlan,
+    launch: &Launch,
+    user: &User,
+    trial: u32,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let before = usage::live(Path::new("/proc"), user.uid);
-    let mut term = match Terminal::spawn(&launch) {
+    let mut term = match Terminal::spawn(launch) {
         Ok(term) => term,
         Err(err) => {
             ctx.error(sandbench_proto::metric::WARM, trial, &err, "s");

@@ -11,17 +11,40 @@ use sha2::{Digest, Sha256};
 use super::common::{self, AgentState};
 use crate::commands::PhaseContext;
 use crate::safefs;
-use crate::users::chown_tree;
+use crate::users::{User, chown_tree};
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
     let builder = common::accounts().ensure(BUILDER_USER, BUILDER_UID)?;
     let source = PathBuf::from(SOURCE_DIR);
     std::fs::create_dir_all(&source)?;
     chown_tree(&source, builder.uid, builder.gid)?;
+    fetch_source(ctx, &plan.source, &builder, &source)?;
+    for step in &plan.prepare.commands {
+        ctx.note(&format!("$ {}", step.run));
+        common::run_step(ctx, step, &builder, &source, &Default::default())?.success(&format!("`{}`", step.run))?;
+    }
+    ctx.file("facts.json", &serde_json::to_vec_pretty(&tool_versions(&builder, &source)).unwrap_or_default());
+    if plan.prepare.artifacts.is_empty() {
+        return Ok(());
+    }
+    let release_dir = release_artifacts(ctx, plan, &builder, &source)?;
+    let mut state = AgentState::load(&ctx.state_dir)?;
+    if let Some(port) = plan.prepare.origin_port {
+        common::serve_origin(release_dir.clone(), port)?;
+        ctx.note(&format!("serving {} on http://127.0.0.1:{port}/", release_dir.display()));
+    }
+    state.release_dir = Some(release_dir);
+    state.origin_port = plan.prepare.origin_port;
+    state.save(&ctx.state_dir)
+}
+
+/// The source at its commit in `source`, as `builder`: an uploaded archive must be there, a git
+/// commit is fetched and checked out (and must be what `HEAD` resolves to).
+fn fetch_source(ctx: &PhaseContext, from: &Source, builder: &User, source: &Path) -> anyhow::Result<()> {
     let no_env = Default::default();
-    match &plan.source {
+    match from {
         Source::Archive { commit } => {
-            let empty = std::fs::read_dir(&source)?.next().is_none();
+            let empty = std::fs::read_dir(source)?.next().is_none();
             if empty {
                 bail!("the source of {commit} was not uploaded into {SOURCE_DIR}");
             }
@@ -36,26 +59,24 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
                 timeout_s: 600.0,
                 env: Default::default(),
             };
-            common::run_step(ctx, &fetch, &builder, &source, &no_env)?.success("fetching the source")?;
+            common::run_step(ctx, &fetch, builder, source, &no_env)?.success("fetching the source")?;
             let head = Step { run: "git rev-parse HEAD".into(), cwd: None, timeout_s: 30.0, env: Default::default() };
-            let head = common::run_step(ctx, &head, &builder, &source, &no_env)?.success("git rev-parse")?;
+            let head = common::run_step(ctx, &head, builder, source, &no_env)?.success("git rev-parse")?;
             if head.output_text().trim() != commit {
                 bail!("Checkout did not resolve to the requested commit ({commit}, got {})", head.output_text().trim());
             }
         }
         Source::None => {}
     }
-    for step in &plan.prepare.commands {
-        ctx.note(&format!("$ {}", step.run));
-        common::run_step(ctx, step, &builder, &source, &no_env)?.success(&format!("`{}`", step.run))?;
-    }
-    ctx.file("facts.json", &serde_json::to_vec_pretty(&tool_versions(&builder, &source)).unwrap_or_default());
-    if plan.prepare.artifacts.is_empty() {
-        return Ok(());
-    }
+    Ok(())
+}
+
+/// The release artifacts the patterns match under `source`: their total size (metric `bundle`)
+/// and their `SHA256SUMS`, written into the release folder, which is returned.
+fn release_artifacts(ctx: &PhaseContext, plan: &AgentPlan, builder: &User, source: &Path) -> anyhow::Result<PathBuf> {
     let mut artifacts = Vec::new();
     for pattern in &plan.prepare.artifacts {
-        let found = glob_paths(&source, pattern)?;
+        let found = glob_paths(source, pattern)?;
         if found.is_empty() {
             bail!("no release artifact matches {pattern:?} in {SOURCE_DIR}");
         }
@@ -69,11 +90,11 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
     };
     // The builder made everything below the source folder: root reads and writes there through
     // no link it may have planted.
-    let base = safefs::open_dir(&source).with_context(|| format!("cannot open {SOURCE_DIR}"))?;
+    let base = safefs::open_dir(source).with_context(|| format!("cannot open {SOURCE_DIR}"))?;
     let mut sums = String::new();
     let mut total = 0u64;
     for path in &artifacts {
-        let relative = path.strip_prefix(&source).context("an artifact outside the source folder")?;
+        let relative = path.strip_prefix(source).context("an artifact outside the source folder")?;
         let bytes = safefs::read_beneath(&base, relative)
             .with_context(|| format!("cannot read the artifact {}", path.display()))?;
         total += bytes.len() as u64;
@@ -81,23 +102,16 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
         sums.push_str(&sha256sums_line(&bytes, &name));
         ctx.note(&format!("artifact {} ({} bytes)", path.display(), bytes.len()));
     }
-    let sums_path = release_dir.strip_prefix(&source).context("a release folder outside the source folder")?;
+    let sums_path = release_dir.strip_prefix(source).context("a release folder outside the source folder")?;
     let owner = Some((builder.uid, builder.gid));
     safefs::write_beneath(&base, &sums_path.join("SHA256SUMS"), sums.as_bytes(), owner)
         .context("cannot write SHA256SUMS")?;
     ctx.value(sandbench_proto::metric::BUNDLE, 0, total as f64, "bytes");
-    let mut state = AgentState::load(&ctx.state_dir)?;
-    if let Some(port) = plan.prepare.origin_port {
-        common::serve_origin(release_dir.clone(), port)?;
-        ctx.note(&format!("serving {} on http://127.0.0.1:{port}/", release_dir.display()));
-    }
-    state.release_dir = Some(release_dir);
-    state.origin_port = plan.prepare.origin_port;
-    state.save(&ctx.state_dir)
+    Ok(release_dir)
 }
 
 /// Versions of the tools a build usually depends on, for the report's runtime facts.
-fn tool_versions(builder: &crate::users::User, dir: &Path) -> std::collections::BTreeMap<String, String> {
+fn tool_versions(builder: &User, dir: &Path) -> std::collections::BTreeMap<String, String> {
     let mut facts = std::collections::BTreeMap::new();
     for (name, run) in [
         ("node", "node --version"),

@@ -207,6 +207,8 @@ fn timed_runs(
 /// `throughput`.
 const SCRIPT_PREFIX: &str = "script.";
 
+/// A script, as `user` in its folder (relative to `base`): the metrics its `RESULT` lines
+/// report, its companions, and an error on each declared metric it failed to report.
 fn run_script(
     ctx: &PhaseContext,
     plan: &AgentPlan,
@@ -223,37 +225,11 @@ fn run_script(
         user: Some((user.uid, user.gid)),
         timeout: Duration::from_secs_f64(step.timeout_s),
     };
-    let mut pending = Vec::new();
-    let mut reported: Vec<(String, f64)> = Vec::new();
-    let mut invalid: Option<String> = None;
-    let mut stdout_partial = Vec::new();
+    let mut results = ScriptResults::default();
     let result = command::run(&shell, &mut |stream, chunk| {
         ctx.log(stream, chunk);
-        if stream != LogStream::Stdout {
-            return;
-        }
-        stdout_partial.extend_from_slice(chunk);
-        while let Some(end) = stdout_partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = stdout_partial.drain(..=end).collect();
-            pending.push(line);
-        }
-        for line in pending.drain(..) {
-            let line = String::from_utf8_lossy(&line);
-            let parsed = match (&script.value_field, script.metrics.first()) {
-                // The reference's benches: the first RESULT line's field is the one metric.
-                (Some(field), Some(metric)) if reported.is_empty() && invalid.is_none() => {
-                    script::parse_value_line(&line, field).map(|v| v.map(|v| vec![(metric.clone(), v)]))
-                }
-                (Some(_), _) => None,
-                (None, _) => script::parse_line(&line),
-            };
-            match parsed {
-                None => {}
-                Some(Ok(metrics)) => reported.extend(metrics),
-                Some(Err(why)) => {
-                    invalid.get_or_insert(why);
-                }
-            }
+        if stream == LogStream::Stdout {
+            results.feed(script, chunk);
         }
     });
     let mut used = None;
@@ -267,9 +243,61 @@ fn run_script(
         })
     }) {
         Err(err) => Some(err),
-        Ok(_) => invalid.map(|why| anyhow!("invalid RESULT line: {why}")),
+        Ok(_) => results.invalid.map(|why| anyhow!("invalid RESULT line: {why}")),
     };
-    for (name, value) in &reported {
+    record_script(ctx, trial, script, &results.reported, failure, used)
+}
+
+/// What a script's stdout reported so far: the metrics of its `RESULT` lines, why the first
+/// invalid one is, and the start of a line not yet ended.
+#[derive(Default)]
+struct ScriptResults {
+    partial: Vec<u8>,
+    reported: Vec<(String, f64)>,
+    invalid: Option<String>,
+}
+
+impl ScriptResults {
+    /// Takes a chunk of the script's stdout and parses each line it ends.
+    fn feed(&mut self, script: &Script, chunk: &[u8]) {
+        self.partial.extend_from_slice(chunk);
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            self.line(script, &String::from_utf8_lossy(&line));
+        }
+    }
+
+    /// One line of stdout: a `RESULT` line adds its metrics, or says why it is invalid.
+    fn line(&mut self, script: &Script, line: &str) {
+        let parsed = match (&script.value_field, script.metrics.first()) {
+            // The reference's benches: the first RESULT line's field is the one metric.
+            (Some(field), Some(metric)) if self.reported.is_empty() && self.invalid.is_none() => {
+                script::parse_value_line(line, field).map(|v| v.map(|v| vec![(metric.clone(), v)]))
+            }
+            (Some(_), _) => None,
+            (None, _) => script::parse_line(line),
+        };
+        match parsed {
+            None => {}
+            Some(Ok(metrics)) => self.reported.extend(metrics),
+            Some(Err(why)) => {
+                self.invalid.get_or_insert(why);
+            }
+        }
+    }
+}
+
+/// Sends a script's reported values and companions, or `failure` on each of its metrics (and
+/// an error on each it did not report); a metric the spec does not declare fails it.
+fn record_script(
+    ctx: &PhaseContext,
+    trial: u32,
+    script: &Script,
+    reported: &[(String, f64)],
+    failure: Option<anyhow::Error>,
+    used: Option<Usage>,
+) -> anyhow::Result<()> {
+    for (name, value) in reported {
         if !script.metrics.contains(name) {
             let err = anyhow!("script {} reported {name}, which the spec does not declare", script.name);
             return Err(err);

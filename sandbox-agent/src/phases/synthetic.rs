@@ -5,12 +5,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use sandbench_proto::plan::phase;
 use sandbench_proto::v1::{Observation, event, observation};
 use serde::Deserialize;
 
 use crate::commands::PhaseContext;
 
-pub const NAME: &str = "synthetic";
+pub const NAME: &str = phase::SYNTHETIC;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,8 +24,9 @@ struct Plan {
     rate_per_s: Option<f64>,
 }
 
+/// The observations' metric unless the plan names one: the phase's name.
 fn default_metric() -> String {
-    "synthetic".to_string()
+    phase::SYNTHETIC.to_string()
 }
 
 pub fn run(ctx: &PhaseContext) -> anyhow::Result<()> {

@@ -350,7 +350,7 @@ fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Res
 
 /// `sandbench check`: the plan, or every error in the spec (exit 2).
 fn check(spec: &Path) -> anyhow::Result<ExitCode> {
-    match crate::spec::load(spec) {
+    match crate::spec::load(spec).and_then(|plan| crate::spec::check_remote(spec, &plan).map(|()| plan)) {
         Ok(plan) => {
             print!("{}", crate::sanitize::terminal(&crate::spec::describe(&plan)));
             Ok(ExitCode::SUCCESS)

@@ -286,6 +286,66 @@ pub fn load(path: &Path) -> Result<Plan, SpecErrors> {
     parse(path, &text)
 }
 
+/// How long `check` waits for a git URL's repository to answer.
+const REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `check`'s look beyond the file: a `source.url` must name a repository git can list from this
+/// machine (`git ls-remote`, no prompt, bounded in time). Not part of [`parse`], which touches
+/// no network. A local repository is checked by [`parse`] itself.
+pub fn check_remote(path: &Path, plan: &Plan) -> Result<(), SpecErrors> {
+    let SourceSettings::Url { url } = &plan.source else { return Ok(()) };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let line = text.lines().position(|l| l.trim_start().starts_with("url")).map_or(0, |i| i + 1);
+    let why = match remote_answers(url) {
+        Ok(()) => return Ok(()),
+        Err(why) => why,
+    };
+    Err(SpecErrors(vec![SpecError {
+        file: path.into(),
+        line,
+        field: "source.url".into(),
+        message: format!("{url} is not a repository git can reach from here: {why}"),
+    }]))
+}
+
+fn remote_answers(url: &str) -> Result<(), String> {
+    let mut child = std::process::Command::new("git")
+        .args(["ls-remote", "--quiet", "--exit-code", "--", url, "HEAD"])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    let deadline = std::time::Instant::now() + REMOTE_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer within {} s", REMOTE_TIMEOUT.as_secs()));
+            }
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        use std::io::Read;
+        let _ = pipe.by_ref().take(4096).read_to_string(&mut stderr);
+    }
+    let first = stderr.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("").to_string();
+    Err(if first.is_empty() {
+        format!("git ls-remote {status}")
+    } else {
+        crate::sanitize::bounded(&first, 300).into_owned()
+    })
+}
+
 /// Validates spec text; `path` names the file in errors and anchors relative paths.
 pub fn parse(path: &Path, text: &str) -> Result<Plan, SpecErrors> {
     let mut v = Validator { file: path.to_path_buf(), text, errors: Vec::new() };

@@ -598,3 +598,31 @@ fn the_output_kept_per_command_is_the_specs_within_bounds() {
     }
     assert!(super::describe(&plan).contains("GB disk (not enforced)"), "{}", super::describe(&plan));
 }
+
+#[test]
+fn check_asks_git_whether_a_url_names_a_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap().status.success();
+        assert!(ok, "git {args:?}");
+    };
+    std::fs::create_dir(&repo).unwrap();
+    git(&["init", "-q"]);
+    git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"]);
+    let spec_path = dir.path().join("bench.toml");
+    let spec = |url: &str| {
+        MINIMAL.replace("[install]", &format!("[sandbox]\nnetwork = true\n[source]\nurl = \"{url}\"\n[install]"))
+    };
+    let url = format!("file://{}", repo.display());
+    std::fs::write(&spec_path, spec(&url)).unwrap();
+    let plan = parse(&spec_path, &spec(&url)).unwrap();
+    check_remote(&spec_path, &plan).unwrap();
+    let missing = format!("file://{}", dir.path().join("nope").display());
+    std::fs::write(&spec_path, spec(&missing)).unwrap();
+    let plan = parse(&spec_path, &spec(&missing)).unwrap();
+    let err = check_remote(&spec_path, &plan).unwrap_err().to_string();
+    let want =
+        format!("{}:6: source.url: {missing} is not a repository git can reach from here: ", spec_path.display());
+    assert!(err.contains(&want) && err.contains("does not appear to be a git repository"), "{err}");
+}

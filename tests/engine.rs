@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rustix::process::{Pid, Signal, kill_process};
 use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::{Report, Status};
 
@@ -113,9 +114,10 @@ impl PrivateEngine {
     /// SIGTERM to dockerd, and waits for it to exit.
     fn stop(&mut self) {
         let Some(mut child) = self.daemon.take() else { return };
-        let pid = child.id() as i32;
-        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        // The child is not reaped yet: its pid is still its own.
+        if let Some(pid) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {
+            let _ = kill_process(pid, Signal::TERM);
+        }
         let begun = Instant::now();
         while child.try_wait().ok().flatten().is_none() {
             if begun.elapsed() > Duration::from_secs(30) {
@@ -166,8 +168,9 @@ impl Drop for PrivateEngine {
         }
         self.stop();
         for pid in self.leftover_processes() {
-            // SAFETY: kill(2) on processes of the engine this test started.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            if let Some(pid) = Pid::from_raw(pid) {
+                let _ = kill_process(pid, Signal::KILL);
+            }
         }
         std::thread::sleep(Duration::from_millis(300));
         let needle = self.dir.display().to_string();

@@ -786,9 +786,7 @@ pub fn engine_started_at() -> Option<jiff::Timestamp> {
     }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let boot = std::fs::read_to_string("/proc/stat").ok()?;
-    // SAFETY: sysconf takes a plain constant.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    process_started_at(&stat, &boot, u64::try_from(ticks).ok()?)
+    process_started_at(&stat, &boot, rustix::param::clock_ticks_per_second())
 }
 
 /// Whether `DOCKER_HOST` names the default local engine (the one the default pid file is of).

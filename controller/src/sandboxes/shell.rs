@@ -6,11 +6,14 @@
 //! remote side ends. Keys are read on a thread of its own that polls the terminal and a wake-up
 //! pipe, so it stops at once without reading (and swallowing) a key typed after the end.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures_util::StreamExt;
+use rustix::event::{PollFd, PollFlags, poll};
+use rustix::io::Errno;
+use rustix::termios::{OptionalActions, Termios, isatty, tcgetattr, tcgetwinsize, tcsetattr};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
@@ -132,15 +135,14 @@ async fn exit_code(provisioner: &DockerProvisioner, exec_id: &str) -> anyhow::Re
     Ok(code)
 }
 
+/// The local terminal's size (rows, columns): of stdout, else stdin, else stderr.
 fn terminal_size() -> Option<(u16, u16)> {
-    for fd in [1, 0, 2] {
-        // SAFETY: TIOCGWINSZ fills a winsize struct for a valid fd (an error otherwise).
-        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-        if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_row > 0 && ws.ws_col > 0 {
-            return Some((ws.ws_row, ws.ws_col));
-        }
-    }
-    None
+    let sizes = [
+        tcgetwinsize(std::io::stdout().as_fd()),
+        tcgetwinsize(std::io::stdin().as_fd()),
+        tcgetwinsize(std::io::stderr().as_fd()),
+    ];
+    sizes.into_iter().flatten().find(|ws| ws.ws_row > 0 && ws.ws_col > 0).map(|ws| (ws.ws_row, ws.ws_col))
 }
 
 /// Keys typed here, read on a thread of their own until [`Stop::stop`].
@@ -167,12 +169,7 @@ impl Stop {
 
 impl KeyReader {
     fn start() -> std::io::Result<KeyReader> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two fds on success; each is owned exactly once below.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let (wake_read, wake_write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (wake_read, wake_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let (tx, receiver) = mpsc::channel(64);
         let thread = std::thread::Builder::new().name("keys".into()).spawn(move || read_keys(&wake_read, &tx))?;
         Ok(KeyReader { receiver, stop: Stop { wake: Some(wake_write), thread: Some(thread) } })
@@ -182,36 +179,30 @@ impl KeyReader {
 /// Reads stdin while it has bytes and `wake` is open. At end of input (stdin not a terminal),
 /// sends Ctrl-D, which the remote terminal reads as end of input.
 fn read_keys(wake: &OwnedFd, tx: &mpsc::Sender<Vec<u8>>) {
+    let stdin = std::io::stdin();
     let mut buf = [0u8; 4096];
     loop {
-        let mut fds = [
-            libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        ];
-        // SAFETY: polls two valid fds described by a stack array of the length passed.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
+        let mut fds = [PollFd::new(&stdin, PollFlags::IN), PollFd::new(wake, PollFlags::IN)];
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(Errno::INTR) => continue,
+            Err(_) => return,
+        }
+        if !fds[1].revents().is_empty() {
             return;
         }
-        if fds[1].revents != 0 {
-            return;
-        }
-        if fds[0].revents == 0 {
+        if fds[0].revents().is_empty() {
             continue;
         }
-        // SAFETY: reads into a stack buffer of the length passed.
-        let got = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-        let bytes = match got {
-            n if n > 0 => buf[..n as usize].to_vec(),
-            0 => {
+        // Straight from fd 0: std's buffered stdin could keep bytes past a poll.
+        let bytes = match rustix::io::read(&stdin, &mut buf) {
+            Ok(0) => {
                 let _ = tx.blocking_send(vec![0x04]);
                 return;
             }
-            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => continue,
-            _ => return,
+            Ok(n) => buf[..n].to_vec(),
+            Err(Errno::INTR) => continue,
+            Err(_) => return,
         };
         if tx.blocking_send(bytes).is_err() {
             return;
@@ -220,34 +211,26 @@ fn read_keys(wake: &OwnedFd, tx: &mpsc::Sender<Vec<u8>>) {
 }
 
 /// The local terminal in raw mode for the lifetime of this value (when stdin is a terminal).
-struct RawMode(Option<libc::termios>);
+struct RawMode(Option<Termios>);
 
 impl RawMode {
     fn enter() -> RawMode {
-        // SAFETY: termios calls on fd 0; the saved state is restored on drop.
-        unsafe {
-            if libc::isatty(0) != 1 {
-                return RawMode(None);
-            }
-            let mut saved: libc::termios = std::mem::zeroed();
-            if libc::tcgetattr(0, &mut saved) != 0 {
-                return RawMode(None);
-            }
-            let mut raw = saved;
-            libc::cfmakeraw(&mut raw);
-            libc::tcsetattr(0, libc::TCSANOW, &raw);
-            RawMode(Some(saved))
+        let stdin = std::io::stdin();
+        if !isatty(&stdin) {
+            return RawMode(None);
         }
+        let Ok(saved) = tcgetattr(&stdin) else { return RawMode(None) };
+        let mut raw = saved.clone();
+        raw.make_raw();
+        let _ = tcsetattr(&stdin, OptionalActions::Now, &raw);
+        RawMode(Some(saved))
     }
 }
 
 impl Drop for RawMode {
     fn drop(&mut self) {
-        if let Some(saved) = self.0 {
-            // SAFETY: restores the state saved by `enter`.
-            unsafe {
-                libc::tcsetattr(0, libc::TCSANOW, &saved);
-            }
+        if let Some(saved) = &self.0 {
+            let _ = tcsetattr(std::io::stdin(), OptionalActions::Now, saved);
         }
     }
 }

@@ -568,6 +568,20 @@ impl DockerProvisioner {
         match self.docker.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            // Another remover got there first (`sandbench rm` beside a debug session's own
+            // teardown): done once that removal is.
+            Err(cause @ bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
+                if cause.to_string().contains("already in progress") =>
+            {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while std::time::Instant::now() < deadline {
+                    if !self.exists(name).await {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(ProvisionError::Remove { name: name.to_string(), cause })
+            }
             Err(cause) => Err(ProvisionError::Remove { name: name.to_string(), cause }),
         }
     }

@@ -473,6 +473,23 @@ async fn root_in_a_sandbox_cannot_write_its_socket_folder_on_the_host() {
     .await;
 }
 
+/// Two removers of one sandbox at once (`sandbench rm` beside a debug session's teardown): both
+/// succeed, whichever the engine served first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_removed_twice_at_once_is_removed_without_error() {
+    with_harness("rmtwice", HubConfig::default(), |h| async move {
+        for round in 0..3 {
+            let live = h.launch(h.request(&format!("r{round}"), SCRATCH_IMAGE, AgentShipping::Bind)).await;
+            let id = live.sandbox.id.as_str();
+            let (a, b) = tokio::join!(h.provisioner.remove(id), h.provisioner.remove(id));
+            assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+            assert!(!h.provisioner.exists(id).await);
+            h.teardown(&live.sandbox).await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_missing_image_that_cannot_be_pulled_says_what_to_do() {
     let provisioner = sandbench::provision::DockerProvisioner::connect(1).await.expect("a Docker engine");

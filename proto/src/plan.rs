@@ -317,7 +317,8 @@ pub enum ScenarioStep {
         text: String,
         #[serde(default)]
         metric: Option<String>,
-        /// Only a frame drawn after the last keystrokes counts.
+        /// `text` must be drawn after the last keystrokes: it is looked for in the output since
+        /// then (replayed onto a blank screen), not on the screen, where it may be from before.
         #[serde(default)]
         fresh: bool,
         /// `text` must appear more often than it did when the last keystrokes were sent.

@@ -221,7 +221,7 @@ pub struct RawStep {
     /// `retry`: how many attempts, and the steps of one attempt.
     pub attempts: Option<Spanned<i64>>,
     pub steps: Option<Vec<Spanned<RawStep>>>,
-    /// `wait_for`: a frame drawn after the last keys; more occurrences than then; a regex
+    /// `wait_for`: text drawn after the last keys; more occurrences than then; a regex
     /// instead of text, with a captured count that must reach `at_least` and hold `stable_s`.
     pub fresh: Option<bool>,
     pub more: Option<bool>,

@@ -208,7 +208,7 @@ pub struct RawStep {
     pub send: Option<toml::Value>,
     pub repeat: Option<Spanned<i64>>,
     pub aggregate: Option<Spanned<String>>,
-    pub expect: Option<toml::Table>,
+    pub expect: Option<Spanned<toml::Table>>,
     pub output_bytes: Option<Spanned<i64>>,
     pub marker: Option<String>,
     pub interrupt: Option<toml::Table>,

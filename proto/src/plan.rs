@@ -320,7 +320,8 @@ pub enum ScenarioStep {
         text: String,
         #[serde(default)]
         metric: Option<String>,
-        /// Only a frame drawn after the last keystrokes counts.
+        /// `text` must be drawn after the last keystrokes: it is looked for in the output since
+        /// then (replayed onto a blank screen), not on the screen, where it may be from before.
         #[serde(default)]
         fresh: bool,
         /// `text` must appear more often than it did when the last keystrokes were sent.
@@ -346,9 +347,10 @@ pub enum ScenarioStep {
     /// Run `steps` again, up to `attempts` times in all, until they all succeed.
     Retry { attempts: u32, steps: Vec<ScenarioStep> },
     /// Opens a timed window: at `stop_timer`, `metric` gets the wall time and `cpu_metric` the CPU
-    /// seconds the user's live processes gained (never negative: exited children take theirs
-    /// with them); either may be left out. `from_spawn` starts the window when the child was
-    /// spawned.
+    /// seconds the user's live processes gained, each process read from its CPU-time clock
+    /// (nanoseconds, its exited threads included), never negative: processes that exited take
+    /// theirs with them. Either may be left out. `from_spawn` starts the window when the child
+    /// was spawned.
     StartTimer {
         #[serde(default)]
         metric: Option<String>,

@@ -11,7 +11,7 @@ use toml::Spanned;
 
 use super::Plan;
 use super::raw::{RawScenario, RawStep};
-use super::validate::{Validator, json, json_map};
+use super::validate::{Validator, json};
 
 /// Largest total size of the harness files (they travel in every phase command's plan).
 const MAX_HARNESS_BYTES: usize = 1024 * 1024;
@@ -202,11 +202,11 @@ impl Validator<'_> {
                 600.0,
                 120.0,
             ),
-            hello: json_map(s.hello.as_ref()),
+            hello: self.expectations(s.hello.as_ref(), raw.span().start, &format!("{field}.hello")),
             envelope,
-            reply: json_map(s.reply.as_ref()),
+            reply: self.expectations(s.reply.as_ref(), raw.span().start, &format!("{field}.reply")),
             id_field: s.id_field.clone().unwrap_or_else(|| "id".into()),
-            unwrap_when: json_map(s.unwrap_when.as_ref()),
+            unwrap_when: self.expectations(s.unwrap_when.as_ref(), raw.span().start, &format!("{field}.unwrap_when")),
             unwrap_field: s.unwrap_field.clone(),
             max_line_bytes: self.count(&s.max_line_bytes, &format!("{field}.max_line_bytes"), 1024, 64 << 20, 2_000_000)
                 as u64,
@@ -259,7 +259,7 @@ impl Validator<'_> {
                     );
                     return Some(None);
                 };
-                Some(ScenarioStep::Collect { tag: tag.get_ref().clone(), expect: json_map(r.expect.as_ref()) })
+                Some(ScenarioStep::Collect { tag: tag.get_ref().clone(), expect: self.step_expect(r, field) })
             }
             _ => return None,
         };
@@ -598,6 +598,59 @@ value_field = "value"
         for want in expected {
             assert!(got.iter().any(|e| e.starts_with(want)), "missing {want:?} in {got:#?}");
         }
+    }
+
+    #[test]
+    fn reply_checks_are_checked_with_file_line_and_field() {
+        let socket = r#"
+[[ui.scenario]]
+name = "s"
+channel = "socket"
+command = ["d"]
+  [ui.scenario.socket]
+  path = "/tmp/d.sock"
+  hello = { type = "hello", name = { matches = "[" } }
+  [[ui.scenario.step]]
+  kind = "request"
+  send = { type = "list" }
+  expect = { success = true, "/data/items/*/id" = { set = ["a", "b", "a"] } }
+  [[ui.scenario.step]]
+  kind = "send"
+  send = { type = "scan" }
+  tag = "scan"
+  [[ui.scenario.step]]
+  kind = "collect"
+  tag = "scan"
+  [ui.scenario.step.expect]
+  success = true
+  "/data/items/*" = { set = [
+    { id = "a", name = "x" },
+    { id = "b", name = { not = { set = [1] } } },
+  ] }
+"#;
+        let got = errors(socket);
+        let expected = [
+            "bench.toml:11: ui.scenario[0].socket.hello.name: not a valid regular expression \"[\"",
+            "bench.toml:15: ui.scenario[0].step[0].expect./data/items/*/id: entries 1 and 3 of the set",
+            "bench.toml:25: ui.scenario[0].step[2].expect./data/items/*: `set` is about all the values of a key",
+        ];
+        for want in expected {
+            assert!(got.iter().any(|e| e.starts_with(want)), "missing {want:?} in {got:#?}");
+        }
+        assert_eq!(got.len(), 3, "{got:#?}");
+        // Sets whose entries differ go into the plan as written.
+        let fixed = socket
+            .replace(r#""[""#, r#""^h""#)
+            .replace(r#""b", "a"]"#, r#""b"]"#)
+            .replace("{ not = { set = [1] } }", r#""y""#);
+        let plan = parse(Path::new("bench.toml"), &format!("{HEAD}{fixed}")).unwrap_or_else(|e| panic!("{e}"));
+        let ScenarioStep::Collect { expect, .. } = &plan.agent.ui.scenarios[0].steps[2] else {
+            panic!("not a collect")
+        };
+        assert_eq!(
+            expect["/data/items/*"],
+            serde_json::json!({"set": [{"id": "a", "name": "x"}, {"id": "b", "name": "y"}]})
+        );
     }
 
     #[test]

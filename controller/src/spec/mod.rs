@@ -4,6 +4,7 @@
 
 mod bounds;
 mod describe;
+mod expect;
 mod interaction;
 pub mod metrics;
 pub mod numbers;

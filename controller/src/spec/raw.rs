@@ -210,7 +210,7 @@ pub struct RawStep {
     pub send: Option<toml::Value>,
     pub repeat: Option<Spanned<i64>>,
     pub aggregate: Option<Spanned<String>>,
-    pub expect: Option<toml::Table>,
+    pub expect: Option<Spanned<toml::Table>>,
     pub output_bytes: Option<Spanned<i64>>,
     pub marker: Option<String>,
     pub interrupt: Option<toml::Table>,
@@ -223,7 +223,7 @@ pub struct RawStep {
     /// `retry`: how many attempts, and the steps of one attempt.
     pub attempts: Option<Spanned<i64>>,
     pub steps: Option<Vec<Spanned<RawStep>>>,
-    /// `wait_for`: a frame drawn after the last keys; more occurrences than then; a regex
+    /// `wait_for`: text drawn after the last keys; more occurrences than then; a regex
     /// instead of text, with a captured count that must reach `at_least` and hold `stable_s`.
     pub fresh: Option<bool>,
     pub more: Option<bool>,

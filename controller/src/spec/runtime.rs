@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::bounds;
 use super::raw::*;
-use super::validate::{Validator, json, json_map};
+use super::validate::{Validator, json};
 
 impl Validator<'_> {
     /// One section (`runtime`, `transport` or `ui`, named by `section` in errors).
@@ -186,7 +186,7 @@ impl Validator<'_> {
                         send: json(send),
                         marker: marker.clone(),
                         interrupt: json(interrupt),
-                        expect: json_map(r.expect.as_ref()),
+                        expect: self.step_expect(r, field),
                     }),
                     _ => {
                         self.error(&r.kind, field, "an interrupt step needs `send`, `marker` and `interrupt`");
@@ -250,7 +250,7 @@ impl Validator<'_> {
             send,
             repeat: self.count(&r.repeat, &format!("{field}.repeat"), 1, 100_000, 1) as u32,
             aggregate: self.aggregate(&r.aggregate, &format!("{field}.aggregate"), Aggregate::Mean),
-            expect: json_map(r.expect.as_ref()),
+            expect: self.step_expect(r, field),
             output_bytes,
         })
     }

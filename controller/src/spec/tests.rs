@@ -78,6 +78,7 @@ fn the_examples_are_valid() {
     assert_eq!(prime_keys[17..21], ["switch_fetch", "frame_decode", "resume_large", "resume_large_cpu"]);
     assert_eq!(prime_keys.last(), Some(&"ui_rss"));
     assert!(prime.agent.harness["ui-fixtures.py"].contains("def catalog_fixture"));
+    prime_transport_and_catalog_as_the_reference(&prime);
     // The demo's sections come in the reference's order, its own UI metrics in the UI section.
     let groups: Vec<&str> = demo.metrics.iter().map(|m| m.group.as_str()).collect();
     let mut sections = groups.clone();
@@ -92,6 +93,38 @@ fn the_examples_are_valid() {
     assert!(demo.trials.gate.iter().any(|k| k == "cold") && demo.trials.gate.iter().any(|k| k == "kernel_exec"));
     assert!(demo.trials.gate.iter().all(|k| !fixed.contains(k)), "{:?}", demo.trials.gate);
     assert_eq!(prime.cost.budget_usd, Some(1.0));
+}
+
+/// The prime spec's transport benches are the harness's copies, run against the side's build
+/// (§2.6); its catalog requests are timed from send to reply and checked as strictly as the
+/// reference's `check_scheduled_jobs` (§2.5).
+fn prime_transport_and_catalog_as_the_reference(prime: &Plan) {
+    for (script, bench) in prime.agent.transport.scripts.iter().zip(["switch-fetch.mjs", "frame-decode.mjs"]) {
+        assert!(prime.agent.harness.contains_key(bench), "{bench} is not a harness file");
+        let run = format!("node /opt/sandbench/harness/{bench} --dist /home/builder/source/packages/coding-agent/dist");
+        assert_eq!(script.step.run, run);
+    }
+    let catalog = prime.agent.ui.scenarios.iter().find(|s| s.name == "catalog").unwrap();
+    let mut checked = Vec::new();
+    for step in &catalog.steps {
+        let (name, expect) = match step {
+            ScenarioStep::StartTimer { metric, .. } => {
+                assert_eq!(metric, &None, "the catalog times requests, not timer windows");
+                continue;
+            }
+            ScenarioStep::Request { metric, expect, .. } => (metric.clone().unwrap_or_default(), expect),
+            ScenarioStep::Collect { tag, expect } => (tag.clone(), expect),
+            _ => continue,
+        };
+        let Some(set) = expect.get("/data/heartbeats/*") else { continue };
+        let entries = set["set"].as_array().unwrap();
+        let ids: Vec<&str> = entries.iter().map(|e| e["job"]["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, (1..=13).map(|i| format!("catalog-job-{i}")).collect::<Vec<_>>());
+        assert_eq!(entries[12]["sessionName"], "ui-bench-catalog-13");
+        assert_eq!((&entries[0]["job"]["status"], &entries[0]["job"]["runCount"]), (&"paused".into(), &0.into()));
+        checked.push(name);
+    }
+    assert_eq!(checked, ["scheduled_catalog", "scheduled_catalog_warm", "scan"]);
 }
 
 #[test]

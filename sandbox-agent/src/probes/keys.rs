@@ -1,8 +1,8 @@
 //! Driving a terminal program by name: named keys (with a settle after each, as a person's
-//! keystrokes arrive one by one), and waits on the screen — for text in a frame drawn after the
-//! last keys, for more occurrences of text than there were then, or for a number a regex
-//! captures to reach a bound and hold still. Only frames drawn while synchronized output is off
-//! are inspected.
+//! keystrokes arrive one by one), and waits on the screen — for text, or for text drawn since the
+//! last keys (what was on the screen already does not count), for more occurrences of text than
+//! there were then, or for a number a regex captures to reach a bound and hold still. Only frames
+//! drawn while synchronized output is off are inspected.
 
 use std::time::{Duration, Instant};
 
@@ -10,18 +10,19 @@ use anyhow::{Context, bail};
 use regex_lite::Regex;
 use sandbench_proto::plan::{CountRule, keys};
 
-use super::terminal::Terminal;
+use super::terminal::{Mark, Terminal};
 
-/// The screen when the last keys were sent, to tell fresh output and growing counts.
+/// The terminal when the last keys were sent, to tell fresh output and growing counts.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub output_bytes: usize,
+    /// Where the output since the keys starts.
+    pub mark: Mark,
     pub screen: String,
 }
 
 impl Snapshot {
     pub fn of(term: &Terminal) -> Snapshot {
-        Snapshot { output_bytes: term.output_bytes(), screen: term.screen_text() }
+        Snapshot { mark: term.mark(), screen: term.screen_text() }
     }
 }
 
@@ -51,7 +52,7 @@ pub enum Wait<'a> {
 impl Wait<'_> {
     fn describe(&self) -> String {
         match self {
-            Wait::Text { text, fresh: true, .. } => format!("fresh output showing {text:?}"),
+            Wait::Text { text, fresh: true, .. } => format!("{text:?} drawn since the last keys"),
             Wait::Text { text, more: true, .. } => format!("more {text:?} on the screen"),
             Wait::Text { text, .. } => format!("{text:?} on the screen"),
             Wait::Pattern { regex, count: Some(c) } => {
@@ -98,9 +99,11 @@ pub fn wait(term: &mut Terminal, wait: &Wait, before: &Snapshot, timeout: Durati
             let screen = term.screen_text();
             let done = match wait {
                 Wait::Text { text, fresh, more } => {
-                    screen.contains(text)
-                        && (!fresh || term.output_bytes() > before.output_bytes)
-                        && (!more || occurrences(&screen, text) > occurrences(&before.screen, text))
+                    // Fresh: in the output since the keys (as the reference's `until_output`),
+                    // replayed onto a blank screen so cursor moves between characters still match.
+                    let shown =
+                        if *fresh { term.drawn_since(&before.mark).contains(text) } else { screen.contains(text) };
+                    shown && (!more || occurrences(&screen, text) > occurrences(&before.screen, text))
                 }
                 Wait::Pattern { regex, .. } => regex.is_match(&screen),
             };
@@ -127,7 +130,49 @@ pub fn wait(term: &mut Terminal, wait: &Wait, before: &Snapshot, timeout: Durati
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::probes::terminal::Launch;
+
+    /// `script` run by /bin/sh in a real pseudo-terminal.
+    fn shell(script: &str) -> Terminal {
+        Terminal::spawn(&Launch {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+            cwd: "/".into(),
+            user: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn fresh_text_is_text_drawn_after_the_keys() {
+        // Each Enter lets the next line out; the last draws "new" first, then "Ctrl+N" before it.
+        let mut term = shell(
+            "printf 'Ctrl+N new\\r\\n'; read a; printf 'unrelated\\r\\n'; read b; \
+             printf '\\033[8Gnew\\033[1GCtrl+N\\r\\n'; read c",
+        );
+        let (short, long) = (Duration::from_millis(500), Duration::from_secs(20));
+        let footer = |fresh| Wait::Text { text: "Ctrl+N new", fresh, more: false };
+        wait(&mut term, &footer(false), &Snapshot::default(), long).unwrap();
+        // Keys, then output that is not the text: the text is on the screen from before, output
+        // did come, but the text was not drawn since.
+        let before = Snapshot::of(&term);
+        press(&mut term, &["enter".into()], Duration::ZERO).unwrap();
+        wait(&mut term, &Wait::Text { text: "unrelated", fresh: true, more: false }, &before, long).unwrap();
+        assert!(term.screen_text().contains("Ctrl+N new"));
+        let err = wait(&mut term, &footer(true), &before, short).unwrap_err().to_string();
+        assert!(err.contains("\"Ctrl+N new\" drawn since the last keys"), "{err}");
+        // Keys, then the text drawn with the cursor moving back between its words: it counts.
+        let before = Snapshot::of(&term);
+        press(&mut term, &["enter".into()], Duration::ZERO).unwrap();
+        wait(&mut term, &footer(true), &before, long).unwrap();
+        assert!(term.drawn_since(&before.mark).ends_with("Ctrl+N new"), "{:?}", term.drawn_since(&before.mark));
+        assert_eq!(term.screen_text().matches("Ctrl+N new").count(), 2);
+        term.close(None).unwrap();
+    }
 
     #[test]
     fn counts_and_captures_read_off_a_screen() {

@@ -1,9 +1,11 @@
 //! A program in a real pseudo-terminal (120×40): the screen as a VT100 model, answers to the
 //! terminal queries programs send at start-up (even when a query is split across reads), the
 //! synchronized-output mode (DEC 2026) tracked so half-drawn frames are never inspected, input
-//! through a non-blocking queue capped at 64 KiB, and the raw transcript capped at 8 MB.
+//! through a non-blocking queue capped at 64 KiB, the raw transcript capped at 8 MB, and what the
+//! program drew since a mark (the output since then replayed onto a blank screen).
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU16;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +24,11 @@ pub const COLS: u16 = 120;
 pub const MAX_PENDING_INPUT: usize = 64 * 1024;
 pub const MAX_TRANSCRIPT: usize = 8_000_000;
 const READ_CHUNK: usize = 65_536;
+/// ROWS×COLS as the screen model takes them (checked when the agent is compiled).
+const SIZE: (NonZeroU16, NonZeroU16) = match (NonZeroU16::new(ROWS), NonZeroU16::new(COLS)) {
+    (Some(rows), Some(cols)) => (rows, cols),
+    _ => panic!("the terminal has rows and columns"),
+};
 
 const ESC: u8 = 0x1b;
 
@@ -139,6 +146,39 @@ fn classify(rest: &[u8]) -> Match {
     }
 }
 
+/// A point in a terminal's output: the bytes written so far, and where the cursor was then.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mark {
+    pub output_bytes: usize,
+    /// (row, column), from 0.
+    pub cursor: (u16, u16),
+    /// On the alternate screen.
+    pub alternate: bool,
+}
+
+/// The output since a mark replayed onto a blank screen of the same size, its cursor where the
+/// real one was (on the same grid): the text the program drew since, wherever it put it and
+/// however the cursor moved between characters, without what was on the screen already. (The
+/// reference harness matches the raw output since instead, where a cursor move between two
+/// words hides them.)
+struct Drawn {
+    mark: Mark,
+    /// Transcript bytes replayed so far.
+    fed: usize,
+    parser: vt100::Parser,
+}
+
+impl Drawn {
+    fn start(mark: &Mark, transcript_len: usize) -> Drawn {
+        let mut parser = vt100::Parser::new(SIZE.0, SIZE.1, 0);
+        if mark.alternate {
+            parser.process(b"\x1b[?47h");
+        }
+        parser.process(format!("\x1b[{};{}H", mark.cursor.0 + 1, mark.cursor.1 + 1).as_bytes());
+        Drawn { mark: *mark, fed: mark.output_bytes.min(transcript_len), parser }
+    }
+}
+
 /// How to start the program.
 #[derive(Debug, Clone)]
 pub struct Launch {
@@ -157,6 +197,8 @@ pub struct Terminal {
     scanner: QueryScanner,
     pending: Vec<u8>,
     transcript: Vec<u8>,
+    /// What was drawn since the last mark asked about.
+    drawn: Option<Drawn>,
     /// Taken just before the program was spawned.
     pub started: Instant,
 }
@@ -188,15 +230,14 @@ impl Terminal {
         let started = Instant::now();
         let child = crate::reaper::spawn_owned(&mut command)
             .with_context(|| format!("cannot start {}", launch.program.display()))?;
-        let rows = std::num::NonZeroU16::new(ROWS).context("rows")?;
-        let cols = std::num::NonZeroU16::new(COLS).context("cols")?;
         Ok(Terminal {
             master,
             child,
-            screen: vt100::Parser::new(rows, cols, 0),
+            screen: vt100::Parser::new(SIZE.0, SIZE.1, 0),
             scanner: QueryScanner::default(),
             pending: Vec::new(),
             transcript: Vec::new(),
+            drawn: None,
             started,
         })
     }
@@ -205,9 +246,28 @@ impl Terminal {
         self.child.id()
     }
 
-    /// Bytes the program has written so far.
-    pub fn output_bytes(&self) -> usize {
-        self.transcript.len()
+    /// Where the output and the cursor are now.
+    pub fn mark(&self) -> Mark {
+        let screen = self.screen();
+        Mark {
+            output_bytes: self.transcript.len(),
+            cursor: screen.cursor_position(),
+            alternate: screen.alternate_screen(),
+        }
+    }
+
+    /// The text the program drew since `mark` (see [`Drawn`]), as [`Terminal::screen_text`]
+    /// gives the screen. Kept between calls, so each call replays only the new output.
+    pub fn drawn_since(&mut self, mark: &Mark) -> String {
+        let mut drawn = match self.drawn.take() {
+            Some(drawn) if drawn.mark == *mark => drawn,
+            _ => Drawn::start(mark, self.transcript.len()),
+        };
+        drawn.parser.process(&self.transcript[drawn.fed..]);
+        drawn.fed = self.transcript.len();
+        let text = text_of(drawn.parser.screen());
+        self.drawn = Some(drawn);
+        text
     }
 
     /// Queues input for the program.
@@ -304,10 +364,7 @@ impl Terminal {
 
     /// The screen as text, trailing spaces removed.
     pub fn screen_text(&self) -> String {
-        let rows: Vec<String> = self.screen().rows(0, COLS).map(|r| r.trim_end().to_string()).collect();
-        let mut text = rows.join("\n");
-        text.truncate(text.trim_end().len());
-        text
+        text_of(self.screen())
     }
 
     /// Stops the program (Ctrl-C, again after 150 ms, then SIGKILL) and writes
@@ -349,6 +406,14 @@ impl Terminal {
         }
         Ok(())
     }
+}
+
+/// A screen as text: its rows, trailing spaces removed, and no trailing blank lines.
+fn text_of(screen: &vt100::Screen) -> String {
+    let rows: Vec<String> = screen.rows(0, COLS).map(|r| r.trim_end().to_string()).collect();
+    let mut text = rows.join("\n");
+    text.truncate(text.trim_end().len());
+    text
 }
 
 /// A new pseudo-terminal of ROWS×COLS: the master (non-blocking, close-on-exec) and its slave

@@ -350,8 +350,12 @@ fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Res
 
 /// `sandbench check`: the plan, or every error in the spec (exit 2).
 fn check(spec: &Path) -> anyhow::Result<ExitCode> {
-    match crate::spec::load(spec).and_then(|plan| crate::spec::check_remote(spec, &plan).map(|()| plan)) {
-        Ok(plan) => {
+    match crate::spec::load(spec).and_then(|plan| crate::spec::check_remote(spec, &plan).map(|warning| (plan, warning)))
+    {
+        Ok((plan, warning)) => {
+            if let Some(warning) = warning {
+                eprintln!("warning: {}", crate::sanitize::terminal(&warning));
+            }
             print!("{}", crate::sanitize::terminal(&crate::spec::describe(&plan)));
             Ok(ExitCode::SUCCESS)
         }

@@ -290,22 +290,32 @@ pub fn load(path: &Path) -> Result<Plan, SpecErrors> {
 /// How long `check` waits for a git URL's repository to answer.
 const REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `check`'s look beyond the file: a `source.url` must name a repository git can list from this
-/// machine (`git ls-remote`, no prompt, bounded in time). Not part of [`parse`], which touches
-/// no network. A local repository is checked by [`parse`] itself.
-pub fn check_remote(path: &Path, plan: &Plan) -> Result<(), SpecErrors> {
-    let SourceSettings::Url { url } = &plan.source else { return Ok(()) };
+/// `check`'s look beyond the file: a `source.url` git says does not exist is an error
+/// (`git ls-remote`, no prompt, bounded in time). One git cannot reach from this machine (no
+/// network here, while the sandbox has one) is not: the warning returned says so. Not part of
+/// [`parse`], which touches no network. A local repository is checked by [`parse`] itself.
+pub fn check_remote(path: &Path, plan: &Plan) -> Result<Option<String>, SpecErrors> {
+    let SourceSettings::Url { url } = &plan.source else { return Ok(None) };
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let line = text.lines().position(|l| l.trim_start().starts_with("url")).map_or(0, |i| i + 1);
     let why = match remote_answers(url) {
-        Ok(()) => return Ok(()),
+        Ok(()) => return Ok(None),
         Err(why) => why,
     };
+    let absent = ["not found", "does not appear to be a git repository", "does not exist", "no such"]
+        .iter()
+        .any(|sign| why.to_lowercase().contains(sign));
+    if !absent {
+        return Ok(Some(format!(
+            "{}:{line}: source.url: could not ask whether {url} exists (the sandbox clones it): {why}",
+            path.display()
+        )));
+    }
     Err(SpecErrors(vec![SpecError {
         file: path.into(),
         line,
         field: "source.url".into(),
-        message: format!("{url} is not a repository git can reach from here: {why}"),
+        message: format!("{url} is not a repository: {why}"),
     }]))
 }
 

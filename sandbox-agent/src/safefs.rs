@@ -115,6 +115,16 @@ pub fn read_beneath(dir: &OwnedFd, relative: &Path) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The SHA-256 and the size of a regular file below `dir`, read through no link and streamed
+/// (an artifact of any size is never loaded whole).
+pub fn sha256_beneath(dir: &OwnedFd, relative: &Path) -> io::Result<([u8; 32], u64)> {
+    use sha2::Digest;
+    let (mut file, _) = open_regular(dir, relative)?;
+    let mut hasher = sha2::Sha256::new();
+    let size = io::copy(&mut file, &mut hasher)?;
+    Ok((hasher.finalize().into(), size))
+}
+
 /// Opens (creating what is missing, mode 0755, chowned to `owner`) the folder `relative` below
 /// `dir`, one name at a time, following no link.
 pub fn create_dirs(dir: &OwnedFd, relative: &Path, owner: Option<(u32, u32)>) -> io::Result<OwnedFd> {
@@ -394,6 +404,9 @@ mod tests {
     fn reads_regular_files_beneath_and_nothing_through_a_link() {
         let (dir, base) = planted();
         assert_eq!(read_beneath(&base, Path::new("release/pkg.tgz")).unwrap(), b"tarball");
+        let (digest, size) = sha256_beneath(&base, Path::new("release/pkg.tgz")).unwrap();
+        assert_eq!((digest, size), (<sha2::Sha256 as sha2::Digest>::digest(b"tarball").into(), 7));
+        assert!(sha256_beneath(&base, Path::new("release/x")).is_err(), "a link is not hashed");
         for path in ["release/x", "release/relative", "release/environ", "linked/secret", "../outside/secret"] {
             assert!(read_beneath(&base, Path::new(path)).is_err(), "{path} was read");
             assert!(walk_open(&base, Path::new(path), OFlags::RDONLY, Mode::empty()).is_err(), "{path} walked");

@@ -113,12 +113,12 @@ fn verify(ctx: &PhaseContext, plan: &AgentPlan, user: &User, check: &Check) -> a
 fn check_file(user: &User, path: &str, prefix: Option<&[u8]>) -> anyhow::Result<()> {
     let path = check_path(user, path)?;
     let Some(prefix) = prefix else {
-        if !safefs::exists_as_user(&path, user.uid, user.gid)? {
+        if !crate::as_user::exists(&path, user.uid, user.gid)? {
             bail!("check failed: {} does not exist", path.display());
         }
         return Ok(());
     };
-    match safefs::head_as_user(&path, user.uid, user.gid, prefix.len()) {
+    match crate::as_user::head(&path, user.uid, user.gid, prefix.len()) {
         Ok(head) if head == prefix => Ok(()),
         Ok(_) => bail!("check failed: {} does not start with {:?}", path.display(), String::from_utf8_lossy(prefix)),
         Err(err) => {
@@ -129,7 +129,7 @@ fn check_file(user: &User, path: &str, prefix: Option<&[u8]>) -> anyhow::Result<
 
 /// Where a file check looks: `~`, `~/PATH` or a `PATH` relative to the home, never above it (the
 /// controller checks the spec too). The file is then looked at as the user sees it
-/// ([`safefs::as_user`]): the install's links may be followed (a venv's `python`, an npm bin),
+/// ([`crate::as_user`]): the install's links may be followed (a venv's `python`, an npm bin),
 /// but only as far as the user could go, so a planted link to root's files learns nothing and a
 /// FIFO stalls nothing.
 fn check_path(user: &User, path: &str) -> anyhow::Result<std::path::PathBuf> {

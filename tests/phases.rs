@@ -181,9 +181,9 @@ name = "fixtures"
 SPEC_VAR = "from-spec"
 [install]
 # Records its environment and ids, and leaves a process that ignores SIGTERM behind.
-command = "env | sort > ~/env; id >> ~/env; ls -A ~ >> ~/env; touch ~/mark; (trap '' TERM; sleep 1000) & echo installed"
+command = "env | sort > ~/env; id >> ~/env; ls -A ~ >> ~/env; touch ~/mark; ln -s /bin/busybox ~/busybox; (trap '' TERM; sleep 1000) & echo installed"
 env = { STEP_VAR = "from-step" }
-checks = [ { output = "echo hello", contains = "hello" }, { file_exists = "~/mark" }, { file_starts_with = "/bin/busybox", prefix = "\\x7fELF" } ]
+checks = [ { output = "echo hello", contains = "hello" }, { file_exists = "~/mark" }, { file_starts_with = "~/busybox", prefix = "\\x7fELF" } ]
 [measure]
 startup = ["/usr/local/bin/pty-fixture", "--raw-after-ms", "RAW_AFTER", "--log", "/home/benchmark1/pty-RAW_AFTER.log"]
 settle_s = 0.2

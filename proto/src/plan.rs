@@ -125,18 +125,11 @@ pub struct Install {
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Check {
     /// Output of `run` (stdout and stderr) contains `contains`.
-    Output {
-        run: String,
-        contains: String,
-    },
-    FileExists {
-        path: String,
-    },
-    /// The file's first bytes are `prefix` (text, or `\xNN` escapes).
-    FileStartsWith {
-        path: String,
-        prefix: Vec<u8>,
-    },
+    Output { run: String, contains: String },
+    /// `path` (`~`, `~/PATH` or a PATH in the home) exists, as the user sees it.
+    FileExists { path: String },
+    /// The file's first bytes are `prefix` (text, or `\xNN` escapes), as the user reads it.
+    FileStartsWith { path: String, prefix: Vec<u8> },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -99,6 +99,45 @@ impl OutputCap {
     }
 }
 
+/// The bound of a file kept as output ([`capped_file`]) when the controller set no cap: its
+/// default cap.
+const FILE_CAP_WITHOUT_CAP: u64 = 2 << 20;
+
+impl OutputCap {
+    /// The cap in bytes (0: none).
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+}
+
+/// A file (from where it is now to its end) as a command's output is kept against `cap` (0: the
+/// controller's default): its head, then [`OutputCap`]'s marker saying how many bytes were cut,
+/// then its tail. Only those bytes are read (the middle is skipped with a seek), so a file a
+/// workload flooded is never loaded whole.
+pub fn capped_file(file: &mut std::fs::File, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let cap = if cap == 0 { FILE_CAP_WITHOUT_CAP } else { cap };
+    let start = file.stream_position()?;
+    let len = file.metadata()?.len().saturating_sub(start);
+    let mut kept = OutputCap::new(cap);
+    let mut out = Vec::new();
+    file.by_ref().take(len.min(kept.head_left)).read_to_end(&mut out)?;
+    kept.head_left -= out.len() as u64;
+    let rest = len - out.len() as u64;
+    if rest > 0 {
+        // Fill the head (none is left) and skip the middle, counted as cut, then the tail.
+        let tail_len = rest.min(kept.tail_cap);
+        kept.head_left = 0;
+        kept.cut += rest - tail_len;
+        file.seek(SeekFrom::Start(start + len - tail_len))?;
+        let mut tail = Vec::new();
+        file.by_ref().take(tail_len).read_to_end(&mut tail)?;
+        kept.admit(LogStream::Stdout, &tail);
+        out.extend(kept.finish().into_iter().flat_map(|(_, bytes)| bytes));
+    }
+    Ok(out)
+}
+
 /// What a phase gets to do its work.
 pub struct PhaseContext {
     pub command_id: String,
@@ -441,5 +480,35 @@ mod tests {
         assert_eq!(now.len(), 1024);
         assert_eq!(rest.iter().map(|(_, b)| b.len()).sum::<usize>(), 476);
         assert!(rest.iter().all(|(s, _)| *s == LogStream::Stdout));
+    }
+
+    #[test]
+    fn a_file_is_kept_as_output_is_without_reading_it_whole() {
+        use std::io::{Seek, SeekFrom, Write};
+        let flood: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&flood).unwrap();
+        // The same bytes as the output of a command: head, marker, tail.
+        let mut cap = OutputCap::new(2 * 1024);
+        let (head, rest) = sent(&mut cap, &[&flood]);
+        let expected: Vec<u8> = head.into_iter().chain(rest.into_iter().flat_map(|(_, b)| b)).collect();
+        file.seek(SeekFrom::Start(0)).unwrap();
+        assert_eq!(capped_file(&mut file, 2 * 1024).unwrap(), expected);
+        // Under the cap, whole.
+        file.seek(SeekFrom::Start(9_000)).unwrap();
+        assert_eq!(capped_file(&mut file, 2 * 1024).unwrap(), &flood[9_000..]);
+        // A sparse 64 GiB file (a flood) is read in a moment, the middle skipped; no cap: the default.
+        let mut sparse = tempfile::tempfile().unwrap();
+        sparse.write_all(b"first line\n").unwrap();
+        sparse.set_len(64 << 30).unwrap();
+        sparse.seek(SeekFrom::End(0)).unwrap();
+        sparse.write_all(b"last line\n").unwrap();
+        sparse.seek(SeekFrom::Start(0)).unwrap();
+        let kept = capped_file(&mut sparse, 0).unwrap();
+        assert!(kept.len() as u64 <= FILE_CAP_WITHOUT_CAP, "{}", kept.len());
+        assert!(kept.starts_with(b"first line\n") && kept.ends_with(b"last line\n"));
+        let cut = (64u64 << 30) + 10 - (FILE_CAP_WITHOUT_CAP - MARKER_ROOM);
+        let text = String::from_utf8_lossy(&kept);
+        assert!(text.contains(&format!("[sandbox-agent: {cut} bytes of output cut here")), "no marker");
     }
 }

@@ -4,12 +4,16 @@
 //! never following a symlink — and reports what it removed and what survived.
 
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use rustix::fs::{Gid, Mode, OFlags, Uid};
+use rustix::io::Errno;
 
 use crate::users::User;
 
@@ -33,22 +37,65 @@ pub fn runtime_dir(user: &User) -> PathBuf {
 /// Creates the user's scratch and runtime folders (mode 0700, owned by it) under `root` (`/` in
 /// a sandbox). Whatever stands in their place and is not a folder of the user's — a symlink, a
 /// file, another user's folder — is removed first, without following it.
+///
+/// The user's processes may be alive meanwhile, and the runtime folder sits in a folder of
+/// theirs: everything is done through descriptors (`/tmp` opened without following links, each
+/// folder made with `mkdirat`, opened with `O_NOFOLLOW`, checked, then `fchmod` and `fchown`),
+/// so a link swapped in between a check and a change is never followed.
 pub fn ensure_scratch(root: &Path, user: &User) -> anyhow::Result<()> {
-    for dir in [scratch_dir(user), runtime_dir(user)] {
-        let path = root.join(dir.strip_prefix("/").unwrap_or(&dir));
-        if let Ok(meta) = fs::symlink_metadata(&path) {
-            let ours = meta.is_dir() && meta.uid() == user.uid && meta.mode() & 0o777 == 0o700;
-            if ours {
-                continue;
-            }
-            remove(&path, meta.is_dir()).with_context(|| format!("cannot replace {}", path.display()))?;
-        }
-        fs::create_dir(&path).with_context(|| format!("cannot create {}", path.display()))?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
-        std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))
-            .with_context(|| format!("cannot chown {}", path.display()))?;
-    }
+    let scratch = scratch_dir(user);
+    let (Some(tmp), Some(name)) = (scratch.parent(), scratch.file_name()) else {
+        anyhow::bail!("no scratch folder for the user name {:?}", user.name);
+    };
+    let tmp = root.join(tmp.strip_prefix("/").unwrap_or(tmp));
+    let tmp_fd = crate::safefs::open_dir(&tmp)?;
+    let shown = tmp.join(name);
+    let scratch_fd = private_dir(&tmp_fd, name, user, &shown)?;
+    private_dir(&scratch_fd, "run".as_ref(), user, &shown.join("run"))?;
     Ok(())
+}
+
+/// Times a folder is looked at again when it changed under the agent.
+const ATTEMPTS: usize = 4;
+
+/// The folder `name` of `parent` as `user`'s private folder (mode 0700, owned by it): kept when
+/// it is one already, else whatever stands there is removed and a fresh folder is made.
+fn private_dir(parent: &OwnedFd, name: &OsStr, user: &User, shown: &Path) -> anyhow::Result<OwnedFd> {
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for _ in 0..ATTEMPTS {
+        match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+            Ok(fd) => {
+                let stat = rustix::fs::fstat(&fd)?;
+                if stat.st_uid == user.uid && stat.st_mode & 0o777 == 0o700 {
+                    return Ok(fd);
+                }
+            }
+            // Missing, or a link or a file in the way (removed below).
+            Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => {}
+            Err(err) => return Err(io::Error::from(err)).with_context(|| format!("cannot open {}", shown.display())),
+        }
+        crate::safefs::remove_entry(parent, name).with_context(|| format!("cannot replace {}", shown.display()))?;
+        match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {}
+            // Made again meanwhile: looked at afresh.
+            Err(Errno::EXIST) => continue,
+            Err(err) => return Err(io::Error::from(err)).with_context(|| format!("cannot create {}", shown.display())),
+        }
+        let fd = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => continue,
+            Err(err) => return Err(io::Error::from(err)).with_context(|| format!("cannot open {}", shown.display())),
+        };
+        // Only the folder just made (the agent's) is made the user's; one swapped in is looked at again.
+        if rustix::fs::fstat(&fd)?.st_uid != rustix::process::geteuid().as_raw() {
+            continue;
+        }
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+        rustix::fs::fchown(&fd, Some(Uid::from_raw(user.uid)), Some(Gid::from_raw(user.gid)))
+            .with_context(|| format!("cannot chown {}", shown.display()))?;
+        return Ok(fd);
+    }
+    anyhow::bail!("{} kept changing while the agent made it", shown.display())
 }
 
 /// An entry of a shared place, as its `lstat` shows it.
@@ -182,6 +229,7 @@ pub fn warnings(
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::Mutex;
 
     /// A file system of paths with owners; folders are the paths with children or marked dir.
@@ -336,5 +384,65 @@ mod tests {
         fs::write(scratch.join("kept"), "x").unwrap();
         ensure_scratch(root.path(), &user).unwrap();
         assert!(scratch.join("kept").is_file(), "a private folder in place is kept");
+    }
+
+    /// A scratch folder as ensure_scratch leaves it: a real folder of `uid`, mode 0700.
+    fn private(path: &Path, uid: u32) -> bool {
+        let meta = fs::symlink_metadata(path).unwrap();
+        meta.is_dir() && meta.uid() == uid && meta.mode() & 0o777 == 0o700
+    }
+
+    #[test]
+    fn scratch_folders_are_made_through_no_link_and_owned_by_the_user() {
+        // As root (the agent's tests run as root): the user is someone else.
+        let root = tempfile::tempdir().unwrap();
+        let outside = root.path().join("outside");
+        fs::create_dir_all(root.path().join("tmp")).unwrap();
+        fs::create_dir_all(outside.join("sub")).unwrap();
+        fs::write(outside.join("sub/keep"), "x").unwrap();
+        let user = User {
+            name: "benchmark7".into(),
+            uid: 4242,
+            gid: 4343,
+            home: "/home/benchmark7".into(),
+            shell: "/bin/bash".into(),
+        };
+        let scratch = root.path().join("tmp/sandbench-benchmark7");
+        let run = scratch.join("run");
+        let outside_untouched = || {
+            assert_eq!(fs::read_dir(&outside).unwrap().count(), 1, "something was made outside");
+            assert_eq!(fs::read_to_string(outside.join("sub/keep")).unwrap(), "x");
+            let meta = fs::symlink_metadata(&outside).unwrap();
+            assert!(meta.uid() == 0 && meta.mode() & 0o777 != 0o700, "the outside folder was chowned or chmodded");
+        };
+        // A link to a folder outside, in place of the runtime folder in the user's own folder.
+        ensure_scratch(root.path(), &user).unwrap();
+        assert!(private(&scratch, 4242) && private(&run, 4242));
+        assert_eq!(fs::symlink_metadata(&scratch).unwrap().gid(), 4343);
+        fs::remove_dir(&run).unwrap();
+        std::os::unix::fs::symlink(&outside, &run).unwrap();
+        ensure_scratch(root.path(), &user).unwrap();
+        assert!(private(&run, 4242), "the link was replaced by a folder");
+        outside_untouched();
+        // Another user's folder with a link to the outside in it: removed, the outside kept.
+        fs::remove_dir_all(&scratch).unwrap();
+        fs::create_dir_all(scratch.join("inner")).unwrap();
+        std::os::unix::fs::symlink(&outside, scratch.join("inner/link")).unwrap();
+        std::os::unix::fs::symlink(&outside, scratch.join("run")).unwrap();
+        std::os::unix::fs::lchown(&scratch, Some(4343), Some(4343)).unwrap();
+        ensure_scratch(root.path(), &user).unwrap();
+        assert!(private(&scratch, 4242) && private(&run, 4242));
+        assert!(!scratch.join("inner").exists(), "the other user's folder was replaced");
+        outside_untouched();
+        // A hard link to a file outside, and a folder of the user's that is not private.
+        fs::remove_dir_all(&scratch).unwrap();
+        fs::hard_link(outside.join("sub/keep"), &scratch).unwrap();
+        ensure_scratch(root.path(), &user).unwrap();
+        assert!(private(&scratch, 4242));
+        outside_untouched();
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o777)).unwrap();
+        fs::write(run.join("old"), "x").unwrap();
+        ensure_scratch(root.path(), &user).unwrap();
+        assert!(private(&run, 4242) && !run.join("old").exists());
     }
 }

@@ -4,6 +4,7 @@
 // A panic here loses a measurement: no unwrap outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod as_user;
 pub mod commands;
 pub mod conditions;
 pub mod facts;

@@ -115,6 +115,16 @@ pub fn read_beneath(dir: &OwnedFd, relative: &Path) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The SHA-256 and the size of a regular file below `dir`, read through no link and streamed
+/// (an artifact of any size is never loaded whole).
+pub fn sha256_beneath(dir: &OwnedFd, relative: &Path) -> io::Result<([u8; 32], u64)> {
+    use sha2::Digest;
+    let (mut file, _) = open_regular(dir, relative)?;
+    let mut hasher = sha2::Sha256::new();
+    let size = io::copy(&mut file, &mut hasher)?;
+    Ok((hasher.finalize().into(), size))
+}
+
 /// Opens (creating what is missing, mode 0755, chowned to `owner`) the folder `relative` below
 /// `dir`, one name at a time, following no link.
 pub fn create_dirs(dir: &OwnedFd, relative: &Path, owner: Option<(u32, u32)>) -> io::Result<OwnedFd> {
@@ -175,6 +185,126 @@ pub fn write_beneath(dir: &OwnedFd, relative: &Path, bytes: &[u8], owner: Option
     written
 }
 
+/// How deep root walks or removes a folder tree (a workload can nest folders without end).
+pub const MAX_DEPTH: usize = 256;
+
+fn too_deep(what: &str) -> io::Error {
+    io::Error::other(format!("{what}: more than {MAX_DEPTH} nested folders (not followed by the agent)"))
+}
+
+/// Opens the folder reached by the descriptor `fd` (an `O_PATH` one too) for reading its entries.
+fn reopen_dir(fd: impl AsFd) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(fd, ".", OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?)
+}
+
+/// The names in the folder `dir`, without `.` and `..`.
+fn entry_names(dir: &impl AsFd) -> io::Result<Vec<std::ffi::CString>> {
+    let mut entries = rustix::fs::Dir::new(reopen_dir(dir)?)?;
+    let mut names = Vec::new();
+    while let Some(entry) = entries.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name != c"." && name != c".." {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// Walks the tree below the folder `dir`, depth first, through no link: each entry is opened by
+/// name with `O_PATH | O_NOFOLLOW` (a link is itself, never its target) and given to `visit` with
+/// its `fstat`; a folder is entered, through that same descriptor, when `visit` says true — so a
+/// folder swapped for a link meanwhile is never walked into. An entry gone meanwhile is skipped;
+/// a tree deeper than [`MAX_DEPTH`] is an error.
+pub fn walk_tree(
+    dir: &impl AsFd,
+    visit: &mut dyn FnMut(&OwnedFd, &std::ffi::CStr, &rustix::fs::Stat) -> io::Result<bool>,
+) -> io::Result<()> {
+    walk_tree_at(dir.as_fd(), 0, visit)
+}
+
+fn walk_tree_at(
+    dir: std::os::fd::BorrowedFd,
+    depth: usize,
+    visit: &mut dyn FnMut(&OwnedFd, &std::ffi::CStr, &rustix::fs::Stat) -> io::Result<bool>,
+) -> io::Result<()> {
+    if depth >= MAX_DEPTH {
+        return Err(too_deep("cannot walk the folder tree"));
+    }
+    for name in entry_names(&dir)? {
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(dir, &name, flags, Mode::empty()) {
+            Err(Errno::NOENT) => continue,
+            other => other?,
+        };
+        let stat = rustix::fs::fstat(&fd)?;
+        if visit(&fd, &name, &stat)? && FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+            walk_tree_at(fd.as_fd(), depth + 1, visit)?;
+        }
+    }
+    Ok(())
+}
+
+/// Changes the owner of the folder `dir` and of everything below it (`chown -R`), through no
+/// link: links themselves are chowned, never their targets, and a file with other hard links
+/// that belongs to someone else is left alone (it may be a link to a file outside the tree,
+/// where `fs.protected_hardlinks` is off).
+pub fn chown_tree(dir: &impl AsFd, (uid, gid): (u32, u32)) -> io::Result<()> {
+    chown(dir, (uid, gid))?;
+    walk_tree(dir, &mut |fd, _, stat| {
+        let folder = FileType::from_raw_mode(stat.st_mode) == FileType::Directory;
+        if !folder && stat.st_nlink > 1 && stat.st_uid != uid {
+            return Ok(false);
+        }
+        rustix::fs::chownat(fd, c"", Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)), AtFlags::EMPTY_PATH)?;
+        Ok(true)
+    })
+}
+
+/// Removes the entry `name` of the folder `dir` — a folder with everything in it — never
+/// following a link (a link is removed as itself). Missing is fine.
+pub fn remove_entry(dir: &impl AsFd, name: &std::ffi::OsStr) -> io::Result<()> {
+    let shown = Path::new(name);
+    if shown.components().ne([Component::Normal(name)]) {
+        return Err(refused(shown, "is not a plain name"));
+    }
+    let name = std::ffi::CString::new(name.as_encoded_bytes()).map_err(|_| refused(shown, "has a NUL character"))?;
+    remove_at(dir.as_fd(), &name, 0)
+}
+
+fn remove_at(dir: std::os::fd::BorrowedFd, name: &std::ffi::CStr, depth: usize) -> io::Result<()> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => return Ok(()),
+        Err(Errno::ISDIR) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if depth >= MAX_DEPTH {
+        return Err(too_deep("cannot remove the folder tree"));
+    }
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let folder = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(folder) => folder,
+        Err(Errno::NOENT) => return Ok(()),
+        // Swapped for a link or a file meanwhile: that is removed as itself.
+        Err(Errno::LOOP | Errno::NOTDIR) => return Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?),
+        Err(e) => return Err(e.into()),
+    };
+    // A live process may add entries while they go: a few passes, then the folder itself.
+    for _ in 0..3 {
+        let names = entry_names(&folder)?;
+        if names.is_empty() {
+            break;
+        }
+        for inner in names {
+            remove_at(folder.as_fd(), &inner, depth + 1)?;
+        }
+    }
+    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::{MetadataExt, symlink};
@@ -202,6 +332,9 @@ mod tests {
     fn reads_regular_files_beneath_and_nothing_through_a_link() {
         let (dir, base) = planted();
         assert_eq!(read_beneath(&base, Path::new("release/pkg.tgz")).unwrap(), b"tarball");
+        let (digest, size) = sha256_beneath(&base, Path::new("release/pkg.tgz")).unwrap();
+        assert_eq!((digest, size), (<sha2::Sha256 as sha2::Digest>::digest(b"tarball").into(), 7));
+        assert!(sha256_beneath(&base, Path::new("release/x")).is_err(), "a link is not hashed");
         for path in ["release/x", "release/relative", "release/environ", "linked/secret", "../outside/secret"] {
             assert!(read_beneath(&base, Path::new(path)).is_err(), "{path} was read");
             assert!(walk_open(&base, Path::new(path), OFlags::RDONLY, Mode::empty()).is_err(), "{path} walked");
@@ -248,5 +381,64 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains(".sandbench-"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn trees_are_chowned_walked_and_removed_through_no_link() {
+        let (dir, base) = planted();
+        let outside = dir.path().join("outside");
+        let secret = outside.join("secret");
+        std::fs::create_dir_all(dir.path().join("base/a/b")).unwrap();
+        std::fs::write(dir.path().join("base/a/b/file"), b"x").unwrap();
+        // A hard link to root's file elsewhere keeps its owner; one of the user's own is fine.
+        std::fs::hard_link(&secret, dir.path().join("base/a/hard")).unwrap();
+        chown_tree(&base, (4242, 4343)).unwrap();
+        let owner = |path: &str| {
+            let meta = std::fs::symlink_metadata(dir.path().join(path)).unwrap();
+            (meta.uid(), meta.gid())
+        };
+        for path in
+            ["base", "base/a", "base/a/b", "base/a/b/file", "base/release/x", "base/linked", "base/release/fifo"]
+        {
+            assert_eq!(owner(path), (4242, 4343), "{path}");
+        }
+        assert_eq!(owner("outside"), (0, 0), "a linked folder's target is not chowned");
+        assert_eq!(owner("outside/secret"), (0, 0), "a link's target or a hard link is not chowned");
+        // The walk sees links as links and never goes through them.
+        let mut seen = Vec::new();
+        walk_tree(&base, &mut |_, name, stat| {
+            seen.push((name.to_string_lossy().into_owned(), FileType::from_raw_mode(stat.st_mode)));
+            Ok(true)
+        })
+        .unwrap();
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        assert!(seen.contains(&("linked".into(), FileType::Symlink)), "{seen:?}");
+        assert!(seen.contains(&("file".into(), FileType::RegularFile)), "{seen:?}");
+        assert!(!seen.iter().any(|(name, _)| name == "secret"), "the walk went through a link: {seen:?}");
+        // Removal: links go as themselves, what they point to stays.
+        for name in ["linked", "release", "a", "missing"] {
+            remove_entry(&base, name.as_ref()).unwrap();
+            assert!(std::fs::symlink_metadata(dir.path().join("base").join(name)).is_err(), "{name}");
+        }
+        assert_eq!(std::fs::read(&secret).unwrap(), b"secret");
+        for bad in ["a/b", "..", ".", ""] {
+            assert!(remove_entry(&base, bad.as_ref()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn trees_deeper_than_the_limit_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep: std::path::PathBuf = std::iter::repeat_n("d", MAX_DEPTH + 1).collect();
+        std::fs::create_dir_all(dir.path().join(&deep)).unwrap();
+        let base = open_dir(dir.path()).unwrap();
+        let err = walk_tree(&base, &mut |_, _, _| Ok(true)).unwrap_err().to_string();
+        assert!(err.contains("more than 256 nested folders"), "{err}");
+        assert!(remove_entry(&base, "d".as_ref()).unwrap_err().to_string().contains("nested folders"));
+        // Within the limit, it all goes.
+        let shallow: std::path::PathBuf = deep.iter().take(20).collect();
+        std::fs::remove_dir_all(dir.path().join("d").join(shallow)).unwrap();
+        remove_entry(&base, "d".as_ref()).unwrap();
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
     }
 }

@@ -5,10 +5,15 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::safefs;
 
 /// A user as the agent runs processes for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,9 +82,9 @@ impl Accounts {
         if let Some(user) = self.find(name)?
             && user.uid == uid
         {
-            let home = self.host_path(&user.home);
-            fs::create_dir_all(&home)?;
-            chown_tree(&home, user.uid, user.gid)?;
+            let home = self.home_dir(&user.home, false)?;
+            safefs::chown_tree(&home, (user.uid, user.gid))
+                .with_context(|| format!("cannot chown {}", user.home.display()))?;
             return Ok(user);
         }
         self.create(name, uid, false)
@@ -121,18 +126,39 @@ impl Accounts {
             let shadow = self.read("shadow")?;
             write_atomic(&self.etc("shadow"), &format!("{}{name}:!:19000:0:99999:7:::\n", keep(&shadow)), 0o640)?;
         }
-        let home = self.host_path(&home_in_sandbox);
-        if wipe && home.exists() {
-            fs::remove_dir_all(&home).with_context(|| format!("cannot remove the old home {}", home.display()))?;
-        }
-        fs::create_dir_all(&home).with_context(|| format!("cannot create {}", home.display()))?;
+        let home = self.home_dir(&home_in_sandbox, wipe)?;
         let skel = self.etc("skel");
-        if skel.is_dir() && wipe {
-            copy_tree(&skel, &home)?;
+        if wipe && skel.is_dir() {
+            let skel = safefs::open_dir(&skel)?;
+            copy_tree(&skel, &home, 0).context("cannot copy /etc/skel into the home")?;
         }
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o755))?;
-        chown_tree(&home, uid, uid)?;
+        rustix::fs::fchmod(&home, Mode::from_raw_mode(0o755))?;
+        safefs::chown_tree(&home, (uid, uid)).with_context(|| format!("cannot chown {}", home_in_sandbox.display()))?;
         Ok(user)
+    }
+
+    /// The home folder `home` (of the sandbox), opened through no link, created (mode 0755) when
+    /// missing; with `wipe`, whatever was there is removed first, so it is a fresh folder of root's
+    /// until the caller chowns it. A link in its place is refused, never followed.
+    fn home_dir(&self, home: &Path, wipe: bool) -> anyhow::Result<OwnedFd> {
+        let path = self.host_path(home);
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            bail!("no home folder at {}", home.display());
+        };
+        let parent = safefs::create_dirs(&safefs::open_dir(Path::new("/"))?, parent.strip_prefix("/")?, None)
+            .with_context(|| format!("cannot open {}", parent.display()))?;
+        if wipe {
+            safefs::remove_entry(&parent, name)
+                .with_context(|| format!("cannot remove the old home {}", home.display()))?;
+        }
+        match rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(io::Error::from(e)).with_context(|| format!("cannot create {}", home.display())),
+        }
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        rustix::fs::openat(&parent, name, flags, Mode::empty())
+            .map_err(io::Error::from)
+            .with_context(|| format!("cannot open the home {} (a symbolic link is not followed)", home.display()))
     }
 }
 
@@ -155,34 +181,51 @@ fn write_atomic(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
-    for entry in fs::read_dir(from)? {
+/// Copies the folder `from` (root's `/etc/skel`) into `to` (a fresh home, still root's), one
+/// name at a time through descriptors: files are created anew (`O_EXCL`), links as links.
+fn copy_tree(from: &OwnedFd, to: &OwnedFd, depth: usize) -> anyhow::Result<()> {
+    if depth >= safefs::MAX_DEPTH {
+        bail!("more than {} nested folders", safefs::MAX_DEPTH);
+    }
+    let mut entries = rustix::fs::Dir::read_from(from)?;
+    while let Some(entry) = entries.read() {
         let entry = entry?;
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            fs::create_dir_all(&target)?;
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &target)?;
-        } else {
-            fs::copy(entry.path(), &target)?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let stat = rustix::fs::statat(from, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        let nofollow = OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => {
+                match rustix::fs::mkdirat(to, name, Mode::from_raw_mode(stat.st_mode & 0o777)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let open = |dir: &OwnedFd| rustix::fs::openat(dir, name, OFlags::DIRECTORY | nofollow, Mode::empty());
+                copy_tree(&open(from)?, &open(to)?, depth + 1)?;
+            }
+            FileType::Symlink => rustix::fs::symlinkat(rustix::fs::readlinkat(from, name, Vec::new())?, to, name)?,
+            FileType::RegularFile => {
+                let mut source =
+                    fs::File::from(rustix::fs::openat(from, name, OFlags::RDONLY | nofollow, Mode::empty())?);
+                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | nofollow;
+                let mode = Mode::from_raw_mode(stat.st_mode & 0o777);
+                let mut target = fs::File::from(rustix::fs::openat(to, name, flags, mode)?);
+                io::copy(&mut source, &mut target)?;
+            }
+            // Sockets, FIFOs and devices are not copied into a home.
+            _ => {}
         }
     }
     Ok(())
 }
 
-/// `chown -R uid:gid path`, not following symlinks.
+/// `chown -R uid:gid path` through no link: the folder `path` is opened without following any
+/// link on the way, and everything below it is walked as [`safefs::chown_tree`] does.
 pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> anyhow::Result<()> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid))
-        .with_context(|| format!("cannot chown {}", path.display()))?;
-    let meta = fs::symlink_metadata(path)?;
-    if meta.is_dir() {
-        for entry in fs::read_dir(path)? {
-            chown_tree(&entry?.path(), uid, gid)?;
-        }
-    }
-    Ok(())
+    let dir = safefs::open_dir(path)?;
+    safefs::chown_tree(&dir, (uid, gid)).with_context(|| format!("cannot chown {}", path.display()))
 }
 
 /// The environment a benchmark process gets: built from nothing, as the reference harness does
@@ -271,6 +314,59 @@ mod tests {
         let err = accounts.create_fresh("other", 1000).unwrap_err().to_string();
         assert!(err.contains("node already has uid 1000"), "{err}");
         assert!(accounts.create_fresh("Bad Name", 3000).is_err());
+    }
+
+    #[test]
+    fn homes_are_made_and_chowned_through_no_link() {
+        let root = root_with_etc();
+        let etc = root.path().join("etc");
+        fs::create_dir_all(etc.join("skel/.config")).unwrap();
+        fs::write(etc.join("skel/.config/app.toml"), "x = 1\n").unwrap();
+        std::os::unix::fs::symlink(".config/app.toml", etc.join("skel/.app")).unwrap();
+        let outside = root.path().join("outside");
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("secret"), "s").unwrap();
+        let owner = |path: &Path| {
+            let meta = fs::symlink_metadata(path).unwrap();
+            (meta.uid(), meta.gid())
+        };
+        let accounts = Accounts::new(root.path());
+        // A leftover home whose user planted links to the outside: wiped, the outside untouched.
+        let home = root.path().join("home/benchmark3");
+        fs::create_dir_all(home.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&outside, home.join("link")).unwrap();
+        std::os::unix::fs::symlink(&outside, home.join("sub/link")).unwrap();
+        accounts.create_fresh("benchmark3", 2003).unwrap();
+        assert_eq!(owner(&outside), (0, 0));
+        assert_eq!(fs::read_to_string(outside.join("secret")).unwrap(), "s");
+        assert!(!home.join("link").exists() && !home.join("sub").exists());
+        for path in ["", ".bashrc", ".config", ".config/app.toml", ".app"] {
+            assert_eq!(owner(&home.join(path)), (2003, 2003), "{path}");
+        }
+        assert_eq!(fs::symlink_metadata(&home).unwrap().mode() & 0o7777, 0o755);
+        assert_eq!(fs::read_link(home.join(".app")).unwrap(), Path::new(".config/app.toml"));
+        assert_eq!(fs::read_to_string(home.join(".config/app.toml")).unwrap(), "x = 1\n");
+        // An existing user's home is chowned again, but not what its links point to.
+        std::os::unix::fs::symlink(&outside, home.join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), home.join("file-link")).unwrap();
+        fs::write(home.join("by-root"), "r").unwrap();
+        accounts.ensure("benchmark3", 2003).unwrap();
+        assert_eq!(owner(&home.join("by-root")), (2003, 2003));
+        assert_eq!(owner(&home.join("link")), (2003, 2003));
+        assert_eq!((owner(&outside), owner(&outside.join("secret"))), ((0, 0), (0, 0)));
+        // A home that is a link is refused, never followed.
+        fs::remove_dir_all(&home).unwrap();
+        std::os::unix::fs::symlink(&outside, &home).unwrap();
+        let err = format!("{:#}", accounts.ensure("benchmark3", 2003).unwrap_err());
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(owner(&outside), (0, 0));
+        // create_fresh replaces the link by a fresh home.
+        accounts.create_fresh("benchmark3", 2003).unwrap();
+        assert!(fs::symlink_metadata(&home).unwrap().is_dir());
+        assert_eq!(fs::read_to_string(outside.join("secret")).unwrap(), "s");
+        // chown_tree by path refuses a path through a link.
+        let err = chown_tree(&root.path().join("home/benchmark3/.app"), 0, 0).unwrap_err();
+        assert!(format!("{err:#}").contains("symbolic link"), "{err:#}");
     }
 
     #[test]

@@ -104,8 +104,10 @@ impl Validator<'_> {
                     None => self.error(c, &field, "an output check needs `contains`"),
                 }
             } else if let Some(path) = &raw_check.file_exists {
+                self.check_path(c, &format!("{field}.file_exists"), path);
                 checks.push(Check::FileExists { path: path.clone() });
             } else if let Some(path) = &raw_check.file_starts_with {
+                self.check_path(c, &format!("{field}.file_starts_with"), path);
                 match raw_check.prefix.as_deref().map(unescape) {
                     Some(Ok(prefix)) if !prefix.is_empty() => {
                         checks.push(Check::FileStartsWith { path: path.clone(), prefix })
@@ -116,6 +118,14 @@ impl Validator<'_> {
             }
         }
         checks
+    }
+
+    /// A file check's path: `~`, `~/PATH` or a PATH inside the home (the agent looks at it as
+    /// the user, but a path outside the home is no install's to check).
+    fn check_path(&mut self, check: &Spanned<RawCheck>, field: &str, path: &str) {
+        if let Err(why) = bounds::cwd(path) {
+            self.error(check, field, format!("expected a file inside the home: {why}"));
+        }
     }
 
     /// `install_line`: where `[install]` starts (the fixture's paths have no position of their own).

@@ -337,6 +337,7 @@ artifacts = ["/etc/*", "dist//x"]
 [install]
 command = "true"
 env = { "1BAD" = "x" }
+checks = [ { file_exists = "/proc/1/environ" }, { file_starts_with = "~/../../etc/shadow", prefix = "root" } ]
 [install.fixture]
 dir = "../outside"
 files = { "../../x" = "a" }
@@ -368,13 +369,15 @@ unit = "s"
         "bench.toml:12: prepare.artifacts[0]: expected a path inside the source folder: expected a relative path",
         "bench.toml:12: prepare.artifacts[1]: expected a path inside the source folder: expected a path without empty",
         "bench.toml:15: install.env.1BAD: expected a variable name",
-        "bench.toml:17: install.fixture.dir: expected a path inside the home: \"../outside\" leaves its folder",
-        "bench.toml:18: install.fixture.files: expected a path inside the home: \"../../x\" leaves its folder",
-        "bench.toml:19: install.fixture.home_files: expected a path inside the home: expected a relative path",
-        "bench.toml:22: measure.cwd: expected a relative path, got the absolute path \"/etc\"",
-        "bench.toml:24: runtime.scenario[0].name: expected a name of 1 to 64 letters",
-        "bench.toml:26: runtime.scenario[0].cwd: \"../root\" leaves its folder through `..`",
-        "bench.toml:30: runtime.script[0].cwd: expected a path without empty or `.` parts",
+        "bench.toml:16: install.checks[0].file_exists: expected a file inside the home: expected a relative path, got the absolute path \"/proc/1/environ\"",
+        "bench.toml:16: install.checks[1].file_starts_with: expected a file inside the home: \"../../etc/shadow\" leaves its folder",
+        "bench.toml:18: install.fixture.dir: expected a path inside the home: \"../outside\" leaves its folder",
+        "bench.toml:19: install.fixture.files: expected a path inside the home: \"../../x\" leaves its folder",
+        "bench.toml:20: install.fixture.home_files: expected a path inside the home: expected a relative path",
+        "bench.toml:23: measure.cwd: expected a relative path, got the absolute path \"/etc\"",
+        "bench.toml:25: runtime.scenario[0].name: expected a name of 1 to 64 letters",
+        "bench.toml:27: runtime.scenario[0].cwd: \"../root\" leaves its folder through `..`",
+        "bench.toml:31: runtime.script[0].cwd: expected a path without empty or `.` parts",
     ];
     for e in expect {
         assert!(found.iter().any(|got| got.starts_with(e)), "missing {e:?} in\n{}", found.join("\n"));

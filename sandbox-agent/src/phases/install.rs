@@ -103,22 +103,42 @@ fn verify(ctx: &PhaseContext, plan: &AgentPlan, user: &User, check: &Check) -> a
                 bail!("check failed: the output of `{run}` does not contain {contains:?}: {}", text.trim());
             }
         }
-        Check::FileExists { path } => {
-            let path = common::expand(user, &user.home, path);
-            if !path.exists() {
-                bail!("check failed: {} does not exist", path.display());
-            }
-        }
-        Check::FileStartsWith { path, prefix } => {
-            let path = common::expand(user, &user.home, path);
-            let mut head = vec![0u8; prefix.len()];
-            let read = std::fs::File::open(&path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
-            if read.is_err() || head != *prefix {
-                bail!("check failed: {} does not start with {:?}", path.display(), String::from_utf8_lossy(prefix));
-            }
-        }
+        Check::FileExists { path } => check_file(user, path, None)?,
+        Check::FileStartsWith { path, prefix } => check_file(user, path, Some(prefix))?,
     }
     Ok(())
+}
+
+/// A file check: `path` exists, or starts with `prefix`, for the user.
+fn check_file(user: &User, path: &str, prefix: Option<&[u8]>) -> anyhow::Result<()> {
+    let path = check_path(user, path)?;
+    let Some(prefix) = prefix else {
+        if !crate::as_user::exists(&path, user.uid, user.gid)? {
+            bail!("check failed: {} does not exist", path.display());
+        }
+        return Ok(());
+    };
+    match crate::as_user::head(&path, user.uid, user.gid, prefix.len()) {
+        Ok(head) if head == prefix => Ok(()),
+        Ok(_) => bail!("check failed: {} does not start with {:?}", path.display(), String::from_utf8_lossy(prefix)),
+        Err(err) => {
+            bail!("check failed: {} does not start with {:?} ({err})", path.display(), String::from_utf8_lossy(prefix))
+        }
+    }
+}
+
+/// Where a file check looks: `~`, `~/PATH` or a `PATH` relative to the home, never above it (the
+/// controller checks the spec too). The file is then looked at as the user sees it
+/// ([`crate::as_user`]): the install's links may be followed (a venv's `python`, an npm bin),
+/// but only as far as the user could go, so a planted link to root's files learns nothing and a
+/// FIFO stalls nothing.
+fn check_path(user: &User, path: &str) -> anyhow::Result<std::path::PathBuf> {
+    let relative = Path::new(path.strip_prefix("~/").unwrap_or(if path == "~" { "" } else { path }));
+    let plain = relative.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !plain || path.contains('\0') {
+        bail!("the check path {path:?} is not inside the home (expected `~`, `~/PATH` or a relative PATH)");
+    }
+    Ok(user.home.join(relative))
 }
 
 /// The files of the fixture, as a git repository with one commit by a fixed author at a fixed
@@ -156,4 +176,37 @@ fn lay_fixture(ctx: &PhaseContext, plan: &AgentPlan, user: &User, fixture: &Fixt
         common::run_step(ctx, &step, user, &dir, &plan.env)?.success("creating the fixture repository")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_checks_stay_in_the_home_and_see_what_the_user_sees() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        std::os::unix::fs::lchown(&home, Some(4242), Some(4242)).unwrap();
+        let user =
+            User { name: "benchmark9".into(), uid: 4242, gid: 4242, home: home.clone(), shell: "/bin/sh".into() };
+        let check = |path: &str, prefix: Option<&[u8]>| check_file(&user, path, prefix).map_err(|e| e.to_string());
+        std::fs::write(home.join("tool"), "#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink("/proc/1/environ", home.join("environ")).unwrap();
+        std::os::unix::fs::symlink("tool", home.join("bin")).unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, home.join("fifo"), rustix::fs::Mode::from_raw_mode(0o666)).unwrap();
+        assert_eq!(check("~/tool", Some(b"#!")), Ok(()));
+        assert_eq!(check("bin", Some(b"#!/bin/sh")), Ok(()), "a link the user may follow is followed");
+        assert_eq!(check("~", None), Ok(()));
+        let err = check("~/environ", Some(b"PATH=")).unwrap_err();
+        assert!(err.contains("does not start with") && err.contains("ermission denied"), "{err}");
+        let err = check("~/fifo", Some(b"x")).unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
+        assert!(check("~/missing", None).unwrap_err().contains("does not exist"));
+        for bad in ["/proc/1/environ", "~/../../etc/passwd", "../x", "~root/x/../.."] {
+            let err = check(bad, None).unwrap_err();
+            assert!(err.contains("is not inside the home"), "{bad}: {err}");
+        }
+    }
 }

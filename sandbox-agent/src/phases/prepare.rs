@@ -95,12 +95,12 @@ fn release_artifacts(ctx: &PhaseContext, plan: &AgentPlan, builder: &User, sourc
     let mut total = 0u64;
     for path in &artifacts {
         let relative = path.strip_prefix(source).context("an artifact outside the source folder")?;
-        let bytes = safefs::read_beneath(&base, relative)
+        let (digest, size) = safefs::sha256_beneath(&base, relative)
             .with_context(|| format!("cannot read the artifact {}", path.display()))?;
-        total += bytes.len() as u64;
+        total += size;
         let name = path.file_name().context("artifact without a name")?.to_string_lossy();
-        sums.push_str(&sha256sums_line(&bytes, &name));
-        ctx.note(&format!("artifact {} ({} bytes)", path.display(), bytes.len()));
+        sums.push_str(&sums_line(&digest, &name));
+        ctx.note(&format!("artifact {} ({size} bytes)", path.display()));
     }
     let sums_path = release_dir.strip_prefix(source).context("a release folder outside the source folder")?;
     let owner = Some((builder.uid, builder.gid));
@@ -137,7 +137,11 @@ fn tool_versions(builder: &User, dir: &Path) -> std::collections::BTreeMap<Strin
 
 /// One line of `SHA256SUMS`: lowercase hex digest, two spaces, the file name, a newline.
 pub fn sha256sums_line(bytes: &[u8], name: &str) -> String {
-    let digest = Sha256::digest(bytes);
+    sums_line(&Sha256::digest(bytes).into(), name)
+}
+
+/// A `SHA256SUMS` line of a file whose SHA-256 is `digest`.
+fn sums_line(digest: &[u8; 32], name: &str) -> String {
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("{hex}  {name}\n")
 }

@@ -4,49 +4,44 @@
 //! the entry's name, at any depth) skipped with everything under them.
 
 use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use anyhow::Context;
 use glob::Pattern;
+use rustix::fs::FileType;
+
+use crate::safefs;
 
 /// The reference harness's excludes for a home folder.
 pub const HOME_EXCLUDES: &[&str] = &[".cache", ".npm", "*.log", "sessions", "session-artifacts", "workspace"];
 
+/// The apparent size of the tree at `root`, walked through descriptors as root while the user's
+/// processes may still run: no link is followed, however the tree changes meanwhile
+/// ([`crate::safefs::walk_tree`]). A missing `root` is 0 bytes.
 pub fn apparent_size(root: &Path, excludes: &[String]) -> anyhow::Result<u64> {
     let excludes = excludes
         .iter()
         .map(|p| Pattern::new(p).with_context(|| format!("invalid footprint exclude pattern {p:?}")))
         .collect::<anyhow::Result<Vec<Pattern>>>()?;
-    let mut seen = HashSet::new();
-    let mut total = 0;
-    walk(root, &excludes, &mut seen, &mut total).with_context(|| format!("cannot measure {}", root.display()))?;
-    Ok(total)
-}
-
-fn walk(path: &Path, excludes: &[Pattern], seen: &mut HashSet<(u64, u64)>, total: &mut u64) -> std::io::Result<()> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        // Gone while walking (a process deleting its files): nothing to count.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
+    let dir = match safefs::open_dir(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        other => other.with_context(|| format!("cannot measure {}", root.display()))?,
     };
-    if meta.nlink() > 1 && !meta.is_dir() && !seen.insert((meta.dev(), meta.ino())) {
-        return Ok(());
-    }
-    *total += meta.len();
-    if meta.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if excludes.iter().any(|pattern| pattern.matches(&name)) {
-                continue;
-            }
-            walk(&entry.path(), excludes, seen, total)?;
+    let mut total = rustix::fs::fstat(&dir)?.st_size as u64;
+    let mut seen = HashSet::new();
+    safefs::walk_tree(&dir, &mut |_, name, stat| {
+        if excludes.iter().any(|pattern| pattern.matches(&name.to_string_lossy())) {
+            return Ok(false);
         }
-    }
-    Ok(())
+        let folder = FileType::from_raw_mode(stat.st_mode) == FileType::Directory;
+        if !folder && stat.st_nlink > 1 && !seen.insert((stat.st_dev, stat.st_ino)) {
+            return Ok(false);
+        }
+        total += stat.st_size as u64;
+        Ok(true)
+    })
+    .with_context(|| format!("cannot measure {}", root.display()))?;
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -80,5 +75,12 @@ mod tests {
         let expected = dirs + 1000 + "tool-link".len() as u64;
         let excludes: Vec<String> = HOME_EXCLUDES.iter().map(|s| s.to_string()).collect();
         assert_eq!(apparent_size(&root, &excludes).unwrap(), expected);
+        // A link to a big folder outside counts as the link only; a missing home is empty.
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+        std::fs::write(dir.path().join("outside/big"), vec![0u8; 50_000]).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside"), root.join("out")).unwrap();
+        let link = dir.path().join("outside").as_os_str().len() as u64;
+        assert_eq!(apparent_size(&root, &excludes).unwrap(), expected + link);
+        assert_eq!(apparent_size(&dir.path().join("none"), &excludes).unwrap(), 0);
     }
 }

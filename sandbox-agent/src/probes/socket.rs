@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -43,7 +44,13 @@ pub struct Daemon {
 impl Daemon {
     pub fn spawn(launch: &DaemonLaunch) -> anyhow::Result<Daemon> {
         let (program, args) = launch.command.split_first().context("empty command")?;
-        let log = std::fs::File::create(&launch.log_path)
+        // In root's state folder; a link in the log's place is refused all the same.
+        let log = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&launch.log_path)
             .with_context(|| format!("cannot create {}", launch.log_path.display()))?;
         let mut cmd = Command::new(program);
         cmd.args(args)

@@ -14,10 +14,12 @@ use sandbench_proto::plan::{Aggregate, ScenarioStep, SocketSpec};
 use serde_json::{Map, Value};
 
 use super::Engine;
+use crate::commands;
 use crate::phases::common;
 use crate::probes::keys::{self, Wait};
 use crate::probes::socket::{Daemon, DaemonLaunch, Message, SocketClient};
 use crate::probes::{cpu, expect};
+use crate::safefs;
 
 /// An open timed window.
 pub(super) struct Timer {
@@ -341,10 +343,25 @@ impl Engine<'_> {
     }
 }
 
+/// Sends the daemon's log, kept within the output cap as a command's output is.
 fn keep_log(engine: &Engine, path: &Path) {
-    if let (Ok(bytes), Some(name)) = (std::fs::read(path), path.file_name()) {
-        engine.ctx.file(&format!("transcripts/{}", name.to_string_lossy()), &bytes);
+    let Some(name) = path.file_name() else { return };
+    let cap = crate::journal::lock(&engine.ctx.output).cap();
+    match capped_log(path, cap) {
+        Ok(bytes) => engine.ctx.file(&format!("transcripts/{}", name.to_string_lossy()), &bytes),
+        Err(err) => tracing::warn!("cannot keep the daemon log {}: {err:#}", path.display()),
     }
+}
+
+/// The head and tail of the log at `path` within `cap` ([`commands::capped_file`]), opened
+/// through no link and only if it is a regular file.
+fn capped_log(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    let path = std::path::absolute(path)?;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"));
+    };
+    let (mut file, _) = safefs::open_regular(&safefs::open_dir(dir)?, Path::new(name))?;
+    commands::capped_file(&mut file, cap)
 }
 
 /// The message as told apart: an event carrying another message unwrapped.
@@ -411,6 +428,29 @@ mod tests {
             envelope(&template, &request, "scan-3", &hello),
             json!({"type": "command", "id": "scan-3", "protocol": {"name": "demo", "version": 7}, "clientId": "bench", "command": {"type": "catalog", "id": "scan-3"}})
         );
+    }
+
+    #[test]
+    fn the_daemon_log_is_kept_within_the_cap_and_read_through_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kernel-0.daemon.log");
+        let mut flood = b"started\n".to_vec();
+        flood.resize(100_000, b'x');
+        flood.extend_from_slice(b"\nstopped\n");
+        std::fs::write(&log, &flood).unwrap();
+        let kept = capped_log(&log, 4096).unwrap();
+        let text = String::from_utf8_lossy(&kept);
+        assert!(kept.len() <= 4096 && text.starts_with("started\n") && text.ends_with("x\nstopped\n"), "{text}");
+        assert!(text.contains("bytes of output cut here (cap 4096 bytes)"), "{text}");
+        assert_eq!(capped_log(&log, 1 << 20).unwrap(), flood, "under the cap, whole");
+        // A link or a FIFO in the log's place is not followed, nor waited on.
+        std::fs::write(dir.path().join("secret"), "secret").unwrap();
+        std::fs::remove_file(&log).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), &log).unwrap();
+        assert!(capped_log(&log, 4096).unwrap_err().to_string().contains("symbolic link"));
+        std::fs::remove_file(&log).unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, &log, rustix::fs::Mode::from_raw_mode(0o644)).unwrap();
+        assert!(capped_log(&log, 4096).unwrap_err().to_string().contains("not a regular file"));
     }
 
     #[test]

@@ -15,6 +15,64 @@ use sandbench_proto::plan::phase;
 use sandbench_proto::v1::PhaseStatus;
 use support::{NODE_IMAGE, with_harness};
 
+/// Everything the agent printed, for a failed phase's message.
+fn output_of(hub: &sandbench::server::Hub) -> String {
+    read_events(&hub.log_path())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| match &e.body {
+            StoredBody::Log { data: sandbench::store::Data::Text { text }, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every observed value per metric, as (trial, value); an observed error fails the test.
+fn observed_values(hub: &sandbench::server::Hub) -> BTreeMap<String, Vec<(u32, f64)>> {
+    let mut values: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for event in read_events(&hub.log_path()).unwrap() {
+        if let StoredBody::Observation { metric, trial, value, error, .. } = event.body {
+            match (value, error) {
+                (Some(v), _) => values.entry(metric).or_default().push((trial, v)),
+                (_, Some(e)) => errors.push(format!("{metric} trial {trial}: {e}")),
+                _ => {}
+            }
+        }
+    }
+    assert!(errors.is_empty(), "errors observed: {errors:#?}");
+    values
+}
+
+/// The transport and ui phases' values and the files they leave.
+fn assert_transport_and_ui(
+    plan: &sandbench::spec::Plan,
+    values: &BTreeMap<String, Vec<(u32, f64)>>,
+    transcripts: &Path,
+) {
+    // Transport ran the benches against the source: one full-history transfer per warm
+    // switch, and a 32 MiB frame decoded.
+    assert_eq!(values["switch_fetch"], [(0, 1.0)]);
+    assert!(values["frame_decode"][0].1 > 0.0);
+    // The ui phase: every wall metric has its CPU companion; the browser's terminal and the
+    // catalog daemon's socket traffic and log are kept.
+    for def in plan.metrics.iter().filter(|d| d.group == "UI interactions" && d.key.ends_with("_cpu")) {
+        let wall = def.key.trim_end_matches("_cpu");
+        assert!(values.contains_key(wall), "{} has no wall metric {wall}", def.key);
+    }
+    let (first, warm) = (values["scheduled_catalog"][0].1, values["scheduled_catalog_warm"][0].1);
+    assert!(
+        warm < first,
+        "a repeated catalog request ({warm} s) is served from the index built by the first ({first} s)"
+    );
+    assert!(values["ui_rss"][0].1 > 10e6, "the browser's memory: {:?}", values["ui_rss"]);
+    let screen = String::from_utf8_lossy(&std::fs::read(transcripts.join("browse-0.txt")).unwrap()).to_string();
+    assert!(screen.contains("▾ ui-bench-root-00") && screen.contains("ui-bench-child-20"), "{screen}");
+    let traffic = std::fs::read_to_string(transcripts.join("catalog-0.socket.jsonl")).unwrap();
+    assert!(traffic.contains("\"workerState\":\"ready\"") && traffic.matches("> {").count() == 7, "{traffic}");
+    assert!(transcripts.join("catalog-0.daemon.log").is_file());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
     with_harness("demo", HubConfig::default(), |h| async move {
@@ -51,34 +109,14 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
             let outcome =
                 sandbox::run_phase(&hub, &id, &agent_plan, name, trial, Duration::from_secs(300)).await.unwrap();
             if outcome.status != PhaseStatus::Ok {
-                let logs = read_events(&hub.log_path()).unwrap_or_default();
-                let output: String = logs
-                    .iter()
-                    .filter_map(|e| match &e.body {
-                        StoredBody::Log { data: sandbench::store::Data::Text { text }, .. } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                panic!("{name} {trial} failed: {}\n--- phase output ---\n{output}", outcome.error);
+                panic!("{name} {trial} failed: {}\n--- phase output ---\n{}", outcome.error, output_of(&hub));
             }
         }
         let down = h.teardown(&live.sandbox).await;
         assert!(down.removal_error.is_none());
         hub.close().await;
 
-        let events = read_events(&hub.log_path()).unwrap();
-        let mut values: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
-        let mut errors = Vec::new();
-        for event in &events {
-            if let StoredBody::Observation { metric, trial, value, error, .. } = &event.body {
-                match (value, error) {
-                    (Some(v), _) => values.entry(metric.clone()).or_default().push((*trial, *v)),
-                    (_, Some(e)) => errors.push(format!("{metric} trial {trial}: {e}")),
-                    _ => {}
-                }
-            }
-        }
-        assert!(errors.is_empty(), "errors observed: {errors:#?}");
+        let values = observed_values(&hub);
         for def in &plan.metrics {
             let got =
                 values.get(&def.key).unwrap_or_else(|| panic!("metric {} was not observed; got {values:?}", def.key));
@@ -101,27 +139,7 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
         assert!(String::from_utf8_lossy(&raw).contains("demo 1.0.0"));
         assert!(transcripts.join("warm-0.txt").is_file());
         assert!(transcripts.join("kernel-0.jsonl").is_file());
-        // Transport ran the benches against the source: one full-history transfer per warm
-        // switch, and a 32 MiB frame decoded.
-        assert_eq!(values["switch_fetch"], [(0, 1.0)]);
-        assert!(values["frame_decode"][0].1 > 0.0);
-        // The ui phase: every wall metric has its CPU companion; the browser's terminal and the
-        // catalog daemon's socket traffic and log are kept.
-        for def in plan.metrics.iter().filter(|d| d.group == "UI interactions" && d.key.ends_with("_cpu")) {
-            let wall = def.key.trim_end_matches("_cpu");
-            assert!(values.contains_key(wall), "{} has no wall metric {wall}", def.key);
-        }
-        let (first, warm) = (values["scheduled_catalog"][0].1, values["scheduled_catalog_warm"][0].1);
-        assert!(
-            warm < first,
-            "a repeated catalog request ({warm} s) is served from the index built by the first ({first} s)"
-        );
-        assert!(values["ui_rss"][0].1 > 10e6, "the browser's memory: {:?}", values["ui_rss"]);
-        let screen = String::from_utf8_lossy(&std::fs::read(transcripts.join("browse-0.txt")).unwrap()).to_string();
-        assert!(screen.contains("▾ ui-bench-root-00") && screen.contains("ui-bench-child-20"), "{screen}");
-        let traffic = std::fs::read_to_string(transcripts.join("catalog-0.socket.jsonl")).unwrap();
-        assert!(traffic.contains("\"workerState\":\"ready\"") && traffic.matches("> {").count() == 7, "{traffic}");
-        assert!(transcripts.join("catalog-0.daemon.log").is_file());
+        assert_transport_and_ui(&plan, &values, &transcripts);
         eprintln!("observed: {values:?}");
     })
     .await;
@@ -281,6 +299,83 @@ title = "Enter keys received"
 unit = "bytes"
 "#;
 
+/// Fresh users with their own uid and home, and exactly the environment built for them.
+fn assert_fresh_users(run: &BusyboxRun) {
+    for (uid, user) in [(2001, "benchmark1"), (2002, "benchmark2")] {
+        let text = String::from_utf8(run.files[&format!("/home/{user}/env")].clone()).unwrap();
+        let mut keys: Vec<&str> =
+            text.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).filter(|k| !k.starts_with("uid")).collect();
+        keys.retain(|k| !["PWD", "SHLVL", "_", "OLDPWD"].contains(k));
+        assert_eq!(
+            keys,
+            [
+                "COLORTERM",
+                "HOME",
+                "LANG",
+                "LOGNAME",
+                "NPM_CONFIG_CACHE",
+                "NPM_CONFIG_PREFIX",
+                "PATH",
+                "SHELL",
+                "SPEC_VAR",
+                "STEP_VAR",
+                "TERM",
+                "TMPDIR",
+                "USER",
+                "UV_CACHE_DIR",
+                "UV_LINK_MODE",
+                "XDG_CACHE_HOME",
+                "XDG_CONFIG_HOME",
+                "XDG_DATA_HOME",
+                "XDG_RUNTIME_DIR",
+                "XDG_STATE_HOME"
+            ],
+            "{text}"
+        );
+        assert!(text.contains(&format!("HOME=/home/{user}\n")) && text.contains(&format!("USER={user}\n")), "{text}");
+        assert!(text.contains(&format!("PATH=/home/{user}/.local/bin:/usr/local/bin:/usr/bin:/bin\n")), "{text}");
+        assert!(text.contains(&format!("TMPDIR=/tmp/sandbench-{user}\n")), "{text}");
+        // Supplementary groups dropped: only the user's own group.
+        let id_line = text.lines().find(|l| l.starts_with("uid=")).unwrap_or_default();
+        assert!(
+            id_line == format!("uid={uid}({user}) gid={uid}({user})")
+                || id_line == format!("uid={uid}({user}) gid={uid}({user}) groups={uid}({user})"),
+            "{text}"
+        );
+        let home_listing: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("uid=")).skip(1).collect();
+        assert!(!home_listing.contains(&"mark"), "the home was not fresh: {text}");
+    }
+}
+
+/// Every timed step's process tree beside its wall time, and the conditions of each timed trial.
+fn assert_companions_and_conditions(run: &BusyboxRun, run_dir: &Path) {
+    // Every timed step's process tree beside its wall time: the install command (wait4),
+    // the terminal starts (the live tree at the echo), the script (named after it).
+    let suffixes = sandbench_proto::metric::companion::ALL.map(|(s, _)| s);
+    for (key, trials) in [("install", [0, 1]), ("cold", [0, 1]), ("warm", [0, 1])] {
+        for trial in trials {
+            for suffix in suffixes {
+                let value = run.values.get(&(format!("{key}{suffix}"), trial));
+                assert!(value.is_some_and(|v| v.is_finite() && *v >= 0.0), "{key}{suffix} {trial}: {value:?}");
+            }
+        }
+    }
+    assert!(run.values[&("install.maxrss".into(), 0)] > 100e3, "{:?}", run.values);
+    assert!(run.values[&("cold.maxrss".into(), 0)] > 100e3, "the fixture was alive at its echo");
+    assert!(run.values[&("install.minflt".into(), 0)] > 0.0 && run.values[&("cold.vcsw".into(), 0)] > 0.0);
+    assert!(run.values[&("cold.cpu".into(), 0)] < 2.0, "the fixture mostly waits: {:?}", run.values);
+    assert!(run.values.contains_key(&("script.no-enter.cpu".into(), 0)), "{:?}", run.values);
+    // The conditions of each timed trial arrived beside the samples.
+    let sandboxes: Vec<_> = std::fs::read_dir(run_dir.join("sandboxes")).unwrap().flatten().map(|e| e.path()).collect();
+    let file = sandboxes.iter().map(|s| s.join("conditions/measure-1.json")).find(|p| p.is_file());
+    let file = file.unwrap_or_else(|| panic!("no conditions of measure 1 in {sandboxes:?}"));
+    let conditions: sandbench_proto::conditions::TrialConditions =
+        serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    assert_eq!((conditions.phase.as_str(), conditions.trial), ("measure", 1));
+    assert!(conditions.steal().is_some() && conditions.after.load.is_some(), "{conditions:?}");
+    assert!(conditions.throttled_periods().is_some(), "the sandbox's cpu.stat: {conditions:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_jsonl_engine() {
     with_harness("fixtures", HubConfig::default(), |h| async move {
@@ -299,57 +394,7 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
         }
         assert!(run.errors.is_empty(), "{:?}", run.errors);
 
-        // Fresh users with their own uid and home, and exactly the environment built for them.
-        for (uid, user) in [(2001, "benchmark1"), (2002, "benchmark2")] {
-            let text = String::from_utf8(run.files[&format!("/home/{user}/env")].clone()).unwrap();
-            let mut keys: Vec<&str> = text
-                .lines()
-                .filter_map(|l| l.split_once('=').map(|(k, _)| k))
-                .filter(|k| !k.starts_with("uid"))
-                .collect();
-            keys.retain(|k| !["PWD", "SHLVL", "_", "OLDPWD"].contains(k));
-            assert_eq!(
-                keys,
-                [
-                    "COLORTERM",
-                    "HOME",
-                    "LANG",
-                    "LOGNAME",
-                    "NPM_CONFIG_CACHE",
-                    "NPM_CONFIG_PREFIX",
-                    "PATH",
-                    "SHELL",
-                    "SPEC_VAR",
-                    "STEP_VAR",
-                    "TERM",
-                    "TMPDIR",
-                    "USER",
-                    "UV_CACHE_DIR",
-                    "UV_LINK_MODE",
-                    "XDG_CACHE_HOME",
-                    "XDG_CONFIG_HOME",
-                    "XDG_DATA_HOME",
-                    "XDG_RUNTIME_DIR",
-                    "XDG_STATE_HOME"
-                ],
-                "{text}"
-            );
-            assert!(
-                text.contains(&format!("HOME=/home/{user}\n")) && text.contains(&format!("USER={user}\n")),
-                "{text}"
-            );
-            assert!(text.contains(&format!("PATH=/home/{user}/.local/bin:/usr/local/bin:/usr/bin:/bin\n")), "{text}");
-            assert!(text.contains(&format!("TMPDIR=/tmp/sandbench-{user}\n")), "{text}");
-            // Supplementary groups dropped: only the user's own group.
-            let id_line = text.lines().find(|l| l.starts_with("uid=")).unwrap_or_default();
-            assert!(
-                id_line == format!("uid={uid}({user}) gid={uid}({user})")
-                    || id_line == format!("uid={uid}({user}) gid={uid}({user}) groups={uid}({user})"),
-                "{text}"
-            );
-            let home_listing: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("uid=")).skip(1).collect();
-            assert!(!home_listing.contains(&"mark"), "the home was not fresh: {text}");
-        }
+        assert_fresh_users(&run);
         // Installs were timed; the stubborn process left behind was killed (else the trial fails).
         assert!(run.values.contains_key(&("install".into(), 1)));
 
@@ -377,32 +422,7 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
         assert!(run.values[&("t_cpu".into(), 0)] >= 0.0);
         assert!(run.values[&("t_rss".into(), 0)] > 0.0);
 
-        // Every timed step's process tree beside its wall time: the install command (wait4),
-        // the terminal starts (the live tree at the echo), the script (named after it).
-        let suffixes = sandbench_proto::metric::companion::ALL.map(|(s, _)| s);
-        for (key, trials) in [("install", [0, 1]), ("cold", [0, 1]), ("warm", [0, 1])] {
-            for trial in trials {
-                for suffix in suffixes {
-                    let value = run.values.get(&(format!("{key}{suffix}"), trial));
-                    assert!(value.is_some_and(|v| v.is_finite() && *v >= 0.0), "{key}{suffix} {trial}: {value:?}");
-                }
-            }
-        }
-        assert!(run.values[&("install.maxrss".into(), 0)] > 100e3, "{:?}", run.values);
-        assert!(run.values[&("cold.maxrss".into(), 0)] > 100e3, "the fixture was alive at its echo");
-        assert!(run.values[&("install.minflt".into(), 0)] > 0.0 && run.values[&("cold.vcsw".into(), 0)] > 0.0);
-        assert!(run.values[&("cold.cpu".into(), 0)] < 2.0, "the fixture mostly waits: {:?}", run.values);
-        assert!(run.values.contains_key(&("script.no-enter.cpu".into(), 0)), "{:?}", run.values);
-        // The conditions of each timed trial arrived beside the samples.
-        let sandboxes: Vec<_> =
-            std::fs::read_dir(h.run_dir.path().join("sandboxes")).unwrap().flatten().map(|e| e.path()).collect();
-        let file = sandboxes.iter().map(|s| s.join("conditions/measure-1.json")).find(|p| p.is_file());
-        let file = file.unwrap_or_else(|| panic!("no conditions of measure 1 in {sandboxes:?}"));
-        let conditions: sandbench_proto::conditions::TrialConditions =
-            serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
-        assert_eq!((conditions.phase.as_str(), conditions.trial), ("measure", 1));
-        assert!(conditions.steal().is_some() && conditions.after.load.is_some(), "{conditions:?}");
-        assert!(conditions.throttled_periods().is_some(), "the sandbox's cpu.stat: {conditions:?}");
+        assert_companions_and_conditions(&run, h.run_dir.path());
     })
     .await;
 }

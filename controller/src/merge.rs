@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
-use crate::cost::ledger::{Ledger, RunStart};
+use crate::cost::ledger::Ledger;
 use crate::publish::Target;
 use crate::report::{Report, Status};
 use crate::shard::{SHARD_FILE, ShardRecord};
@@ -324,17 +324,7 @@ fn record(ledger: &Path, shards: &[Loaded], report: &Report, out: &Path) -> anyh
     let mut ledger = Ledger::open(ledger)?;
     let source = &shards[0].plan["source"];
     let repository = source["repository"].as_str().or(source["url"].as_str()).unwrap_or_default().to_string();
-    ledger.begin_run(&RunStart {
-        run_id: report.run_id.clone(),
-        spec: report.spec_name.clone(),
-        repository,
-        base_rev: report.base.rev.clone(),
-        base_commit: report.base.commit.clone(),
-        head_rev: report.head.rev.clone(),
-        head_commit: report.head.commit.clone(),
-        started_at: report.started_at.clone(),
-        run_dir: out.display().to_string(),
-    })?;
+    ledger.begin_run(&report.run_start(&report.spec_name, repository, out))?;
     let finished = report.finished_at.clone().unwrap_or_default();
     ledger.finish_run(&report.run_id, report.status.as_str(), &finished, &report.sandboxes)?;
     let ids: Vec<String> = shards.iter().map(|s| s.record.part.run_id.clone()).collect();

@@ -302,6 +302,21 @@ fn run_warnings(def: &MetricDef, sides: [(&str, &Side); 2]) -> Vec<String> {
 }
 
 impl Report {
+    /// The ledger's start of this run: its identity, revisions and directory.
+    pub fn run_start(&self, spec: &str, repository: String, dir: &std::path::Path) -> crate::cost::ledger::RunStart {
+        crate::cost::ledger::RunStart {
+            run_id: self.run_id.clone(),
+            spec: spec.to_string(),
+            repository,
+            base_rev: self.base.rev.clone(),
+            base_commit: self.base.commit.clone(),
+            head_rev: self.head.rev.clone(),
+            head_commit: self.head.commit.clone(),
+            started_at: self.started_at.clone(),
+            run_dir: dir.display().to_string(),
+        }
+    }
+
     /// The metrics to report, in order: the plan's definitions, each followed by its CPU-time
     /// companion (`<key>.cpu`) when samples of one exist and nothing defines it — titled
     /// "<title> (CPU)", same unit and floors, judged on its own noise.

@@ -389,17 +389,7 @@ fn begin_ledger(
         SourceSettings::Url { url } => url.clone(),
         SourceSettings::None => String::new(),
     };
-    ledger.begin_run(&crate::cost::ledger::RunStart {
-        run_id: report.run_id.clone(),
-        spec: plan.name.clone(),
-        repository,
-        base_rev: report.base.rev.clone(),
-        base_commit: report.base.commit.clone(),
-        head_rev: report.head.rev.clone(),
-        head_commit: report.head.commit.clone(),
-        started_at: report.started_at.clone(),
-        run_dir: dir.display().to_string(),
-    })?;
+    ledger.begin_run(&report.run_start(&plan.name, repository, dir))?;
     Ok(Some(ledger))
 }
 

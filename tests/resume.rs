@@ -112,8 +112,9 @@ fn phases(dir: &Path) -> (Vec<Started>, Vec<Done>) {
 }
 
 /// Starts a run and SIGKILLs it once measure is under way: base's first measure trial done,
-/// head's started (so cut mid-way). Its run directory and id.
-fn kill_mid_measure(out: &Path, out_arg: &str, run_args: &[&str]) -> (PathBuf, String) {
+/// head's started (so cut mid-way). Its run directory and id, and the killed controller, whose
+/// drop removes the run's sandboxes (keep it while they must still exist).
+fn kill_mid_measure(out: &Path, out_arg: &str, run_args: &[&str]) -> (PathBuf, String, Controller) {
     let mut first = Controller::start(out, "first", run_args);
     let deadline = Instant::now() + Duration::from_secs(900);
     let dir = loop {
@@ -141,7 +142,7 @@ fn kill_mid_measure(out: &Path, out_arg: &str, run_args: &[&str]) -> (PathBuf, S
     );
     assert!(!done_before.contains(&(sandbox("head"), "measure-0".into())), "head's was cut: {done_before:?}");
     assert_eq!(read_report(&dir).status, Status::Running, "a killed run's report still says running");
-    (dir, run_id)
+    (dir, run_id, first)
 }
 
 /// The next start (or gc) finds the controller gone: abandoned, charged from the sandboxes'
@@ -228,8 +229,9 @@ async fn a_controller_killed_mid_measure_is_resumed_with_every_trial_once() {
     let out_arg = out.path().join("runs");
     let out_arg = out_arg.to_str().unwrap();
     let run_args = ["run", spec, "--base", "base", "--head", "base", "--trials", "2", "--out", out_arg];
-    let (dir, run_id) = kill_mid_measure(out.path(), out_arg, &run_args);
+    let (dir, run_id, first) = kill_mid_measure(out.path(), out_arg, &run_args);
     assert_abandoned_then_reaped(&dir, &run_id, &ledger_path).await;
+    drop(first);
 
     // A revision other than the run's is refused, naming both.
     let dir_arg = dir.to_str().unwrap();

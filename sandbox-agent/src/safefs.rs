@@ -119,9 +119,10 @@ pub fn read_beneath(dir: &OwnedFd, relative: &Path) -> io::Result<Vec<u8>> {
 /// (an artifact of any size is never loaded whole).
 pub fn sha256_beneath(dir: &OwnedFd, relative: &Path) -> io::Result<([u8; 32], u64)> {
     use sha2::Digest;
-    let (mut file, _) = open_regular(dir, relative)?;
+    let (file, stat) = open_regular(dir, relative)?;
     let mut hasher = sha2::Sha256::new();
-    let size = io::copy(&mut file, &mut hasher)?;
+    // No further than its size when opened: a process still appending cannot make this endless.
+    let size = io::copy(&mut file.take(stat.st_size.max(0) as u64), &mut hasher)?;
     Ok((hasher.finalize().into(), size))
 }
 
@@ -231,7 +232,12 @@ fn walk_tree_at(
     if depth >= MAX_DEPTH {
         return Err(too_deep("cannot walk the folder tree"));
     }
-    for name in entry_names(&dir)? {
+    // A folder removed while the walk is under way (a cache cleaned) is empty, not an error.
+    let names = match entry_names(&dir) {
+        Err(e) if depth > 0 && e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => return Ok(()),
+        other => other?,
+    };
+    for name in names {
         let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = match rustix::fs::openat(dir, &name, flags, Mode::empty()) {
             Err(Errno::NOENT) => continue,

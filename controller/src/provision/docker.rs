@@ -575,10 +575,13 @@ impl DockerProvisioner {
             {
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
                 while std::time::Instant::now() < deadline {
-                    if !self.exists(name).await {
-                        return Ok(());
+                    match self.docker.inspect_container(name, None).await {
+                        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                            return Ok(());
+                        }
+                        // Still there, or the engine did not answer: look again.
+                        _ => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
                     }
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 }
                 Err(ProvisionError::Remove { name: name.to_string(), cause })
             }

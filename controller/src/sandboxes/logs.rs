@@ -39,9 +39,10 @@ pub async fn logs(provisioner: &DockerProvisioner, id: &str, lines: Option<usize
     }
     container.extend(split.finish());
     let seen = container.len();
-    // The last N lines of the two merged are among the last N of each.
-    let from = lines.map_or(0, |n| container.len().saturating_sub(n));
-    let mut all: Vec<Line> = container[from..].iter().map(|l| parse_line(l)).collect();
+    // The last N lines of the two merged are among the last N of each, once each is in order.
+    let mut all: Vec<Line> = container.iter().map(|l| parse_line(l)).collect();
+    all.sort_by_key(|(at, _)| *at);
+    all.drain(..lines.map_or(0, |n| all.len().saturating_sub(n)));
     all.extend(events.read_new(lines));
     all.sort_by_key(|(at, _)| *at);
     let skip = lines.map_or(0, |n| all.len().saturating_sub(n));
@@ -126,14 +127,16 @@ impl EventTail {
             if n == 0 || (line.last() != Some(&b'\n') && (n as u64) < limit) {
                 break; // the end, or a line not finished yet
             }
-            self.offset += n as u64;
             if line.last() != Some(&b'\n') {
-                // Longer than any line the server writes: skip the rest of it.
-                let mut rest = Vec::new();
-                let Ok(skipped) = reader.read_until(b'\n', &mut rest) else { break };
-                self.offset += skipped as u64;
+                // Longer than any line the server writes: skip the rest of it, keeping none of it.
+                let Ok((skipped, whole)) = skip_line(&mut reader) else { break };
+                if !whole {
+                    break; // still being written: read it again from its start next time
+                }
+                self.offset += n as u64 + skipped;
                 continue;
             }
+            self.offset += n as u64;
             let Ok(event) = serde_json::from_slice::<StoredEvent>(&line) else { continue };
             if event.sandbox != self.sandbox {
                 continue;
@@ -146,6 +149,27 @@ impl EventTail {
             }
         }
         kept.into()
+    }
+}
+
+/// Consumes the rest of a line without keeping it: the bytes consumed, and whether its newline
+/// came (else the file ended first).
+fn skip_line(reader: &mut impl std::io::BufRead) -> std::io::Result<(u64, bool)> {
+    let mut skipped = 0u64;
+    loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok((skipped, false));
+        }
+        let (used, whole) = match available.iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        reader.consume(used);
+        skipped += used as u64;
+        if whole {
+            return Ok((skipped, true));
+        }
     }
 }
 
@@ -318,6 +342,12 @@ mod tests {
         std::fs::write(&path, many).unwrap();
         let mut tail = EventTail { path: Some(path.clone()), sandbox: "s".into(), offset: 0 };
         let last: Vec<String> = tail.read_new(Some(2)).into_iter().map(|(_, l)| l).collect();
+        // A line past the bound is skipped whole, and the next one read.
+        let huge = "x".repeat(crate::store::MAX_LINE_BYTES + 10);
+        std::fs::write(&path, format!("{huge}\n{}\n", line("s", 7))).unwrap();
+        let mut skipping = EventTail { path: Some(path.clone()), sandbox: "s".into(), offset: 0 };
+        let after: Vec<String> = skipping.read_new(None).into_iter().map(|(_, l)| l).collect();
+        assert_eq!(after, ["2026-03-01T10:00:00.000Z --- install trial 7"]);
         assert_eq!(
             last,
             ["2026-03-01T10:00:00.000Z --- install trial 18", "2026-03-01T10:00:00.000Z --- install trial 19"]

@@ -33,8 +33,9 @@ fn become_for_files(uid: u32, gid: u32) -> io::Result<()> {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "reading as a user is for users other than root"));
     }
     rustix::thread::set_thread_groups(&[Gid::from_raw(gid)])?;
-    // setfsgid and setfsuid say no error: they return the id before, and an invalid id (-1)
-    // changes nothing, so calling again with one tells whether the change took.
+    // Raw libc: rustix names no setfsuid/setfsgid. They say no error: they return the id
+    // before, and an invalid id (-1) changes nothing, so calling again with one tells whether
+    // the change took.
     let set = |call: libc::c_long, id: u32| -> io::Result<()> {
         // SAFETY: setfsuid/setfsgid take an id and touch no memory of ours.
         unsafe { libc::syscall(call, id) };

@@ -80,6 +80,16 @@ proptest! {
     }
 
     #[test]
+    fn json_written_for_a_terminal_keeps_its_value_and_obeys_nothing(text in hostile()) {
+        let value = serde_json::json!({ "text": text });
+        let written = serde_json::to_string_pretty(&value).unwrap();
+        let safe = crate::sanitize::json(&written);
+        prop_assert!(no_control(&safe), "{safe:?}");
+        prop_assert!(!safe.contains('\u{202e}') && !safe.contains('\u{2066}'), "{safe:?}");
+        prop_assert_eq!(serde_json::from_str::<serde_json::Value>(&safe).unwrap(), value);
+    }
+
+    #[test]
     fn the_terminal_sees_no_escape_sequence(text in hostile()) {
         let out = terminal(&text);
         prop_assert!(no_control(&out), "{out:?}");

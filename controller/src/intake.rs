@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::store::{Data, OutputCut, StoredBody, StoredEvent};
 
-/// Output kept per (sandbox, command): half for its head, half for its tail.
-pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 2 << 20;
+pub use sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES;
 /// Commands of one sandbox whose output is followed at once; beyond, the oldest is closed.
 const MAX_OPEN_COMMANDS: usize = 64;
 /// Ended commands remembered per sandbox: output they still send is not kept.

@@ -26,6 +26,11 @@ pub const MAX_CHUNK_BYTES: usize = 1024 * 1024;
 /// Name of the Unix socket the controller listens on, inside the folder mounted into sandboxes.
 pub const SOCKET_NAME: &str = "agent.sock";
 
+/// Output kept per (sandbox, command) when a spec sets none (`[sandbox] output_kb`): half for
+/// its head, half for its tail. The controller sends its cap in `Welcome`; the agent bounds
+/// files it keeps as output by it when none came.
+pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 2 << 20;
+
 /// Where the socket folder is mounted inside a sandbox.
 pub const SOCKET_DIR_IN_SANDBOX: &str = "/run/sandbench";
 

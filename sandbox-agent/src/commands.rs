@@ -97,13 +97,7 @@ impl OutputCap {
         self.cut = 0;
         out
     }
-}
 
-/// The bound of a file kept as output ([`capped_file`]) when the controller set no cap: its
-/// default cap.
-const FILE_CAP_WITHOUT_CAP: u64 = 2 << 20;
-
-impl OutputCap {
     /// The cap in bytes (0: none).
     pub fn cap(&self) -> u64 {
         self.cap
@@ -116,7 +110,7 @@ impl OutputCap {
 /// workload flooded is never loaded whole.
 pub fn capped_file(file: &mut std::fs::File, cap: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    let cap = if cap == 0 { FILE_CAP_WITHOUT_CAP } else { cap };
+    let cap = if cap == 0 { sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES } else { cap };
     let start = file.stream_position()?;
     let len = file.metadata()?.len().saturating_sub(start);
     let mut kept = OutputCap::new(cap);
@@ -505,9 +499,9 @@ mod tests {
         sparse.write_all(b"last line\n").unwrap();
         sparse.seek(SeekFrom::Start(0)).unwrap();
         let kept = capped_file(&mut sparse, 0).unwrap();
-        assert!(kept.len() as u64 <= FILE_CAP_WITHOUT_CAP, "{}", kept.len());
+        assert!(kept.len() as u64 <= sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES, "{}", kept.len());
         assert!(kept.starts_with(b"first line\n") && kept.ends_with(b"last line\n"));
-        let cut = (64u64 << 30) + 10 - (FILE_CAP_WITHOUT_CAP - MARKER_ROOM);
+        let cut = (64u64 << 30) + 10 - (sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES - MARKER_ROOM);
         let text = String::from_utf8_lossy(&kept);
         assert!(text.contains(&format!("[sandbox-agent: {cut} bytes of output cut here")), "no marker");
     }

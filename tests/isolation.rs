@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use sandbench::observations::server::HubConfig;
+use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::provision::AgentShipping;
 use sandbench::sandbox;
-use sandbench::server::HubConfig;
-use sandbench::store::{StoredBody, read_events};
 use sandbench_proto::plan::phase;
 use sandbench_proto::v1::PhaseStatus;
 use support::with_harness;

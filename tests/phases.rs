@@ -7,28 +7,28 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use sandbench::observations::server::HubConfig;
+use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::provision::{AgentShipping, Resources};
 use sandbench::sandbox;
-use sandbench::server::HubConfig;
-use sandbench::store::{StoredBody, read_events};
 use sandbench_proto::plan::phase;
 use sandbench_proto::v1::PhaseStatus;
 use support::{NODE_IMAGE, with_harness};
 
 /// Everything the agent printed, for a failed phase's message.
-fn output_of(hub: &sandbench::server::Hub) -> String {
+fn output_of(hub: &sandbench::observations::server::Hub) -> String {
     read_events(&hub.log_path())
         .unwrap_or_default()
         .iter()
         .filter_map(|e| match &e.body {
-            StoredBody::Log { data: sandbench::store::Data::Text { text }, .. } => Some(text.clone()),
+            StoredBody::Log { data: sandbench::observations::store::Data::Text { text }, .. } => Some(text.clone()),
             _ => None,
         })
         .collect()
 }
 
 /// Every observed value per metric, as (trial, value); an observed error fails the test.
-fn observed_values(hub: &sandbench::server::Hub) -> BTreeMap<String, Vec<(u32, f64)>> {
+fn observed_values(hub: &sandbench::observations::server::Hub) -> BTreeMap<String, Vec<(u32, f64)>> {
     let mut values: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
     let mut errors = Vec::new();
     for event in read_events(&hub.log_path()).unwrap() {

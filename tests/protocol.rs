@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use sandbench::server::{Hub, HubConfig, ServerHandle};
-use sandbench::store::read_events;
-use sandbench::store::{Data, StoredBody};
+use sandbench::observations::server::{Hub, HubConfig, ServerHandle};
+use sandbench::observations::store::read_events;
+use sandbench::observations::store::{Data, StoredBody};
 use sandbench_proto::v1::agent_client::AgentClient;
 use sandbench_proto::v1::{
     AgentMessage, Command, ControllerMessage, Event, EventBatch, FileChunk, Hello, Log, LogStream, Observation,
@@ -214,7 +214,7 @@ fn done_event(seq: u64, command: &str) -> Event {
 fn output_of(f: &Fixture, command: &str) -> (Vec<u8>, Vec<(u64, u64)>) {
     let mut text = Vec::new();
     let mut cuts = Vec::new();
-    for event in sandbench::store::events(&f.hub.log_path()).unwrap() {
+    for event in sandbench::observations::store::events(&f.hub.log_path()).unwrap() {
         if let StoredBody::Log { command_id, data, cut, .. } = event.unwrap().body
             && command_id == command
         {
@@ -322,7 +322,7 @@ async fn file_chunks_out_of_bounds_are_refused_and_recorded_and_the_session_goes
     assert_eq!(written, b"abcdef");
     assert!(!dir.join("escape").exists() && !dir.join("sandboxes/escape").exists());
     f.hub.close().await;
-    let refused: Vec<(u64, String)> = sandbench::store::read_events(&f.hub.log_path())
+    let refused: Vec<(u64, String)> = sandbench::observations::store::read_events(&f.hub.log_path())
         .unwrap()
         .into_iter()
         .filter_map(|e| match e.body {

@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sandbench::cost::ledger::Ledger;
+use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::{Report, Status};
-use sandbench::store::{StoredBody, read_events};
 
 /// A `sandbench` process with its output in files of `out`; killed (SIGKILL) and waited for
 /// when dropped, and the sandboxes of `run_id` removed, whether the test passed or not.
@@ -100,7 +100,7 @@ fn phases(dir: &Path) -> (Vec<Started>, Vec<Done>) {
     let mut started = Vec::new();
     let mut done = Vec::new();
     // A killed controller may have left a torn last line: what precedes it is read.
-    let events = sandbench::store::events(&dir.join("observations.jsonl")).unwrap();
+    let events = sandbench::observations::store::events(&dir.join("observations.jsonl")).unwrap();
     for event in events.map_while(Result::ok) {
         match event.body {
             StoredBody::PhaseStarted { phase, trial, .. } => started.push((event.sandbox, phase, trial)),

@@ -10,10 +10,10 @@ use anyhow::{Context, bail};
 use sandbench_proto::plan::phase;
 use sandbench_proto::v1::{Command, RunPhase, command};
 
+use crate::observations::server::HubConfig;
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
 use crate::provision::{AgentShipping, DockerProvisioner};
 use crate::sandbox::LiveSandbox;
-use crate::server::HubConfig;
 use crate::station::{Station, StationOptions};
 
 #[derive(Debug, Clone, clap::Args)]

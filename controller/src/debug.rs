@@ -15,13 +15,13 @@ use sandbench_proto::v1::PhaseStatus;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
+use crate::observations::server::{Hub, HubConfig};
+use crate::observations::store::StoredBody;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, Resources, labels};
 use crate::sandbox::{self, LiveSandbox};
 use crate::sandboxes::describe_event;
-use crate::server::{Hub, HubConfig};
 use crate::spec::{Plan, SourceSettings};
 use crate::station::{Station, StationOptions};
-use crate::store::StoredBody;
 
 #[derive(Debug, Clone)]
 pub struct DebugOptions {
@@ -312,7 +312,7 @@ async fn serve_rerun(
 async fn forward(
     write: &mut tokio::net::unix::OwnedWriteHalf,
     command_id: &str,
-    event: &crate::store::StoredEvent,
+    event: &crate::observations::store::StoredEvent,
 ) -> anyhow::Result<()> {
     let of_command = match &event.body {
         StoredBody::Observation { command_id: c, .. }

@@ -1,17 +1,18 @@
 //! sandbench: benchmarks two revisions of a project inside fresh, identical Docker sandboxes.
 //!
-//! The controller side: provisioning ([`provision`]), the agents' gRPC endpoint ([`server`]),
-//! the run directory's event log ([`store`]), one sandbox's life ([`sandbox`]), and what a run,
-//! a debug session, the benchmark and the tests all set up alike ([`station`]).
+//! The controller side: provisioning ([`provision`]), the observation path ([`observations`]:
+//! the agents' gRPC endpoint, its intake and the run directory's event log), one sandbox's life
+//! ([`sandbox`]), and what a run, a debug session, the benchmark and the tests all set up alike
+//! ([`station`]).
 
 pub mod agent_binary;
 pub mod bench;
 pub mod cli;
 pub mod cost;
 pub mod debug;
-pub mod intake;
 pub mod logging;
 pub mod merge;
+pub mod observations;
 pub mod options;
 pub mod provision;
 pub mod publish;
@@ -20,10 +21,8 @@ pub mod run;
 pub mod sandbox;
 pub mod sandboxes;
 pub mod sanitize;
-pub mod server;
 pub mod shard;
 pub mod source;
 pub mod spec;
 pub mod station;
 pub mod stats;
-pub mod store;

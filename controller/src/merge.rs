@@ -252,17 +252,17 @@ pub fn merged_report(shards: &[Loaded], run_id: &str) -> Report {
 
 /// Every shard's events, in shard order, each tagged with its shard and the shard's run.
 fn merge_observations(shards: &[Loaded], out: &Path) -> anyhow::Result<u64> {
-    let path = out.join(crate::store::OBSERVATIONS_FILE);
+    let path = out.join(crate::observations::store::OBSERVATIONS_FILE);
     let mut file = std::io::BufWriter::new(
         std::fs::File::create(&path).with_context(|| format!("cannot write {}", path.display()))?,
     );
     let mut count = 0;
     for shard in shards {
-        let log = shard.dir.join(crate::store::OBSERVATIONS_FILE);
+        let log = shard.dir.join(crate::observations::store::OBSERVATIONS_FILE);
         if !log.exists() {
             continue;
         }
-        for event in crate::store::events(&log)? {
+        for event in crate::observations::store::events(&log)? {
             let event = event.with_context(|| format!("{}", log.display()))?;
             let mut value = serde_json::to_value(&event)?;
             if let Some(object) = value.as_object_mut() {

@@ -31,7 +31,7 @@ pub struct DeadMan {
 impl DeadMan {
     /// Makes this the window of every agent conversation from now on.
     pub fn apply(self) {
-        crate::server::set_dead_man(self.window);
+        crate::observations::server::set_dead_man(self.window);
     }
 }
 

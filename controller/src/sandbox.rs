@@ -10,8 +10,8 @@ use anyhow::Context;
 use sandbench_proto::plan::{AgentPlan, SOURCE_DIR, Source};
 use sandbench_proto::v1::{Command, RunPhase, command};
 
+use crate::observations::server::{HelloInfo, Hub, PhaseOutcome};
 use crate::provision::{Provisioner, Sandbox, SandboxRequest};
-use crate::server::{HelloInfo, Hub, PhaseOutcome};
 use crate::spec::{Plan, SourceSettings};
 
 /// A sandbox whose agent is connected.

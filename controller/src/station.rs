@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+use crate::observations::server::{Hub, HubConfig, ServerHandle};
 use crate::provision::{AgentShipping, Provisioner, Resources, Sandbox, SandboxRequest, labels};
 use crate::sandbox::{self, LiveSandbox, Teardown};
-use crate::server::{Hub, HubConfig, ServerHandle};
 
 /// The folder of the per-sandbox socket folders, in the run directory.
 pub const SOCKETS_DIR: &str = "sock";

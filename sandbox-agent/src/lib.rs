@@ -7,6 +7,7 @@
 pub mod as_user;
 pub mod commands;
 pub mod conditions;
+pub mod context;
 pub mod facts;
 pub mod isolation;
 pub mod journal;

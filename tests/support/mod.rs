@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbench::observations::server::{Hub, HubConfig};
 use sandbench::provision::{AgentShipping, DockerProvisioner, Resources, Sandbox, SandboxRequest, labels};
 use sandbench::sandbox::{LiveSandbox, Teardown};
-use sandbench::server::{Hub, HubConfig};
 use sandbench::station::{Station, StationOptions};
 
 /// An image with nothing in it but empty folders: the agent brings everything it needs.

@@ -17,9 +17,9 @@ use super::schedule::{Side, label};
 use super::usage::Meter;
 use super::walk::{Run, SideRun};
 use super::{Display, RunOptions};
+use crate::observations::server::HubConfig;
 use crate::provision::Provisioner;
 use crate::report::{self, Revision, SandboxRecord, Status};
-use crate::server::HubConfig;
 use crate::spec::Plan;
 use crate::station::{Station, StationOptions};
 

@@ -8,9 +8,9 @@ use std::time::SystemTime;
 use anyhow::Context;
 
 use super::walk::SideRun;
+use crate::observations::store::StoredBody;
 use crate::report::{self, Report, Revision, Sample, Side, Status};
 use crate::spec::Plan;
-use crate::store::StoredBody;
 
 pub use crate::report::NoiseProfile;
 
@@ -42,13 +42,13 @@ pub(super) fn collect(
     }
     let mut out: BTreeMap<String, Side> =
         BTreeMap::from(sandbench_proto::Side::BOTH.map(|s| (s.as_str().to_string(), Side::default())));
-    let log = dir.join(crate::store::OBSERVATIONS_FILE);
+    let log = dir.join(crate::observations::store::OBSERVATIONS_FILE);
     // The sandbox each (side, metric, trial) was last measured in: a slot measured again in a
     // new sandbox (retried after an engine restart) replaces all of its runs, not only those
     // the retry got to.
     let mut measured_in: BTreeMap<(&str, String, u32), String> = BTreeMap::new();
     if log.exists() {
-        for event in crate::store::events(&log)? {
+        for event in crate::observations::store::events(&log)? {
             let event = event?;
             let (Some(role), StoredBody::Observation { command_id, metric, trial, value, error, sample, .. }) =
                 (role_of.get(&event.sandbox), event.body)

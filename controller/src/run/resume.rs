@@ -36,9 +36,9 @@ use super::schedule::{self, Side, Slot, Stage};
 use super::walk::{Run, SideRun};
 use super::{RateOverrides, RunOptions, RunResult};
 use crate::cost::ledger::Ledger;
+use crate::observations::store::StoredBody;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, labels};
 use crate::report::{self, Report, Revision, SandboxRecord, Status};
-use crate::store::StoredBody;
 
 /// The controller's record in a run directory.
 pub const MARK_FILE: &str = "controller.json";
@@ -210,15 +210,18 @@ impl Accounting {
     /// Reads the log of `dir` (as a stream); an empty accounting when there is no log. A line
     /// that is not an event ends the reading there (what follows a torn line is not trusted).
     pub fn read(dir: &Path, run_id: &str) -> anyhow::Result<Accounting> {
-        let path = dir.join(crate::store::OBSERVATIONS_FILE);
+        let path = dir.join(crate::observations::store::OBSERVATIONS_FILE);
         if !path.exists() {
             return Ok(Accounting::default());
         }
-        let events = crate::store::events(&path)?.map_while(Result::ok);
+        let events = crate::observations::store::events(&path)?.map_while(Result::ok);
         Ok(Accounting::from_events(run_id, events))
     }
 
-    pub fn from_events(run_id: &str, events: impl IntoIterator<Item = crate::store::StoredEvent>) -> Accounting {
+    pub fn from_events(
+        run_id: &str,
+        events: impl IntoIterator<Item = crate::observations::store::StoredEvent>,
+    ) -> Accounting {
         let mut accounting = Accounting::default();
         for event in events {
             let seen = accounting.seen.entry(event.sandbox.clone()).or_insert((event.unix_ms, event.unix_ms));
@@ -561,7 +564,7 @@ mod tests {
     use sandbench_proto::plan::phase;
 
     use super::*;
-    use crate::store::StoredEvent;
+    use crate::observations::store::StoredEvent;
 
     const RUN: &str = "20261130-120000-abcdef";
 
@@ -760,7 +763,7 @@ startup = ["product"]
             super::super::run_on(opts.clone(), watch::channel(false).1, connect, FAKE_RUN.into()).await.unwrap();
         assert_eq!(result.status, Status::Completed, "{:?}", result.report.errors);
         let dir = result.dir;
-        let log = dir.join(crate::store::OBSERVATIONS_FILE);
+        let log = dir.join(crate::observations::store::OBSERVATIONS_FILE);
         let text = std::fs::read_to_string(&log).unwrap();
         let head = format!("sandbench-{FAKE_RUN}-head");
         let at = text
@@ -827,7 +830,8 @@ startup = ["product"]
         }
         // Only the missing slots ran in the new sandboxes (after prepare, and head's untimed
         // install before its measure trials).
-        let events = crate::store::read_events(&dir.join(crate::store::OBSERVATIONS_FILE)).unwrap();
+        let events =
+            crate::observations::store::read_events(&dir.join(crate::observations::store::OBSERVATIONS_FILE)).unwrap();
         let started = |role: &str| -> Vec<String> {
             events
                 .iter()
@@ -876,7 +880,8 @@ startup = ["product"]
         }
         // The resumed head ran only what was missing: its own installation (untimed), then
         // measure from the cut trial on; runtime was done.
-        let events = crate::store::read_events(&dir.join(crate::store::OBSERVATIONS_FILE)).unwrap();
+        let events =
+            crate::observations::store::read_events(&dir.join(crate::observations::store::OBSERVATIONS_FILE)).unwrap();
         let started: Vec<String> = events
             .iter()
             .filter(|e| e.sandbox == format!("sandbench-{FAKE_RUN}-head-r2"))

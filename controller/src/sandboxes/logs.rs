@@ -11,8 +11,8 @@ use futures_util::StreamExt;
 
 use super::find;
 use super::phase::describe_event;
+use crate::observations::store::{Data, OBSERVATIONS_FILE, StoredBody, StoredEvent};
 use crate::provision::{DockerProvisioner, labels};
-use crate::store::{Data, OBSERVATIONS_FILE, StoredBody, StoredEvent};
 
 /// How the agent stamps its lines: `sandbox-agent SECONDS.MILLIS message`.
 const AGENT_PREFIX: &str = "sandbox-agent ";
@@ -108,7 +108,7 @@ struct EventTail {
 impl EventTail {
     /// The lines of the events appended since the last call (the last `keep` of them when
     /// given); nothing when there is no log. The log is read a line at a time, each line bounded
-    /// ([`crate::store::MAX_LINE_BYTES`]), never whole; a line still being written is left for
+    /// ([`crate::observations::store::MAX_LINE_BYTES`]), never whole; a line still being written is left for
     /// the next call.
     fn read_new(&mut self, keep: Option<usize>) -> Vec<Line> {
         use std::io::BufRead;
@@ -122,7 +122,7 @@ impl EventTail {
         let mut line = Vec::new();
         loop {
             line.clear();
-            let limit = crate::store::MAX_LINE_BYTES as u64 + 1;
+            let limit = crate::observations::store::MAX_LINE_BYTES as u64 + 1;
             let Ok(n) = (&mut reader).take(limit).read_until(b'\n', &mut line) else { break };
             if n == 0 || (line.last() != Some(&b'\n') && (n as u64) < limit) {
                 break; // the end, or a line not finished yet
@@ -343,7 +343,7 @@ mod tests {
         let mut tail = EventTail { path: Some(path.clone()), sandbox: "s".into(), offset: 0 };
         let last: Vec<String> = tail.read_new(Some(2)).into_iter().map(|(_, l)| l).collect();
         // A line past the bound is skipped whole, and the next one read.
-        let huge = "x".repeat(crate::store::MAX_LINE_BYTES + 10);
+        let huge = "x".repeat(crate::observations::store::MAX_LINE_BYTES + 10);
         std::fs::write(&path, format!("{huge}\n{}\n", line("s", 7))).unwrap();
         let mut skipping = EventTail { path: Some(path.clone()), sandbox: "s".into(), offset: 0 };
         let after: Vec<String> = skipping.read_new(None).into_iter().map(|(_, l)| l).collect();

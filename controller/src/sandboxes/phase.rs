@@ -7,8 +7,8 @@ use anyhow::{Context, bail};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::find;
+use crate::observations::store::{Data, StoredBody, StoredEvent};
 use crate::provision::{DockerProvisioner, labels};
-use crate::store::{Data, StoredBody, StoredEvent};
 
 /// One line of a phase's output as a person reads it, safe for a terminal (escape sequences and
 /// control characters from the sandbox removed).

@@ -222,7 +222,7 @@ async fn two_shards_merge_into_one_run_every_pair_once_one_ledger_entry() {
     assert!(out.join("shards/2/shard.json").is_file() && out.join("shards/1/report.json").is_file());
     // One log; each event names its shard, and a trial's observations come from its owner.
     let mut seen = std::collections::BTreeSet::new();
-    let text = std::fs::read_to_string(out.join(crate::store::OBSERVATIONS_FILE)).unwrap();
+    let text = std::fs::read_to_string(out.join(crate::observations::store::OBSERVATIONS_FILE)).unwrap();
     let mut observations = 0;
     for line in text.lines() {
         let event: serde_json::Value = serde_json::from_str(line).unwrap();

@@ -11,7 +11,7 @@ use sandbench_proto::plan::Step;
 use sandbench_proto::v1::LogStream;
 use serde::{Deserialize, Serialize};
 
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 use crate::journal::lock;
 use crate::origin::Origin;
 use crate::probes::command::{self, Finished, ShellCommand};

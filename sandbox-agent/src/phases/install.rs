@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use sandbench_proto::plan::{AgentPlan, Check, Fixture, Step, benchmark_user};
 
 use super::common::{self, AgentState};
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 use crate::probes::disk;
 use crate::probes::usage::Usage;
 use crate::safefs;

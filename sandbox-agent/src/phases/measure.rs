@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail};
 use sandbench_proto::plan::{AgentPlan, Startup};
 
 use super::common::{self, AgentState};
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 use crate::probes::terminal::{Launch, Terminal};
 use crate::probes::{disk, memory, readiness, usage};
 use crate::users::User;

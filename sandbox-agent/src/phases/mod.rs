@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use sandbench_proto::plan::{AgentPlan, BUILDER_USER, phase};
 
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 use crate::probes::processes::of_user;
 use crate::{conditions, isolation};
 

@@ -9,7 +9,7 @@ use sandbench_proto::plan::{AgentPlan, BUILDER_UID, BUILDER_USER, SOURCE_DIR, So
 use sha2::{Digest, Sha256};
 
 use super::common::{self, AgentState};
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 use crate::safefs;
 use crate::users::{User, chown_tree};
 

@@ -9,7 +9,7 @@ use sandbench_proto::plan::phase;
 use sandbench_proto::v1::{Observation, event, observation};
 use serde::Deserialize;
 
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 
 pub const NAME: &str = phase::SYNTHETIC;
 

@@ -8,7 +8,7 @@ use anyhow::Context;
 use sandbench_proto::plan::{AgentPlan, BUILDER_USER, SOURCE_DIR};
 
 use super::{common, runtime};
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
     let builder = common::accounts()

@@ -7,7 +7,7 @@ use sandbench_proto::plan::AgentPlan;
 
 use super::common::AgentState;
 use super::runtime;
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
     let state = AgentState::load(&ctx.state_dir)?;

@@ -14,7 +14,7 @@ use sandbench_proto::plan::{Aggregate, ScenarioStep, SocketSpec};
 use serde_json::{Map, Value};
 
 use super::Engine;
-use crate::commands;
+use crate::context;
 use crate::phases::common;
 use crate::probes::keys::{self, Wait};
 use crate::probes::socket::{Daemon, DaemonLaunch, Message, SocketClient};
@@ -353,7 +353,7 @@ fn keep_log(engine: &Engine, path: &Path) {
     }
 }
 
-/// The head and tail of the log at `path` within `cap` ([`commands::capped_file`]), opened
+/// The head and tail of the log at `path` within `cap` ([`context::capped_file`]), opened
 /// through no link and only if it is a regular file.
 fn capped_log(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
     let path = std::path::absolute(path)?;
@@ -361,7 +361,7 @@ fn capped_log(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"));
     };
     let (mut file, _) = safefs::open_regular(&safefs::open_dir(dir)?, Path::new(name))?;
-    commands::capped_file(&mut file, cap)
+    context::capped_file(&mut file, cap)
 }
 
 /// The message as told apart: an event carrying another message unwrapped.

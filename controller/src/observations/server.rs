@@ -5,7 +5,7 @@
 //!
 //! [`Hub`] holds the state; it can be reopened from the run directory after a restart, so a
 //! controller that comes back continues where the log ends. What agents send is bounded on the
-//! way in (see [`crate::intake`]): output per command, file chunks, texts, refused Hellos.
+//! way in (see [`crate::observations::intake`]): output per command, file chunks, texts, refused Hellos.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,10 +24,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::intake::{self, FileLimits, Files, MAX_ERROR_BYTES, MAX_NAME_BYTES, Outputs, Refusals};
-use crate::store::{Data, EventLog, OBSERVATIONS_FILE, StoredBody, StoredEvent};
+use crate::observations::intake::{self, FileLimits, Files, MAX_ERROR_BYTES, MAX_NAME_BYTES, Outputs, Refusals};
+use crate::observations::store::{Data, EventLog, OBSERVATIONS_FILE, StoredBody, StoredEvent};
 
-pub use crate::intake::Refusal;
+pub use crate::observations::intake::Refusal;
 
 const TOKENS_FILE: &str = ".agent-tokens.json";
 
@@ -633,11 +633,11 @@ impl Hub {
         files: &mut Files,
         limits: &FileLimits,
     ) -> anyhow::Result<Option<String>> {
-        let why = match crate::store::sandbox_file(&self.inner.run_dir, sandbox_id, &chunk.path) {
+        let why = match crate::observations::store::sandbox_file(&self.inner.run_dir, sandbox_id, &chunk.path) {
             None => Some(format!("an unsafe path {}", intake::shown_id(&chunk.path))),
             Some(target) => match files.admit(limits, &chunk.path, chunk.offset, chunk.data.len()) {
                 Ok(()) => {
-                    crate::store::write_file_chunk(&target, chunk.offset, &chunk.data)
+                    crate::observations::store::write_file_chunk(&target, chunk.offset, &chunk.data)
                         .with_context(|| format!("cannot write {}", target.display()))?;
                     None
                 }

@@ -13,8 +13,8 @@ use sandbench_proto::v1::{
 };
 
 use super::{Hub, HubConfig};
-use crate::intake::FileLimits;
-use crate::store::{Data, EventLog, StoredBody};
+use crate::observations::intake::FileLimits;
+use crate::observations::store::{Data, EventLog, StoredBody};
 
 const CAP: u64 = 4096;
 
@@ -122,7 +122,9 @@ fn persist_and_check(batches: Vec<Vec<Event>>) -> Result<(), TestCaseError> {
         hub.close().await;
     });
     let mut output: std::collections::HashMap<String, usize> = Default::default();
-    for event in crate::store::events(&dir.path().join(crate::store::OBSERVATIONS_FILE)).unwrap() {
+    for event in
+        crate::observations::store::events(&dir.path().join(crate::observations::store::OBSERVATIONS_FILE)).unwrap()
+    {
         let event = event.map_err(|e| TestCaseError::fail(format!("{e:#}")))?;
         if let StoredBody::Log { command_id, data, cut: None, .. } = event.body {
             let n = match data {
@@ -139,7 +141,7 @@ fn persist_and_check(batches: Vec<Vec<Event>>) -> Result<(), TestCaseError> {
         let relative = entry.strip_prefix(dir.path()).unwrap().to_string_lossy().to_string();
         let allowed = relative.starts_with("sandboxes/sb")
             || relative == "sandboxes"
-            || relative == crate::store::OBSERVATIONS_FILE
+            || relative == crate::observations::store::OBSERVATIONS_FILE
             || relative.starts_with(".agent-tokens.json");
         prop_assert!(allowed, "a file outside the sandbox's folder: {relative}");
     }
@@ -195,9 +197,9 @@ proptest! {
         Just("{\"sandbox\":\"s\",\"seq\":18446744073709551615,\"unix_ms\":1,\"kind\":\"file\",\"command_id\":\"c\",\"path\":\"p\",\"offset\":18446744073709551615,\"bytes\":18446744073709551615,\"last\":true}".to_string()),
     ], 0..20)) {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(crate::store::OBSERVATIONS_FILE);
+        let path = dir.path().join(crate::observations::store::OBSERVATIONS_FILE);
         std::fs::write(&path, lines.join("\n")).unwrap();
-        for event in crate::store::events(&path).unwrap() {
+        for event in crate::observations::store::events(&path).unwrap() {
             let _ = event;
         }
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

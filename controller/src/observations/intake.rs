@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::store::{Data, OutputCut, StoredBody, StoredEvent};
+use crate::observations::store::{Data, OutputCut, StoredBody, StoredEvent};
 
 pub use sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES;
 /// Commands of one sandbox whose output is followed at once; beyond, the oldest is closed.

@@ -19,7 +19,7 @@ use sandbench_proto::v1::LogStream;
 use serde_json::{Map, Value};
 
 use super::common::{self, AgentState};
-use crate::commands::PhaseContext;
+use crate::context::PhaseContext;
 use crate::probes::command::{self, ShellCommand};
 use crate::probes::jsonl::{JsonlChild, JsonlLaunch};
 use crate::probes::terminal::{Launch, Terminal};
@@ -705,7 +705,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::commands::OutputCap;
+    use crate::context::OutputCap;
 
     fn context(state_dir: &Path) -> (PhaseContext, mpsc::Receiver<event::Body>) {
         let (tx, rx) = mpsc::channel(4096);

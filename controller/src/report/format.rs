@@ -1,7 +1,6 @@
 //! Numbers, colours and escaping exactly as the reference harness renders them (§4.1), the
 //! paired rule's Change cell, and the escaping of comment markers.
 
-use super::decide::no_change_bound;
 use crate::spec::MetricDef;
 pub use crate::spec::numbers::{number, precision, value};
 use crate::stats::{Comparison, Outcome, Paired, Verdict, round_half_even};
@@ -49,41 +48,41 @@ pub fn change_cell(c: &Comparison, def: &MetricDef, unit: &str) -> Cell {
     }
 }
 
-/// The paired rule's Change cell: the decision in words and numbers.
+/// The paired rule's Change cell: the decision in words and numbers (what the run could resolve
+/// is said once, by the summary's block, not on every row).
 pub fn decision_cell(c: &Comparison, p: &Paired, def: &MetricDef, unit: &str) -> Cell {
     let plain = |text: String| Cell { text, colour: None };
     let estimate = p.estimate.map(|e| percent(Some(e)));
     let interval = p.interval.map(|(lo, hi)| format!("{} to {}", percent(Some(lo)), percent(Some(hi))));
-    let bound = no_change_bound(p).map(|b| format!("no change larger than {:.2}%", b * 100.0));
     // Fewer than 3 pairs: the change of medians, in the metric's unit and in percent.
     let amount = (p.verdict == Verdict::TooFewPairs).then(|| {
         c.delta.map(|d| format!("{} {unit} ({})", number(d * def.scale, precision(def), true), percent(c.relative)))
     });
     let shown = amount.flatten().or(estimate.clone()).unwrap_or_else(|| "—".to_string());
+    let with_interval = |text: String| match &interval {
+        Some(i) => format!("{text} ({i})"),
+        None => text,
+    };
     match c.outcome {
-        Outcome::Unavailable => plain("—".to_string()),
+        Outcome::Unavailable => plain("unavailable: a side has no sample".to_string()),
         Outcome::Regressed | Outcome::Improved => {
             let arrow = if c.outcome == Outcome::Regressed { "↑" } else { "↓" };
-            let text = match &interval {
-                Some(i) => format!("{arrow} {shown} ({i})"),
-                None => format!("{arrow} {shown}"),
-            };
-            Cell { text, colour: Some(colour(c.outcome, p.estimate.or(c.relative))) }
+            Cell {
+                text: with_interval(format!("{arrow} {shown}")),
+                colour: Some(colour(c.outcome, p.estimate.or(c.relative))),
+            }
         }
-        Outcome::NoClearChange => plain(join(&["≈", &shown], bound.as_deref())),
-        Outcome::Inconclusive => plain(join(&["inconclusive:", &shown], bound.as_deref())),
-        Outcome::Incomplete => plain(match &interval {
-            Some(i) => format!("{shown} ({i}); incomplete"),
-            None => format!("{shown}; incomplete"),
-        }),
+        Outcome::NoClearChange => plain(with_interval(format!("≈ {shown}"))),
+        Outcome::Inconclusive => plain(with_interval(format!("inconclusive: {shown}"))),
+        Outcome::Incomplete => plain(format!("{}; incomplete", with_interval(shown))),
     }
 }
 
-fn join(head: &[&str], tail: Option<&str>) -> String {
-    let head = head.join(" ");
-    match tail {
-        Some(t) => format!("{head}, {t}"),
-        None => head,
+/// A Change cell as plain text (the terminal's): the rule's cell, uncoloured.
+pub fn change_text(c: &super::MetricComparison, def: &MetricDef, rule: crate::spec::Rule) -> String {
+    match rule {
+        crate::spec::Rule::Reference => change_cell(&c.comparison, def, &def.unit).text,
+        crate::spec::Rule::Paired => decision_cell(&c.comparison, &c.paired, def, &def.unit).text,
     }
 }
 
@@ -93,10 +92,10 @@ fn plain_unit(unit: &str) -> bool {
 }
 
 /// The cell in Markdown: coloured with GitHub's MathJax when it has a colour and its text is
-/// safe there, else plain.
-fn markdown_cell(cell: Cell, math: bool) -> String {
+/// safe there (`unit` as escaped, plain), else plain.
+fn markdown_cell(cell: Cell, unit: &str, escaped: &str) -> String {
     match cell.colour {
-        Some(colour) if math => {
+        Some(colour) if plain_unit(unit) && unit == escaped => {
             format!("$`\\textcolor{{{colour}}}{{\\textsf{{{}}}}}`$", cell.text.replace('%', "\\%"))
         }
         _ => cell.text,
@@ -105,14 +104,14 @@ fn markdown_cell(cell: Cell, math: bool) -> String {
 
 /// The reference rule's Change cell in Markdown.
 pub fn change(c: &Comparison, def: &MetricDef) -> String {
-    let math = plain_unit(&def.unit);
-    markdown_cell(change_cell(c, def, &escape(&def.unit)), math)
+    let unit = escape(&def.unit);
+    markdown_cell(change_cell(c, def, &unit), &def.unit, &unit)
 }
 
 /// The paired rule's Change cell in Markdown.
 pub fn decision(c: &Comparison, p: &Paired, def: &MetricDef) -> String {
-    let math = plain_unit(&def.unit);
-    markdown_cell(decision_cell(c, p, def, &escape(&def.unit)), math)
+    let unit = escape(&def.unit);
+    markdown_cell(decision_cell(c, p, def, &unit), &def.unit, &unit)
 }
 
 /// A field of a comment marker (`<!-- run:ID:ATTEMPT head:SHA -->`): letters, digits, `.`, `_`
@@ -137,10 +136,11 @@ pub fn marker_field(text: &str) -> String {
 }
 
 /// Untrusted text (errors, warnings, image names) made inert in Markdown, as the reference does,
-/// on one line, without escape sequences or control characters.
+/// on one line, without escape sequences or control characters, and without a live mention,
+/// reference or link ([`unlinked`]).
 pub fn escape(text: &str) -> String {
     let one_line = text.replace(['\r', '\n'], " ");
-    let mut out = crate::sanitize::terminal(&one_line)
+    let mut out = unlinked(&crate::sanitize::terminal(&one_line))
         .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -148,6 +148,45 @@ pub fn escape(text: &str) -> String {
         .replace('`', "&#96;");
     for c in ['\\', '[', ']', '(', ')', '*', '_', '!'] {
         out = out.replace(c, &format!("\\{c}"));
+    }
+    out
+}
+
+/// [`escape`] of at most the first `max` characters of `text`, with `…` when it was longer: a
+/// cell or a bullet of bounded size, whatever a sandbox wrote.
+pub fn escape_clipped(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", escape(&text[..at])),
+        None => escape(text),
+    }
+}
+
+/// What GitHub would turn into a ping or a link, broken by a zero-width space (U+200B), as
+/// GitHub's own bots do: after `@` before a name (`@user`, `@org/team`, `owner/repo@sha`, an
+/// e-mail address), after `#` before a number (`#123`, `owner/repo#1`), in `GH-123`, before
+/// `://` (`https://…`) and in `www.`. The text reads the same; nothing in it notifies anyone or
+/// links anywhere.
+pub fn unlinked(text: &str) -> String {
+    const ZWSP: char = '\u{200b}';
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len() + 8);
+    for (i, &c) in chars.iter().enumerate() {
+        let next = chars.get(i + 1).copied().unwrap_or(' ');
+        let lower = |at: usize| chars.get(at).map(|c| c.to_ascii_lowercase());
+        if c == ':' && chars.get(i + 1) == Some(&'/') && i > 0 && chars[i - 1].is_ascii_alphanumeric() {
+            out.push(ZWSP);
+        }
+        out.push(c);
+        let breaks = match c {
+            '@' => next.is_ascii_alphanumeric() || next == '-' || next == '_',
+            '#' => next.is_ascii_digit(),
+            '-' => next.is_ascii_digit() && i >= 2 && lower(i - 2) == Some('g') && lower(i - 1) == Some('h'),
+            'w' | 'W' => next == '.' && i >= 2 && lower(i - 2) == Some('w') && lower(i - 1) == Some('w'),
+            _ => false,
+        };
+        if breaks {
+            out.push(ZWSP);
+        }
     }
     out
 }
@@ -224,7 +263,28 @@ mod tests {
     fn hostile_text_is_escaped() {
         assert_eq!(
             escape("<img src=x>|![click](http://x)\n`rm`"),
-            "&lt;img src=x&gt;&#124;\\!\\[click\\]\\(http://x\\) &#96;rm&#96;"
+            "&lt;img src=x&gt;&#124;\\!\\[click\\]\\(http\u{200b}://x\\) &#96;rm&#96;"
         );
+    }
+
+    #[test]
+    fn mentions_references_and_links_are_broken_where_github_would_see_them() {
+        let z = '\u{200b}';
+        let cases = [
+            ("ping @octocat and @org/team", format!("ping @{z}octocat and @{z}org/team")),
+            ("see owner/repo#12, #3 and GH-45", format!("see owner/repo#{z}12, #{z}3 and GH-{z}45")),
+            ("gh-7 is GH-x", format!("gh-{z}7 is GH-x")),
+            ("https://evil.example/x HTTP://y", format!("https{z}://evil.example/x HTTP{z}://y")),
+            ("www.evil.example WWW.x", format!("www{z}.evil.example WWW{z}.x")),
+            ("mail a@b.co", format!("mail a@{z}b.co")),
+            ("plain # 1, @ 2, C# and 5-6 stay", "plain # 1, @ 2, C# and 5-6 stay".to_string()),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(unlinked(text), expected, "{text}");
+        }
+        // Through the Markdown escape too, and a clipped text says so.
+        assert_eq!(escape("@x"), format!("@{z}x"));
+        assert_eq!(escape_clipped("abcdef", 3), "abc…");
+        assert_eq!(escape_clipped("a|b", 3), "a&#124;b");
     }
 }

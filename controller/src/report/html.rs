@@ -1,15 +1,21 @@
-//! `report.html`: one self-contained page (no script, no external request): the summary line,
-//! warnings and failures, then per metric the decision, both distributions as a strip plot with
-//! their medians and the floor drawn around the base median, and the numbers (interval, floor,
-//! minimum detectable effect). Every text from a spec, a revision or a sandbox is escaped.
+//! `report.html`: one self-contained page (no script, no external request). At the top the
+//! summary (the headline's counts, the CPU-time findings, the status, cost, warnings and
+//! failures), what the run could not resolve, and an overview: one chart with a row per metric
+//! (a forest plot) — the estimate of head/base − 1 and its interval against the ±floor band, on
+//! one log scale, changed metrics first, then the others by group, each row linking to its card.
+//! Below, the cards in the same order: per metric the decision, both distributions as a strip
+//! plot with their medians and the floor drawn around the base median, and the numbers. Readable
+//! at 1280 px and on a phone (the overview's rows wrap, the charts shrink). Every text from a
+//! spec, a revision or a sandbox is escaped.
 
 use std::fmt::Write;
 
 use sandbench_proto::Side;
 
-use super::format::{Cell, change_cell, decision_cell, value};
+use super::format::{Cell, change_cell, decision_cell, percent, value};
 use super::markdown::cpu_findings;
-use super::{MetricComparison, Report, Rule, Sample};
+use super::summary::{self, Row};
+use super::{MetricComparison, Report, Rule, Sample, warnings};
 use crate::spec::MetricDef;
 use crate::stats::Outcome;
 
@@ -21,6 +27,10 @@ const RIGHT: f64 = 20.0;
 /// 0.4 % spread stays a small spread.
 const MIN_HALF_SPAN: f64 = 0.05;
 const MAX_FAILURES_LISTED: usize = 30;
+/// The overview's scale spans at least ×1.1 and at most ×3 either way (log of head/base); an
+/// interval beyond is drawn to the edge with an arrow.
+const MIN_SPAN: f64 = 1.1;
+const MAX_SPAN: f64 = 3.0;
 
 /// Untrusted text made inert in HTML text and quoted attributes, without escape sequences or
 /// control characters.
@@ -36,26 +46,56 @@ fn esc(text: &str) -> String {
 pub fn render(report: &Report) -> String {
     let comparisons = report.analyze();
     let defs = report.metric_defs();
+    let rows = summary::rows(&defs, &comparisons);
+    let order = summary::overview(&rows);
     let mut out = String::new();
     head(&mut out, report);
     summary(&mut out, report, &defs, &comparisons);
-    for (def, cmp) in defs.iter().zip(&comparisons) {
-        metric(&mut out, report, def, cmp);
+    unresolved(&mut out, &rows);
+    overview(&mut out, report, &order);
+    for row in &order {
+        metric(&mut out, report, row);
     }
     out.push_str("</body></html>\n");
     out
 }
 
+const STYLE: &str = "\
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:60em;color:#1f2328;padding:0 1em}
+h1{font-size:1.4em;overflow-wrap:anywhere} h2{font-size:1.15em} .metric{border:1px solid #d0d7de;border-radius:6px;padding:.8em 1em;margin:1em 0}
+.metric h2{font-size:1.05em;margin:0 0 .3em;overflow-wrap:anywhere} .verdict{font-weight:600} .summary{font-weight:600}
+.regressed{color:#cf222e} .improved{color:#1a7f37} .neutral{color:#57606a}
+table{border-collapse:collapse} td,th{padding:.15em .6em;text-align:right} td:first-child,th:first-child{text-align:left}
+.metric table,.wide{display:block;overflow-x:auto;max-width:100%} svg{max-width:100%;height:auto}
+.errors li,.warnings li{font-family:ui-monospace,monospace;font-size:12px;overflow-wrap:anywhere} .notes{font-size:12px;color:#57606a}
+.forest{margin:.5em 0 1.5em} .legend{font-size:12px;color:#57606a}
+.forest .part{font-weight:600;margin:.8em 0 .2em;border-bottom:1px solid #d0d7de}
+.forest .row{display:grid;grid-template-columns:17em minmax(8em,1fr) 14em;gap:.1em .8em;align-items:center;padding:.15em 0;color:inherit;text-decoration:none}
+.forest a.row:hover{background:#f6f8fa}
+.forest .name{overflow:hidden;text-overflow:ellipsis;white-space:nowrap} .forest .lens{font-size:11px;color:#57606a}
+.forest .num{font-variant-numeric:tabular-nums;font-size:12px;white-space:nowrap} .forest .num small{color:#57606a}
+.track{position:relative;height:16px}
+.track .zero{position:absolute;left:50%;top:0;bottom:0;border-left:1px solid #8c959f}
+.track .band{position:absolute;top:2px;bottom:2px;background:#ddf4ff;border:1px solid #b6e3ff;box-sizing:border-box}
+.track .ci{position:absolute;top:7px;height:3px;background:currentColor}
+.track .ci.clip-lo{border-left:3px dotted #fff} .track .ci.clip-hi{border-right:3px dotted #fff}
+.track .dot{position:absolute;top:3px;width:10px;height:10px;margin-left:-5px;border-radius:50%;background:currentColor}
+.axis .track{height:14px;font-size:11px;color:#57606a} .axis .tick{position:absolute;transform:translateX(-50%);white-space:nowrap}
+.o-regressed{color:#cf222e} .o-improved{color:#1a7f37} .o-no-change,.o-no-clear-change{color:#57606a}
+.o-inconclusive{color:#9a6700} .o-incomplete,.o-unavailable{color:#8250df}
+.forest .row .name{color:#1f2328}
+@media (max-width:640px){
+ body{margin:1em auto;padding:0 .6em}
+ .forest .row{grid-template-columns:minmax(0,1fr) auto}
+ .forest .row .track{grid-column:1 / -1;order:3}
+ .forest .axis span:empty{display:none}
+}
+";
+
 fn head(out: &mut String, report: &Report) {
     let _ = write!(
         out,
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} performance — {}</title>\n<style>\n\
-         body{{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:60em;color:#1f2328;padding:0 1em}}\n\
-         h1{{font-size:1.4em}} .metric{{border:1px solid #d0d7de;border-radius:6px;padding:.8em 1em;margin:1em 0}}\n\
-         .metric h2{{font-size:1.05em;margin:0 0 .3em}} .verdict{{font-weight:600}} .summary{{font-weight:600}}\n\
-         .regressed{{color:#cf222e}} .improved{{color:#1a7f37}} .neutral{{color:#57606a}}\n\
-         table{{border-collapse:collapse}} td,th{{padding:.15em .6em;text-align:right}} td:first-child,th:first-child{{text-align:left}}\n\
-         .errors li,.warnings li{{font-family:ui-monospace,monospace;font-size:12px}} .notes{{font-size:12px;color:#57606a}}\n</style></head><body>\n",
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{} performance — {}</title>\n<style>\n{STYLE}</style></head><body>\n",
         esc(&report.spec_name),
         report.status.as_str()
     );
@@ -76,22 +116,7 @@ fn head(out: &mut String, report: &Report) {
 
 /// The overall line, the CPU-time findings, cost, warnings and failures.
 fn summary(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
-    let count = |o: Outcome| comparisons.iter().filter(|c| c.outcome() == o).count();
-    let mut parts =
-        vec![format!("{} regressed", count(Outcome::Regressed)), format!("{} improved", count(Outcome::Improved))];
-    match report.rule {
-        Rule::Reference => parts.push(format!("{} no clear change", count(Outcome::NoClearChange))),
-        Rule::Paired => {
-            parts.push(format!("{} no change", count(Outcome::NoClearChange)));
-            parts.push(format!("{} inconclusive", count(Outcome::Inconclusive)));
-        }
-    }
-    for (o, word) in [(Outcome::Incomplete, "incomplete"), (Outcome::Unavailable, "unavailable")] {
-        if count(o) > 0 {
-            parts.push(format!("{} {word}", count(o)));
-        }
-    }
-    let _ = writeln!(out, "<p class=\"summary\">Overall: {}.</p>", parts.join(" · "));
+    let _ = writeln!(out, "<p class=\"summary\">Overall: {}.</p>", summary::counts(report.rule, comparisons));
     let findings = cpu_findings(defs, comparisons);
     if !findings.is_empty() {
         let _ = writeln!(out, "<p class=\"summary\">CPU time: {}.</p>", esc(&findings.join("; ")));
@@ -105,12 +130,19 @@ fn summary(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &
     if let Some(usd) = report.total_cost_usd() {
         let _ = writeln!(out, "<p>Sandbox cost: ~${usd:.4}</p>");
     }
-    if !report.warnings.is_empty() {
-        let _ = writeln!(out, "<h2>Warnings</h2>\n<ul class=\"warnings\">");
-        for w in &report.warnings {
-            let _ = writeln!(out, "<li>{}</li>", esc(w));
+    let groups = warnings::groups(report, comparisons);
+    if !groups.is_empty() {
+        let _ = writeln!(out, "<h2>Warnings</h2>");
+        for group in groups {
+            let _ = writeln!(out, "<p>{}:</p>\n<ul class=\"warnings\">", esc(group.title));
+            for w in &group.items {
+                let _ = writeln!(out, "<li>{}</li>", esc(w));
+            }
+            let _ = writeln!(out, "</ul>");
+            if let Some(footer) = group.footer {
+                let _ = writeln!(out, "<p class=\"notes\">{}</p>", esc(footer));
+            }
         }
-        let _ = writeln!(out, "</ul>");
     }
     let errors = report.all_errors();
     if !errors.is_empty() {
@@ -125,19 +157,154 @@ fn summary(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &
     }
 }
 
-fn outcome_word(o: Outcome, rule: Rule) -> &'static str {
-    match (o, rule) {
-        (Outcome::Regressed, _) => "regressed",
-        (Outcome::Improved, _) => "improved",
-        (Outcome::NoClearChange, Rule::Reference) => "no clear change",
-        (Outcome::NoClearChange, Rule::Paired) => "no change",
-        (Outcome::Inconclusive, _) => "inconclusive",
-        (Outcome::Incomplete, _) => "incomplete",
-        (Outcome::Unavailable, _) => "unavailable",
+/// What the run could not resolve, as the comment says it.
+fn unresolved(out: &mut String, rows: &[Row]) {
+    let found = summary::unresolved(rows);
+    if found.is_empty() {
+        return;
     }
+    let _ = writeln!(
+        out,
+        "<h2>Not resolved</h2>\n<p>{} inconclusive metric{} could not tell a change of {} floor from noise.</p>\n<table class=\"wide\"><tr><th>metric</th><th>lens</th><th>floor</th><th>smallest change this run could see</th><th>pairs to reach the floor</th><th>another lens</th></tr>",
+        found.len(),
+        if found.len() == 1 { "" } else { "s" },
+        if found.len() == 1 { "its" } else { "their" }
+    );
+    for u in &found {
+        let p = &u.row.cmp.paired;
+        let other = u
+            .other_lens
+            .map_or("—".to_string(), |o| format!("{}: {}", o.lens.name(), summary::word(o.outcome(), Rule::Paired)));
+        let _ = writeln!(
+            out,
+            "<tr><td><a href=\"#metric-{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            u.row.index,
+            esc(&u.row.def.title),
+            u.row.lens.name(),
+            summary::plus_minus(p.floor),
+            summary::plus_minus(u.resolution),
+            u.pairs_needed.map_or("—".to_string(), |n| format!("≈ {} (this run: {})", summary::about(n), p.pairs)),
+            esc(&other)
+        );
+    }
+    let _ = writeln!(out, "</table>");
 }
 
-fn metric(out: &mut String, report: &Report, def: &MetricDef, cmp: &MetricComparison) {
+/// The class of an outcome: `o-regressed`, `o-no-change`, ….
+fn outcome_class(o: Outcome, rule: Rule) -> String {
+    format!("o-{}", summary::word(o, rule).replace(' ', "-"))
+}
+
+/// The overview's half span, as a log ratio: every interval, estimate and floor, within bounds.
+fn span(rows: &[Row]) -> f64 {
+    let log = |x: f64| if 1.0 + x > 0.0 { (1.0 + x).ln().abs() } else { f64::INFINITY };
+    let mut span = MIN_SPAN.ln();
+    for r in rows {
+        let p = &r.cmp.paired;
+        let ends = p.interval.map_or(Vec::new(), |(lo, hi)| vec![lo, hi]);
+        for v in ends.into_iter().chain(p.estimate).chain([p.floor]) {
+            span = span.max(log(v));
+        }
+    }
+    span.min(MAX_SPAN.ln())
+}
+
+/// Where head/base − 1 = `x` sits on the overview's scale, in percent of its width.
+fn at(x: f64, span: f64) -> f64 {
+    let l = if 1.0 + x > 0.0 { (1.0 + x).ln() } else { f64::NEG_INFINITY };
+    (50.0 + 50.0 * l / span).clamp(0.0, 100.0)
+}
+
+/// Ticks of the scale that do not crowd each other, 0 first.
+fn ticks(span: f64) -> Vec<f64> {
+    const CANDIDATES: [f64; 15] =
+        [0.0, -0.02, 0.02, -0.05, 0.05, -0.1, 0.1, -0.2, 0.25, -0.33, 0.5, -0.5, 1.0, -0.67, 2.0];
+    let mut kept: Vec<f64> = Vec::new();
+    for t in CANDIDATES {
+        let x = at(t, span);
+        let fits = (1.0 + t).ln().abs() <= span + 1e-9;
+        let room = kept.iter().all(|k| (at(*k, span) - x).abs() >= 12.0);
+        if (fits && x > 3.0 && x < 97.0 || t == 0.0) && room {
+            kept.push(t);
+        }
+    }
+    kept.sort_by(f64::total_cmp);
+    kept
+}
+
+/// The forest plot: a row per metric in the overview's order, under a heading per part.
+fn overview(out: &mut String, report: &Report, order: &[Row]) {
+    if order.is_empty() {
+        return;
+    }
+    let span = span(order);
+    let _ = writeln!(
+        out,
+        "<h2>Overview</h2>\n<p class=\"legend\">Each row is head/base − 1 of one metric: the dot its estimate, the bar its interval, the shaded band ± its floor, on one log scale (bars beyond ×{MAX_SPAN} end dotted). A row links to its card.</p>\n<div class=\"forest\" role=\"list\">"
+    );
+    let ticks: String = ticks(span)
+        .iter()
+        .map(|t| format!("<span class=\"tick\" style=\"left:{:.2}%\">{}</span>", at(*t, span), tick_label(*t)))
+        .collect();
+    let axis = format!(
+        "<div class=\"row axis\" aria-hidden=\"true\"><span></span><span class=\"track\">{ticks}</span><span></span></div>"
+    );
+    let mut part: Option<String> = None;
+    for row in order {
+        let name = if summary::changed(row.outcome()) { "Changed".to_string() } else { row.def.group.clone() };
+        if part.as_ref() != Some(&name) {
+            let _ = writeln!(out, "<div class=\"part\">{}</div>\n{axis}", esc(&name));
+            part = Some(name);
+        }
+        forest_row(out, report, row, span);
+    }
+    let _ = writeln!(out, "</div>");
+}
+
+fn tick_label(t: f64) -> String {
+    if t == 0.0 { "0".to_string() } else { format!("{}{:.0}%", if t > 0.0 { "+" } else { "−" }, (t * 100.0).abs()) }
+}
+
+fn forest_row(out: &mut String, report: &Report, row: &Row, span: f64) {
+    let p = &row.cmp.paired;
+    let outcome = row.outcome();
+    let mut track = String::from("<span class=\"zero\"></span>");
+    if p.floor > 0.0 {
+        let (lo, hi) = (at(-p.floor, span), at(p.floor, span));
+        let _ = write!(track, "<span class=\"band\" style=\"left:{lo:.2}%;width:{:.2}%\"></span>", hi - lo);
+    }
+    if let Some((lo, hi)) = p.interval {
+        let (a, b) = (at(lo, span), at(hi, span));
+        let clip = match (a <= 0.0, b >= 100.0) {
+            (true, true) => " clip-lo clip-hi",
+            (true, false) => " clip-lo",
+            (false, true) => " clip-hi",
+            _ => "",
+        };
+        let _ = write!(track, "<span class=\"ci{clip}\" style=\"left:{a:.2}%;width:{:.2}%\"></span>", (b - a).max(0.3));
+    }
+    if let Some(e) = p.estimate {
+        let _ = write!(track, "<span class=\"dot\" style=\"left:{:.2}%\"></span>", at(e, span));
+    }
+    let interval = p
+        .interval
+        .map_or(String::new(), |(lo, hi)| format!(" <small>({} … {})</small>", percent(Some(lo)), percent(Some(hi))));
+    let word = summary::word(outcome, report.rule);
+    let _ = writeln!(
+        out,
+        "<a class=\"row {}\" role=\"listitem\" href=\"#metric-{}\" data-metric=\"{}\" data-outcome=\"{word}\"><span class=\"name\" title=\"{}\">{} <span class=\"lens\">{}</span></span><span class=\"track\">{track}</span><span class=\"num\">{word} {}{interval}</span></a>",
+        outcome_class(outcome, report.rule),
+        row.index,
+        esc(&row.def.key),
+        esc(&row.def.title),
+        esc(&row.def.title),
+        row.lens.name(),
+        p.estimate.map_or("—".to_string(), |e| percent(Some(e))),
+    );
+}
+
+fn metric(out: &mut String, report: &Report, row: &Row) {
+    let (def, cmp) = (row.def, row.cmp);
     let class = match cmp.outcome() {
         Outcome::Regressed => "regressed",
         Outcome::Improved => "improved",
@@ -147,14 +314,16 @@ fn metric(out: &mut String, report: &Report, def: &MetricDef, cmp: &MetricCompar
         Rule::Reference => change_cell(&cmp.comparison, def, &def.unit),
         Rule::Paired => decision_cell(&cmp.comparison, &cmp.paired, def, &def.unit),
     };
-    let word = outcome_word(cmp.outcome(), report.rule);
+    let word = summary::word(cmp.outcome(), report.rule);
     let verdict = if text.contains(word) { text } else { format!("{word}: {text}") };
     let _ = writeln!(
         out,
-        "<section class=\"metric\" data-metric=\"{}\"><h2>{} <small class=\"neutral\">({})</small></h2>\n<p class=\"verdict {class}\">{}</p>",
+        "<section class=\"metric\" id=\"metric-{}\" data-metric=\"{}\"><h2>{} <small class=\"neutral\">({}, {})</small></h2>\n<p class=\"verdict {class}\">{}</p>",
+        row.index,
         esc(&def.key),
         esc(&def.title),
         esc(&def.group),
+        row.lens.name(),
         esc(&verdict)
     );
     let floor = (report.rule == Rule::Paired).then_some(cmp.paired.floor);
@@ -181,9 +350,11 @@ fn metric(out: &mut String, report: &Report, def: &MetricDef, cmp: &MetricCompar
     let interval = p.interval.map_or("—".to_string(), |(lo, hi)| format!("{} … {}", pct(lo), pct(hi)));
     let confidence = p.confidence.map_or("95%".to_string(), |c| format!("{:.2}%", c * 100.0));
     let mde = p.mde.filter(|m| m.is_finite()).map_or("—".to_string(), |m| format!("{:.2}%", m * 100.0));
+    let sees = summary::resolution(p)
+        .map_or(String::new(), |r| format!(", smallest change it could see {}", summary::plus_minus(r)));
     let _ = writeln!(
         out,
-        "<p class=\"numbers\">Paired: {} pairs{}, estimate {}, {confidence} interval {interval}, floor ±{:.2}%, minimum detectable effect {mde}; {}.</p>",
+        "<p class=\"numbers\">Paired: {} pairs{}, estimate {}, {confidence} interval {interval}, floor ±{:.2}%, minimum detectable effect {mde}{sees}; {}.</p>",
         p.pairs,
         if p.dropped > 0 { format!(" ({} dropped: zero or negative)", p.dropped) } else { String::new() },
         p.estimate.map_or("—".to_string(), pct),

@@ -1,11 +1,18 @@
-//! `report.md`: the pull-request comment, in the reference harness's skeleton (§4.2): three
-//! HTML markers, a title with the status, diagnostics, the overall line, grouped tables of exactly
-//! four columns, the cost line, and a details section with the methodology and the samples.
+//! `report.md`: the pull-request comment. Every comment starts with three HTML markers, a title
+//! with the status and the commits compared; what follows depends on the rule.
 //!
-//! Under the reference rule the comment is the reference's, byte for byte. Under the paired rule
-//! the overall line counts its verdicts (and says when wall time is inconclusive but CPU time is
-//! clear), the Change column shows the paired decision, and the details show each metric's
-//! estimate, interval, floor and minimum detectable effect.
+//! **Paired rule** (the default): a reviewer reads it in ten seconds. The headline's counts;
+//! one table of the rows that changed (regressed, improved, incomplete, unavailable), each naming
+//! its lens; one line for the rest; once, what the run could not resolve (which metrics, the
+//! smallest change it could have seen, the pairs or the lens that would reach the floor); the
+//! failures; then, collapsed, the warnings, the full table and the methodology.
+//!
+//! **Reference rule**: the reference harness's skeleton (§4.2), byte for byte: diagnostics, the
+//! overall line, grouped tables of exactly four columns, the cost line and the details.
+//!
+//! Both fit GitHub's limit on a comment ([`super::comment`]): unchanged rows, then details, then
+//! warnings give way, each saying how many were left out. Text from a spec, a revision or a
+//! sandbox goes through [`escape`]: inert, and without a live mention or link.
 //!
 //! Markers: line 1 `<!-- sandbench:v1 -->`; line 2 `<!-- run:ID:ATTEMPT head:SHA -->` (ATTEMPT a
 //! positive integer, ID and SHA through [`marker_field`]); line 3
@@ -13,39 +20,124 @@
 
 use std::fmt::Write;
 
-use super::format::{change, decision, escape, marker_field, value};
-use super::{CPU_SUFFIX, MetricComparison, Report, Rule, Status};
+use super::comment::{self, Block, Class};
+use super::format::{change, decision, escape, escape_clipped, marker_field, value};
+use super::summary::{self, Row};
+use super::{CPU_SUFFIX, MetricComparison, Report, Rule, Status, warnings};
 use crate::spec::MetricDef;
 use crate::stats::{Outcome, Verdict};
 
 const MAX_ERRORS_SHOWN: usize = 3;
 const MAX_FAILURES_LISTED: usize = 30;
+/// Longest title, group or bullet (in characters, before escaping) a comment shows.
+const MAX_TITLE: usize = 120;
+const MAX_BULLET: usize = 400;
+/// Most metrics the resolution block lists.
+const MAX_UNRESOLVED: usize = 10;
+/// The sentence `publish` replaces with the link to the CI run.
+pub const LOCAL_LINK: &str = "Local run; raw results are stored beside this report.";
 
-/// The comment for `report`, as `report.md` holds it.
+/// The comment for `report`, as `report.md` holds it: within [`comment::RENDER_BYTES`].
 pub fn render(report: &Report) -> String {
-    let mut out = String::new();
-    header(&mut out, report);
+    let mut blocks = vec![Block::kept(header(report))];
     if report.status == Status::Running {
-        let _ = writeln!(out, "Benchmarking the head revision. Results will appear here when this run finishes.\n");
-        let _ = writeln!(out, "Local run; raw results are stored beside this report.");
-        return out;
+        blocks.push(Block::kept(format!(
+            "Benchmarking the head revision. Results will appear here when this run finishes.\n\n{LOCAL_LINK}\n"
+        )));
+        return comment::assemble(blocks, comment::RENDER_BYTES);
     }
-    let errors = report.all_errors();
-    diagnostics(&mut out, report, &errors);
     let comparisons = report.analyze();
-    measurement_warnings(&mut out, &comparisons);
     let defs = report.metric_defs();
-    overall_lines(&mut out, report, &defs, &comparisons);
-    tables(&mut out, report, &defs, &comparisons);
-    cost_line(&mut out, report);
-    let _ = writeln!(out, "Local run; raw results are stored beside this report.\n");
-    details(&mut out, report, &comparisons, &errors);
-    out
+    match report.rule {
+        Rule::Paired => paired(&mut blocks, report, &defs, &comparisons),
+        Rule::Reference => reference(&mut blocks, report, &defs, &comparisons),
+    }
+    comment::assemble(blocks, comment::RENDER_BYTES)
 }
 
+/// The paired rule's comment: what changed first, the rest collapsed.
+fn paired(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
+    let rows = summary::rows(defs, comparisons);
+    let mut top = String::new();
+    if report.status != Status::Completed {
+        top.push_str(INCOMPLETE);
+    }
+    let _ = writeln!(top, "**Overall: {}.**\n", summary::counts(report.rule, comparisons));
+    if let Some(line) = cpu_line(defs, comparisons) {
+        let _ = writeln!(top, "{line}\n");
+    }
+    blocks.push(Block::kept(top));
+    let changed: Vec<String> =
+        rows.iter().filter(|r| summary::changed(r.outcome())).map(|r| metric_row(r, report.rule)).collect();
+    let rest = summary::rest(&rows, report.rule);
+    if changed.is_empty() {
+        let rest = rest.unwrap_or_else(|| "no metric was compared".to_string());
+        blocks.push(Block::kept(format!("Nothing regressed, improved or went missing: {rest}.\n\n")));
+    } else {
+        blocks.push(Block::list(Class::Changed, TABLE_HEAD.to_string(), changed, "\n".into(), "changed rows"));
+        if let Some(rest) = rest {
+            blocks.push(Block::kept(format!("{}.\n\n", capitalised(&rest))));
+        }
+    }
+    blocks.push(Block::kept(resolution_block(&rows)));
+    blocks.push(Block::kept(failure_diagnostics(&report.all_errors())));
+    collapsed_warnings(blocks, &warnings::groups(report, comparisons));
+    full_table(blocks, &rows, report.rule);
+    blocks.push(Block::kept(format!("{}{LOCAL_LINK}\n\n", cost_line(report))));
+    blocks.push(details_block(report, comparisons));
+}
+
+/// The reference rule's comment, in the reference's skeleton.
+fn reference(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
+    let errors = report.all_errors();
+    let mut top = String::new();
+    if report.status != Status::Completed {
+        top.push_str(INCOMPLETE);
+    }
+    top.push_str(&failure_diagnostics(&errors));
+    blocks.push(Block::kept(top));
+    for group in warnings::groups(report, comparisons) {
+        let items = group.items.iter().map(|w| format!("- {}\n", escape_clipped(w, MAX_BULLET))).collect();
+        let tail = group.footer.map_or("\n".to_string(), |f| format!("\n{f}\n\n"));
+        blocks.push(Block::list(Class::Warnings, format!("**{}:**\n\n", group.title), items, tail, "warnings"));
+    }
+    blocks.push(Block::kept(format!("{}\n\n", overall(comparisons))));
+    let rows = summary::rows(defs, comparisons);
+    for (i, group) in groups(&rows).into_iter().enumerate() {
+        let name = if i > 0 { format!("**{}**\n\n", escape_clipped(group, MAX_TITLE)) } else { String::new() };
+        let head = format!("{name}| Metric | Base | Head | Change |\n| --- | ---: | ---: | ---: |\n");
+        // Changed rows are kept; the unchanged ones give way first, each table saying how many.
+        let lines = rows
+            .iter()
+            .filter(|r| r.def.group == group)
+            .map(|r| {
+                let median = |m: Option<f64>| m.map_or("—".to_string(), |v| escape(&value(v, r.def)));
+                let line = format!(
+                    "| {} | {} | {} | {} |\n",
+                    escape_clipped(&r.def.title, MAX_TITLE),
+                    median(r.cmp.comparison.base_median),
+                    median(r.cmp.comparison.head_median),
+                    change(&r.cmp.comparison, r.def)
+                );
+                (line, summary::changed(r.outcome()))
+            })
+            .collect();
+        blocks.push(Block::mixed(Class::Unchanged, head, lines, "\n".into(), "unchanged rows"));
+    }
+    blocks.push(Block::kept(format!("{}{LOCAL_LINK}\n\n", cost_line(report))));
+    blocks.push(details_block(report, comparisons));
+}
+
+const INCOMPLETE: &str =
+    "**Benchmark execution did not complete successfully. Missing measurements are not performance wins.**\n\n";
+
+const TABLE_HEAD: &str =
+    "| Metric | Lens | Base | Head | Change | Floor |\n| --- | --- | ---: | ---: | ---: | ---: |\n";
+
 /// The three markers, the title with the status, and which commits are compared.
-fn header(out: &mut String, report: &Report) {
+fn header(report: &Report) -> String {
     let status = report.status.as_str();
+    let mut out = String::new();
     let _ = writeln!(out, "<!-- sandbench:v1 -->");
     let _ = writeln!(
         out,
@@ -55,60 +147,141 @@ fn header(out: &mut String, report: &Report) {
         marker_field(&report.head.commit)
     );
     let _ = writeln!(out, "<!-- comparison:{} status:{status} -->", report.fingerprint());
-    let _ = writeln!(out, "### {} performance — {status}\n", escape(&report.spec_name));
+    let _ = writeln!(out, "### {} performance — {status}\n", escape_clipped(&report.spec_name, MAX_TITLE));
     let _ = writeln!(
         out,
         "Head `{}` compared with base `{}`.\n",
         escape(short(&report.head.commit)),
         escape(short(&report.base.commit))
     );
+    out
 }
 
-/// The incomplete-run warning, the first errors, and the operational warnings.
-fn diagnostics(out: &mut String, report: &Report, errors: &[String]) {
-    if report.status != Status::Completed {
-        let _ = writeln!(
-            out,
-            "**Benchmark execution did not complete successfully. Missing measurements are not performance wins.**\n"
-        );
+/// The first errors, when there are any.
+fn failure_diagnostics(errors: &[String]) -> String {
+    if errors.is_empty() {
+        return String::new();
     }
-    if !errors.is_empty() {
-        let _ = writeln!(out, "**Failure diagnostics:**\n");
-        for e in errors.iter().take(MAX_ERRORS_SHOWN) {
-            let _ = writeln!(out, "- {}", escape(e));
-        }
-        let _ = writeln!(out, "\nSee the saved per-trial logs and terminal transcripts for details.\n");
+    let mut out = String::from("**Failure diagnostics:**\n\n");
+    for e in errors.iter().take(MAX_ERRORS_SHOWN) {
+        let _ = writeln!(out, "- {}", escape_clipped(e, MAX_BULLET));
     }
-    if !report.warnings.is_empty() {
-        let _ = writeln!(out, "**Operational warnings — log collection or sandbox cleanup needs attention:**\n");
-        for w in &report.warnings {
-            let _ = writeln!(out, "- {}", escape(w));
-        }
-        let _ = writeln!(out, "\nThese warnings do not change measurement completeness.\n");
-    }
+    out.push_str("\nSee the saved per-trial logs and terminal transcripts for details.\n\n");
+    out
 }
 
-/// Most measurement warnings listed.
-const MAX_RUN_WARNINGS: usize = 10;
-
-/// hyperfine's warnings about the runs of metrics measured several times a trial.
-fn measurement_warnings(out: &mut String, comparisons: &[MetricComparison]) {
-    let warnings: Vec<&String> = comparisons.iter().flat_map(|c| &c.warnings).collect();
-    if warnings.is_empty() {
+/// The warnings, collapsed under their count; each group gives way, counting what it left out.
+fn collapsed_warnings(blocks: &mut Vec<Block>, groups: &[warnings::Group]) {
+    if groups.is_empty() {
         return;
     }
-    let _ = writeln!(out, "**Measurement warnings — runs of a trial that disagree:**\n");
-    for w in warnings.iter().take(MAX_RUN_WARNINGS) {
-        let _ = writeln!(out, "- {}", escape(w));
+    blocks.push(Block::kept(format!("<details><summary>{}</summary>\n\n", warnings::count(groups))));
+    for group in groups {
+        let items = group.items.iter().map(|w| format!("- {}\n", escape_clipped(w, MAX_BULLET))).collect();
+        let tail = group.footer.map_or("\n".to_string(), |f| format!("\n{f}\n\n"));
+        blocks.push(Block::list(Class::Warnings, format!("**{}:**\n\n", group.title), items, tail, "warnings"));
     }
-    if warnings.len() > MAX_RUN_WARNINGS {
+    blocks.push(Block::kept("</details>\n\n"));
+}
+
+/// Every metric, grouped, collapsed: the rows that give way first.
+fn full_table(blocks: &mut Vec<Block>, rows: &[Row], rule: Rule) {
+    if rows.is_empty() {
+        return;
+    }
+    let mut items = Vec::new();
+    for group in groups(rows) {
+        items.push(format!("| **{}** | | | | | |\n", escape_clipped(group, MAX_TITLE)));
+        items.extend(rows.iter().filter(|r| r.def.group == group).map(|r| metric_row(r, rule)));
+    }
+    let head = format!("<details><summary>All {} metrics</summary>\n\n{TABLE_HEAD}", rows.len());
+    blocks.push(Block::list(Class::Unchanged, head, items, "\n</details>\n\n".into(), "rows of the full table"));
+}
+
+/// The groups in the order they first appear.
+fn groups<'a>(rows: &[Row<'a>]) -> Vec<&'a str> {
+    let mut groups: Vec<&str> = Vec::new();
+    for r in rows {
+        if !groups.contains(&r.def.group.as_str()) {
+            groups.push(&r.def.group);
+        }
+    }
+    groups
+}
+
+/// One row of the paired rule's tables.
+fn metric_row(r: &Row, rule: Rule) -> String {
+    let median = |m: Option<f64>| m.map_or("—".to_string(), |v| escape(&value(v, r.def)));
+    let cell = match rule {
+        Rule::Reference => change(&r.cmp.comparison, r.def),
+        Rule::Paired => decision(&r.cmp.comparison, &r.cmp.paired, r.def),
+    };
+    format!(
+        "| {} | {} | {} | {} | {cell} | ±{:.2}% |\n",
+        escape_clipped(&r.def.title, MAX_TITLE),
+        r.lens.name(),
+        median(r.cmp.comparison.base_median),
+        median(r.cmp.comparison.head_median),
+        r.cmp.paired.floor * 100.0
+    )
+}
+
+/// Once, what the run could not resolve: which metrics, the smallest change it could have seen,
+/// and the pairs (or the lens) that would reach the floor. Empty when it resolved them all.
+fn resolution_block(rows: &[Row]) -> String {
+    let unresolved = summary::unresolved(rows);
+    if unresolved.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "**Not resolved:** {} inconclusive metric{} could not tell a change of {} floor from noise.\n\n",
+        unresolved.len(),
+        if unresolved.len() == 1 { "" } else { "s" },
+        if unresolved.len() == 1 { "its" } else { "their" }
+    );
+    out.push_str("| Metric | Lens | Floor | Smallest change this run could see | To reach the floor |\n");
+    out.push_str("| --- | --- | ---: | ---: | --- |\n");
+    for u in unresolved.iter().take(MAX_UNRESOLVED) {
+        let p = &u.row.cmp.paired;
+        let pairs = u.pairs_needed.map(|n| format!("≈ {} pairs (this run: {})", summary::about(n), p.pairs));
+        let lens = u.other_lens.map(|o| {
+            let word = summary::word(o.outcome(), Rule::Paired);
+            format!("its {} lens: {word}", o.lens.name())
+        });
+        let reach = match (pairs, lens) {
+            (Some(p), Some(l)) => format!("{p}, or {l}"),
+            (p, l) => p.or(l).unwrap_or_else(|| "—".to_string()),
+        };
         let _ = writeln!(
             out,
-            "- … and {} more (`report.json`, `comparisons[].warnings`)",
-            warnings.len() - MAX_RUN_WARNINGS
+            "| {} | {} | {} | {} | {reach} |",
+            escape_clipped(&u.row.def.title, MAX_TITLE),
+            u.row.lens.name(),
+            summary::plus_minus(p.floor),
+            summary::plus_minus(u.resolution)
         );
     }
-    let _ = writeln!(out);
+    if unresolved.len() > MAX_UNRESOLVED {
+        let _ = writeln!(out, "\n… and {} more in the full table.", unresolved.len() - MAX_UNRESOLVED);
+    }
+    out.push('\n');
+    out
+}
+
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |c| c.to_uppercase().chain(chars).collect())
+}
+
+/// The details, collapsed: their lines give way after the unchanged rows.
+fn details_block(report: &Report, comparisons: &[MetricComparison]) -> Block {
+    let mut body = String::new();
+    details(&mut body, report, comparisons, &report.all_errors());
+    const HEAD: &str = "<details><summary>Methodology and samples</summary>\n\n";
+    const TAIL: &str = "\n</details>\n";
+    let inner = body.strip_prefix(HEAD).and_then(|b| b.strip_suffix(TAIL)).unwrap_or(&body);
+    let lines = inner.split_inclusive('\n').map(str::to_string).collect();
+    Block::list(Class::Details, HEAD.to_string(), lines, TAIL.to_string(), "lines of the methodology and samples")
 }
 
 /// Min, median and max of the runs of each trial measured several times.
@@ -124,7 +297,7 @@ fn runs_table(out: &mut String, defs: &[MetricDef], comparisons: &[MetricCompari
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} |",
-                escape(&def.title),
+                escape_clipped(&def.title, MAX_TITLE),
                 r.side,
                 r.trial,
                 r.runs,
@@ -136,64 +309,11 @@ fn runs_table(out: &mut String, defs: &[MetricDef], comparisons: &[MetricCompari
     }
 }
 
-/// The overall line of the report's rule (and, under the paired rule, the CPU line when any).
-fn overall_lines(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
-    match report.rule {
-        Rule::Reference => {
-            let _ = writeln!(out, "{}\n", overall(comparisons));
-        }
-        Rule::Paired => {
-            let _ = writeln!(out, "{}\n", overall_paired(comparisons));
-            if let Some(line) = cpu_line(defs, comparisons) {
-                let _ = writeln!(out, "{line}\n");
-            }
-        }
-    }
-}
-
-/// One four-column table per group, in the order the groups first appear; every group but the
-/// first under its bold name.
-fn tables(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
-    let mut groups: Vec<&str> = Vec::new();
-    for def in defs {
-        if !groups.contains(&def.group.as_str()) {
-            groups.push(&def.group);
-        }
-    }
-    for (i, group) in groups.iter().enumerate() {
-        if i > 0 {
-            let _ = writeln!(out, "**{}**\n", escape(group));
-        }
-        let _ = writeln!(out, "| Metric | Base | Head | Change |");
-        let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
-        for (def, cmp) in defs.iter().zip(comparisons).filter(|(d, _)| d.group == *group) {
-            let median = |m: Option<f64>| m.map_or("—".to_string(), |v| escape(&value(v, def)));
-            let cell = match report.rule {
-                Rule::Reference => change(&cmp.comparison, def),
-                Rule::Paired => decision(&cmp.comparison, &cmp.paired, def),
-            };
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                escape(&def.title),
-                median(cmp.comparison.base_median),
-                median(cmp.comparison.head_median),
-                cell
-            );
-        }
-        let _ = writeln!(out);
-    }
-}
-
 /// The sandboxes' total cost, or why there is none yet.
-fn cost_line(out: &mut String, report: &Report) {
+fn cost_line(report: &Report) -> String {
     match report.total_cost_usd() {
-        Some(usd) => {
-            let _ = writeln!(out, "**Sandbox cost: ~${usd:.4}**\n");
-        }
-        None => {
-            let _ = writeln!(out, "Cost pending or unavailable; sandbox usage has not been collected.\n");
-        }
+        Some(usd) => format!("**Sandbox cost: ~${usd:.4}**\n\n"),
+        None => "Cost pending or unavailable; sandbox usage has not been collected.\n\n".to_string(),
     }
 }
 
@@ -201,51 +321,9 @@ fn short(commit: &str) -> &str {
     crate::sanitize::prefix(commit, 8)
 }
 
+/// The reference rule's overall line.
 fn overall(comparisons: &[MetricComparison]) -> String {
-    let count = |o: Outcome| comparisons.iter().filter(|c| c.comparison.outcome == o).count();
-    let mut line = format!(
-        "**Overall: {} regressed · {} improved · {} no clear change",
-        count(Outcome::Regressed),
-        count(Outcome::Improved),
-        count(Outcome::NoClearChange)
-    );
-    for (o, word) in [(Outcome::Incomplete, "incomplete"), (Outcome::Unavailable, "unavailable")] {
-        if count(o) > 0 {
-            let _ = write!(line, " · {} {word}", count(o));
-        }
-    }
-    line.push_str(".**");
-    line
-}
-
-/// The paired rule's overall line: every verdict counted, incomplete and unavailable when any.
-fn overall_paired(comparisons: &[MetricComparison]) -> String {
-    let count = |o: Outcome| comparisons.iter().filter(|c| c.outcome() == o).count();
-    let mut line = format!(
-        "**Overall: {} regressed · {} improved · {} no change · {} inconclusive",
-        count(Outcome::Regressed),
-        count(Outcome::Improved),
-        count(Outcome::NoClearChange),
-        count(Outcome::Inconclusive)
-    );
-    for (o, word) in [(Outcome::Incomplete, "incomplete"), (Outcome::Unavailable, "unavailable")] {
-        if count(o) > 0 {
-            let _ = write!(line, " · {} {word}", count(o));
-        }
-    }
-    line.push_str(".**");
-    line
-}
-
-fn outcome_word(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Regressed => "regressed",
-        Outcome::Improved => "improved",
-        Outcome::NoClearChange => "no change",
-        Outcome::Inconclusive => "inconclusive",
-        Outcome::Incomplete => "incomplete",
-        Outcome::Unavailable => "unavailable",
-    }
+    format!("**Overall: {}.**", summary::counts(Rule::Reference, comparisons))
 }
 
 /// Metrics whose wall time says less than their CPU time: wall inconclusive and CPU decided, or
@@ -266,8 +344,8 @@ pub(super) fn cpu_findings(defs: &[MetricDef], comparisons: &[MetricComparison])
             found.push(format!(
                 "{} — wall time {}, CPU time {}{}",
                 wall_def.title,
-                outcome_word(wall.outcome()),
-                outcome_word(cpu.outcome()),
+                summary::word(wall.outcome(), Rule::Paired),
+                summary::word(cpu.outcome(), Rule::Paired),
                 estimate.unwrap_or_default()
             ));
         }
@@ -277,8 +355,9 @@ pub(super) fn cpu_findings(defs: &[MetricDef], comparisons: &[MetricComparison])
 
 fn cpu_line(defs: &[MetricDef], comparisons: &[MetricComparison]) -> Option<String> {
     let found = cpu_findings(defs, comparisons);
-    (!found.is_empty())
-        .then(|| format!("**CPU time:** {}.", found.iter().map(|f| escape(f)).collect::<Vec<_>>().join("; ")))
+    (!found.is_empty()).then(|| {
+        format!("**CPU time:** {}.", found.iter().map(|f| escape_clipped(f, MAX_BULLET)).collect::<Vec<_>>().join("; "))
+    })
 }
 
 fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], errors: &[String]) {
@@ -407,7 +486,7 @@ fn paired_method(report: &Report) -> Vec<String> {
         "Medians shown. Each verdict comes from the pairs (trial t of base with trial t of head): the Hodges–Lehmann estimate of head/base − 1 and its interval (exact Wilcoxon from 6 pairs, t on log ratios for 3–5), against a floor: regressed when the whole interval is above +floor, improved when below −floor, no change when inside ±floor, inconclusive otherwise. Metrics with fewer than 3 pairs compare medians with the floor widened by both spreads.".to_string(),
         floors,
         looks,
-        "\"No change larger than X\": X is the larger of the interval's farther end and the minimum detectable effect (the change this run would call regressed with 80% power). A metric with a failed sample is incomplete.".to_string(),
+        "The minimum detectable effect (MDE) is the change this run would call regressed with 80% power. \"Smallest change this run could see\": the change it tells apart from none with 80% power, (1 + MDE)/(1 + floor) − 1, which shrinks as 1/√pairs; the pairs that would bring it to the floor are pairs·(ln(1 + it)/ln(1 + floor))². A metric with a failed sample is incomplete.".to_string(),
         REFERENCE_METHOD[3].to_string(),
         REFERENCE_METHOD[4].to_string(),
         REFERENCE_METHOD[5].to_string(),
@@ -477,7 +556,7 @@ fn paired_table(out: &mut String, report: &Report, defs: &[MetricDef], compariso
             escape(&def.title),
             p.estimate.map_or("—".to_string(), pct),
             p.floor * 100.0,
-            outcome_word(c.outcome())
+            summary::word(c.outcome(), Rule::Paired)
         );
     }
     let notes: Vec<String> = defs

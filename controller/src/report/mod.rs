@@ -9,6 +9,7 @@
 //! (`blocks`): a machine's constant speed factor widens no spread.
 
 mod blocks;
+pub mod comment;
 pub mod companions;
 pub mod conditions;
 pub mod decide;
@@ -16,11 +17,14 @@ pub mod format;
 #[cfg(test)]
 mod fuzz;
 pub mod html;
+pub mod lens;
 pub mod markdown;
 pub mod noise;
 pub mod runs;
+pub mod summary;
 #[cfg(test)]
 mod tests;
+pub mod warnings;
 
 use std::collections::BTreeMap;
 

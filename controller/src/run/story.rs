@@ -1,7 +1,7 @@
 //! How the terminal ends a run: how it ended and, when it did not complete, why (the stop, the
-//! error that ended it, or what is missing); then the verdicts — counts, and the metrics that
-//! regressed or improved by name — and where the reports are. Errors printed while the run went
-//! are referred to, not repeated. Pure: the run prints these lines through its display.
+//! error that ended it, or what is missing); then the verdicts as the comment leads with them
+//! (`report::summary::terminal`: the counts, the changed rows, the rest) — and where the reports
+//! are. Errors printed while the run went are referred to, not repeated. Pure: the run prints these lines through its display.
 
 use std::path::Path;
 
@@ -25,7 +25,7 @@ pub fn ending(report: &Report, reason: Option<&str>, dir: &Path) -> Vec<String> 
         }
         (_, None) => format!("run {id} {status}"),
     }];
-    lines.extend(verdicts(report));
+    lines.extend(crate::report::summary::terminal(report));
     lines.push(format!("reports in {}", dir.display()));
     lines
 }
@@ -48,36 +48,6 @@ fn missing(report: &Report) -> String {
         report.comparisons.len(),
         names(report, &incomplete)
     )
-}
-
-/// The verdict counts and the metrics that changed, when there is any comparison.
-fn verdicts(report: &Report) -> Vec<String> {
-    if report.comparisons.is_empty() {
-        return Vec::new();
-    }
-    let of = |o: Outcome| -> Vec<&str> {
-        report.comparisons.iter().filter(|c| c.outcome() == o).map(|c| c.key.as_str()).collect()
-    };
-    let (regressed, improved) = (of(Outcome::Regressed), of(Outcome::Improved));
-    let mut counts = vec![format!("{} regressed", regressed.len()), format!("{} improved", improved.len())];
-    for (outcome, word) in [
-        (Outcome::NoClearChange, "no change"),
-        (Outcome::Inconclusive, "inconclusive"),
-        (Outcome::Incomplete, "incomplete"),
-        (Outcome::Unavailable, "unavailable"),
-    ] {
-        let n = of(outcome).len();
-        if n > 0 || outcome == Outcome::NoClearChange {
-            counts.push(format!("{n} {word}"));
-        }
-    }
-    let mut lines = vec![format!("verdicts: {}", counts.join(" · "))];
-    for (word, keys) in [("regressed", regressed), ("improved", improved)] {
-        if !keys.is_empty() {
-            lines.push(format!("  {word}: {}", names(report, &keys)));
-        }
-    }
-    lines
 }
 
 /// Metrics by title (a CPU companion `<key>.cpu` as "<title> (CPU)"), at most [`MAX_NAMES`].

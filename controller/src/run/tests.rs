@@ -316,12 +316,12 @@ async fn the_terminal_ends_with_the_reason_and_the_verdicts() {
     let ending = &result.ending;
     assert_eq!(ending[0], "run 20260101-000000-fake completed");
     assert!(ending[1].starts_with("verdicts: ") && ending[1].contains(" regressed · 1 improved · "), "{ending:?}");
-    let regressed = ending.iter().find(|l| l.starts_with("  regressed: ")).expect("regressed metrics named");
-    assert!(regressed.contains("Cold startup"), "{ending:?}");
-    assert_eq!(
-        ending.iter().find(|l| l.starts_with("  improved: ")).map(String::as_str),
-        Some("  improved: Bash git status")
-    );
+    // Each changed row as the comment shows it: outcome, title and lens, medians, change.
+    let regressed = ending.iter().find(|l| l.starts_with("  regressed ")).expect("regressed rows listed");
+    assert!(regressed.contains("Cold startup (wall)") && regressed.contains(" → "), "{ending:?}");
+    let improved = ending.iter().find(|l| l.starts_with("  improved ")).expect("the improved row");
+    assert!(improved.contains("Bash git status (wall)") && improved.contains("↓ -"), "{ending:?}");
+    assert!(ending.iter().any(|l| l.starts_with("  1 metric unchanged within its floor")), "{ending:?}");
     assert_eq!(ending.last().unwrap(), &format!("reports in {}", result.dir.display()));
 
     // Failed by the budget: the reason, said once (it was not printed during the run).

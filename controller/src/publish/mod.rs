@@ -31,7 +31,7 @@ use crate::report::{Report, Status};
 /// The file in a run directory that names where it is published.
 pub const TARGET_FILE: &str = "forge.json";
 /// What the renderer writes where a CI run puts its link.
-const LOCAL_LINK: &str = "Local run; raw results are stored beside this report.";
+const LOCAL_LINK: &str = crate::report::markdown::LOCAL_LINK;
 /// GitHub's limit on a status description.
 const DESCRIPTION_CHARS: usize = 140;
 /// Extra tries of a comment creation whose outcome was unknown.
@@ -166,6 +166,8 @@ impl Publication {
         if let Some(url) = &target.run_url {
             body = link_run(&body, url);
         }
+        // The renderer left room for the stamp; a report.md from elsewhere may not have.
+        let body = crate::report::comment::guard(&body).into_owned();
         let marker = marker::parse(&body).filter(|m| m.head == report.head.commit).with_context(|| {
             format!("the report's comment has no sandbench marker naming head {}", report.head.commit)
         })?;
@@ -195,6 +197,7 @@ impl Publication {
         body.push_str("\n\n");
         body.push_str(&target.run_url.as_deref().map_or(LOCAL_LINK.to_string(), run_link));
         body.push('\n');
+        let body = crate::report::comment::guard(&body).into_owned();
         let marker = marker::parse(&body).expect("a notice carries its markers");
         let state = match status {
             "running" | "pending-trust" => State::Pending,
@@ -411,9 +414,11 @@ fn resolve_target(args: &PublishArgs) -> anyhow::Result<Target> {
     })
 }
 
-/// A link that cannot break out of Markdown: http(s), no spaces, quotes, brackets or parentheses.
+/// A link that cannot break out of Markdown: http(s), no spaces, quotes, brackets or parentheses,
+/// and no longer than the room the comment keeps for it.
 pub fn check_url(url: &str) -> anyhow::Result<()> {
     let safe = (url.starts_with("https://") || url.starts_with("http://"))
+        && url.len() <= crate::report::comment::MAX_URL_BYTES
         && url.chars().all(|c| c.is_ascii_graphic() && !"()[]<>\"'`\\".contains(c));
     if safe { Ok(()) } else { anyhow::bail!("not a plain http(s) link: {url:?}") }
 }

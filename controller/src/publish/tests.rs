@@ -195,3 +195,25 @@ pub(crate) fn report(status: Status) -> Report {
     }))
     .unwrap()
 }
+
+#[test]
+fn what_publish_posts_fits_github_whatever_the_run_produced() {
+    use crate::report::comment::{MAX_BYTES, MAX_URL_BYTES};
+    // 500 warnings of 500 characters, each `|` escaped: report.md rendered at the bound, then
+    // stamped with a high attempt and the longest link allowed.
+    let dir = tempfile::tempdir().unwrap();
+    let mut report = report(Status::Completed);
+    report.warnings = (0..500).map(|i| format!("warning {i} {}", "|`@x #1 ".repeat(62))).collect();
+    std::fs::write(dir.path().join("report.json"), serde_json::to_string(&report).unwrap()).unwrap();
+    let url = format!("https://github.com/o/r/actions/runs/{}", "9".repeat(MAX_URL_BYTES - 36));
+    assert!(check_url(&url).is_ok() && check_url(&format!("{url}9")).is_err(), "the link's room is bounded");
+    let p = Publication::from_run_dir(dir.path(), &target(4_000_000_000, Some(&url))).unwrap();
+    assert!(p.body.len() <= MAX_BYTES, "{}", p.body.len());
+    assert!(p.body.contains(&format!("[Run, logs, and downloadable raw results]({url})")), "the run's link is live");
+    assert!(p.body.contains(" of 500 warnings left out"), "{}", &p.body[..2000]);
+    assert_eq!(p.marker.attempt, 4_000_000_000);
+    // A notice with a huge reason: cut, markers intact.
+    let n = Publication::notice("demo", "failed", &target(1, Some(&url)), HEAD, BASE, &"why ".repeat(40_000));
+    assert!(n.body.len() <= MAX_BYTES && n.body.ends_with("report.html has all of it._\n"), "{}", n.body.len());
+    assert_eq!(n.marker.status.as_deref(), Some("failed"));
+}

@@ -2,7 +2,8 @@
 //! Markdown escape leaves no tag start, no comment end, no table pipe, no newline and no control
 //! character; the HTML escape no `<`, `>`, quote or control; a marker field nothing but
 //! `[A-Za-z0-9._%-]` without `--`; the terminal sanitizer no escape sequence or control; and a
-//! whole report with such text in every field keeps exactly its three markers and no live tag.
+//! whole report with such text in every field keeps exactly its three markers and no live tag,
+//! and its comment no mention, reference or link GitHub would make live ([`live`]).
 //! Cases: `PROPTEST_CASES` (256 by default) per target.
 
 use proptest::prelude::*;
@@ -50,12 +51,54 @@ fn hostile() -> impl Strategy<Value = String> {
             "--",
             "-",
             ":",
+            "@octocat",
+            "@org/team",
+            "owner/repo#1",
+            "#123",
+            "GH-1",
+            "gh-42",
+            "https://evil.example/x",
+            "HTTP://X.Y",
+            "www.evil.example",
+            "WwW.x",
+            "a@b.co",
+            "mailto:a@b.co",
+            "@",
+            "#",
+            "www",
+            "http",
+            "//",
         ])
         .prop_map(String::from),
         any::<char>().prop_map(String::from),
         "[a-z ]{1,5}",
     ];
     prop::collection::vec(piece, 0..24).prop_map(|pieces| pieces.concat())
+}
+
+/// What GitHub would make live in `md`: a mention (`@name`), a reference (`#1`, `GH-1`), a link
+/// (`scheme://`, `www.`). The comment's own entities (`&#124;`) and colours (`{#b9625f}`) are
+/// not text GitHub reads.
+fn live(md: &str) -> Vec<String> {
+    let chars: Vec<char> = md.chars().collect();
+    let lower: Vec<char> = chars.iter().map(|c| c.to_ascii_lowercase()).collect();
+    let at = |i: usize| chars.get(i).copied().unwrap_or(' ');
+    let mut found = Vec::new();
+    for i in 0..chars.len() {
+        let after_entity_start = i > 0 && (chars[i - 1] == '&' || chars[i - 1] == '{');
+        let hit = match chars[i] {
+            '@' => at(i + 1).is_ascii_alphanumeric() || at(i + 1) == '-' || at(i + 1) == '_',
+            '#' => !after_entity_start && at(i + 1).is_ascii_digit(),
+            ':' => i > 0 && chars[i - 1].is_ascii_alphanumeric() && at(i + 1) == '/' && at(i + 2) == '/',
+            '-' => i >= 2 && lower[i - 2] == 'g' && lower[i - 1] == 'h' && at(i + 1).is_ascii_digit(),
+            '.' => i >= 3 && lower[i - 3..i] == ['w', 'w', 'w'],
+            _ => false,
+        };
+        if hit {
+            found.push(chars[i.saturating_sub(12)..(i + 12).min(chars.len())].iter().collect());
+        }
+    }
+    found
 }
 
 fn no_control(text: &str) -> bool {
@@ -70,6 +113,15 @@ proptest! {
         prop_assert!(!out.contains('|') && !out.contains('`') && !out.contains('\n'), "{out:?}");
         prop_assert!(no_control(&out), "{out:?}");
         prop_assert!(!out.contains('\u{1b}') && !out.contains('\u{9b}') && !out.contains('\u{202e}'), "{out:?}");
+    }
+
+    #[test]
+    fn markdown_escape_leaves_no_ping_and_no_link(text in hostile()) {
+        let out = escape(&text);
+        prop_assert!(live(&out).is_empty(), "{:?} → {:?}", text, out);
+        // Only zero-width spaces were added to what GitHub shows.
+        let shown = out.replace('\u{200b}', "");
+        prop_assert_eq!(shown, escape(&text.replace('\u{200b}', "")).replace('\u{200b}', ""));
     }
 
     #[test]
@@ -118,6 +170,9 @@ proptest! {
         report.warnings = vec![texts[10].clone()];
         report.base_side.facts.insert("os".into(), texts[11].clone());
         let md = markdown::render(&report);
+        // The markers are HTML comments: GitHub renders none of their text.
+        let pings = live(&md.lines().skip(3).collect::<Vec<_>>().join("\n"));
+        prop_assert!(pings.is_empty(), "live in the comment: {:?}\n{}", pings, md);
         prop_assert_eq!(md.matches("-->").count(), 3, "{}", md);
         prop_assert_eq!(md.matches("<!--").count(), 3, "{}", md);
         prop_assert!(md.lines().take(3).all(|l| l.starts_with("<!-- ") && l.ends_with(" -->")), "{}", md);
@@ -126,4 +181,18 @@ proptest! {
         prop_assert!(!html.contains("<script") && !html.contains("<img") && !html.contains("<!--"), "{}", html);
         prop_assert!(!html.contains('\u{1b}') && no_control(&html), "{}", html);
     }
+}
+
+#[test]
+fn the_checker_sees_what_github_would_make_live() {
+    for text in ["@octocat", "x @org/team", "owner/repo#1", "#123", "GH-1", "https://e.x", "www.e.x", "a@b.co"] {
+        assert!(!live(text).is_empty(), "{text}");
+    }
+    for text in ["&#124; &#96;", "$`\\textcolor{#1f924e}{x}`$", "C# 5-6 @ # www", "a:b"] {
+        assert!(live(text).is_empty(), "{text}");
+    }
+    // The comment's own text has nothing live; the run's own link, added by publish, is.
+    let md = markdown::render(&Report { rule: Rule::Paired, ..example(Status::Completed) });
+    assert!(live(&md).is_empty(), "{:?}", live(&md));
+    assert!(!live("[Run, logs, and downloadable raw results](https://github.com/o/r/actions/runs/1)").is_empty());
 }

@@ -10,6 +10,8 @@
 
 mod blocks;
 pub mod comment;
+#[cfg(test)]
+mod comment_tests;
 pub mod companions;
 pub mod conditions;
 pub mod decide;

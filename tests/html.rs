@@ -1,6 +1,8 @@
 //! report.html in a real headless Chromium (Debian's `chromium`): it loads with no console
 //! error, makes no request outside its own file, and shows one chart per metric with its
-//! decision, interval and floor, the summary line, warnings and failed samples.
+//! decision, interval and floor, the summary line, warnings and failed samples; its overview (the
+//! forest plot) has the rows of report.json in order, each visible and linking to its card, at
+//! 1280 px and at a phone's width, with screenshots of both in `target/tmp/html-report/`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -64,12 +66,37 @@ fn report() -> Report {
     }
 }
 
-#[test]
-fn the_html_report_loads_in_chromium_offline_with_one_chart_per_metric() {
-    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+fn chromium() -> &'static str {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
         .into_iter()
         .find(|p| Path::new(p).exists())
-        .expect("Chromium is needed for this test (scripts/test installs Debian's chromium)");
+        .expect("Chromium is needed for this test (scripts/test installs Debian's chromium)")
+}
+
+/// Headless Chromium as root on a machine without a network, with a profile of its own.
+fn headless(profile: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(chromium());
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            // Nothing resolves: even Chromium's own background requests cannot leave the machine.
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()));
+    command
+}
+
+#[test]
+fn the_html_report_loads_in_chromium_offline_with_one_chart_per_metric() {
+    let chromium = chromium();
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("report.html");
     let report = report();
@@ -134,4 +161,192 @@ fn the_html_report_loads_in_chromium_offline_with_one_chart_per_metric() {
         .filter(|u| !u.starts_with("file://"))
         .collect();
     assert!(page_requests.is_empty(), "the page made requests: {page_requests:?}");
+}
+
+/// A run of 12 metrics in three groups: 2 regressed, 1 improved, 1 incomplete, 2 inconclusive
+/// (noisy), the rest unchanged; CPU companions of two of them.
+fn overview_report() -> Report {
+    let mut report = report();
+    report.status = Status::Partial;
+    let keys = [
+        "cold",
+        "warm",
+        "install",
+        "rss",
+        "kernel_start",
+        "kernel_exec",
+        "bash",
+        "git_status",
+        "output",
+        "mixed",
+        "snapshot",
+        "restore",
+    ];
+    report.metrics = keys.iter().filter_map(|k| built_in(k)).collect();
+    report.expected = keys.iter().map(|k| (k.to_string(), 6)).collect();
+    report.base_side.metrics.clear();
+    report.head_side.metrics.clear();
+    let series = |scale: f64, noise: f64, seed: usize| -> Vec<Sample> {
+        (0..6)
+            .map(|t| {
+                let wobble = [0.3, -0.7, 1.0, -0.2, 0.6, -1.0][(t + seed) % 6];
+                Sample { trial: t as u32, sample: 0, value: Some(scale * (1.0 + noise * wobble)), error: None }
+            })
+            .collect()
+    };
+    for (i, key) in keys.iter().chain(&["cold.cpu", "bash.cpu"]).enumerate() {
+        let (ratio, noise) = match *key {
+            "cold" | "git_status" => (1.6, 0.01),
+            "snapshot" => (0.5, 0.01),
+            "kernel_exec" | "mixed" => (1.0, 0.9),
+            "bash.cpu" => (2.0, 0.01),
+            _ => (1.0, 0.01),
+        };
+        report.base_side.metrics.insert(key.to_string(), series(1.0 + i as f64, noise, i));
+        report.head_side.metrics.insert(key.to_string(), series((1.0 + i as f64) * ratio, noise, i + 3));
+    }
+    report.head_side.metrics.get_mut("warm").unwrap()[4] =
+        Sample { trial: 4, sample: 0, value: None, error: Some("timed out".into()) };
+    report
+}
+
+/// What the page's script found in one frame.
+#[derive(serde::Deserialize, Debug)]
+struct Frame {
+    width: f64,
+    overflow: f64,
+    rows: Vec<FoundRow>,
+}
+
+#[derive(serde::Deserialize, Debug)]
+struct FoundRow {
+    metric: String,
+    outcome: String,
+    top: f64,
+    height: f64,
+    name_width: f64,
+    track_width: f64,
+    card: bool,
+}
+
+/// The order report.json implies: the changed metrics first (regressed, improved, incomplete,
+/// unavailable), then the others by group, each in report order.
+fn expected_rows(json: &serde_json::Value) -> Vec<(String, String)> {
+    let group_of = |key: &str| -> String {
+        let stem = key.strip_suffix(".cpu").unwrap_or(key);
+        let metrics = json["metrics"].as_array().unwrap();
+        let def = metrics.iter().find(|m| m["key"] == key).or_else(|| metrics.iter().find(|m| m["key"] == stem));
+        def.unwrap()["group"].as_str().unwrap().to_string()
+    };
+    let word = |o: &str| match o {
+        "no_clear_change" => "no change".to_string(),
+        other => other.to_string(),
+    };
+    let all: Vec<(String, String, String)> = json["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let key = c["key"].as_str().unwrap().to_string();
+            let group = group_of(&key);
+            (key, word(c["comparison"]["outcome"].as_str().unwrap()), group)
+        })
+        .collect();
+    let changed = |o: &str| ["regressed", "improved", "incomplete", "unavailable"].contains(&o);
+    let mut out: Vec<(String, String)> =
+        all.iter().filter(|r| changed(&r.1)).map(|r| (r.0.clone(), r.1.clone())).collect();
+    let mut groups: Vec<&str> = Vec::new();
+    for r in &all {
+        if !groups.contains(&r.2.as_str()) {
+            groups.push(&r.2);
+        }
+    }
+    for g in groups {
+        out.extend(all.iter().filter(|r| !changed(&r.1) && r.2 == g).map(|r| (r.0.clone(), r.1.clone())));
+    }
+    out
+}
+
+const PROBE: &str = r#"<!doctype html><html><body>
+<iframe id="wide" src="report.html" style="width:1280px;height:900px;border:0"></iframe>
+<iframe id="phone" src="report.html" style="width:390px;height:900px;border:0"></iframe>
+<pre id="result"></pre>
+<script>
+function measure(id) {
+  const frame = document.getElementById(id);
+  const doc = frame.contentDocument;
+  const rows = [...doc.querySelectorAll('.forest a.row')].map(r => {
+    const box = r.getBoundingClientRect();
+    return {
+      metric: r.dataset.metric, outcome: r.dataset.outcome, top: box.top, height: box.height,
+      name_width: r.querySelector('.name').getBoundingClientRect().width,
+      track_width: r.querySelector('.track').getBoundingClientRect().width,
+      card: doc.getElementById(r.getAttribute('href').slice(1)) !== null,
+    };
+  });
+  const root = doc.documentElement;
+  return { width: root.clientWidth, overflow: root.scrollWidth - root.clientWidth, rows };
+}
+window.addEventListener('load', () => {
+  document.getElementById('result').textContent =
+    JSON.stringify({ wide: measure('wide'), phone: measure('phone') });
+});
+</script></body></html>"#;
+
+#[test]
+fn the_overview_has_the_rows_of_report_json_at_1280_px_and_on_a_phone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut report = overview_report();
+    // The run's own writer: report.json and report.html from the same data.
+    sandbench::run::write_reports(dir.path(), &mut report).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+    let expected = expected_rows(&json);
+    let outcomes: Vec<&str> = expected.iter().map(|r| r.1.as_str()).collect();
+    for o in ["regressed", "improved", "incomplete", "inconclusive", "no change"] {
+        assert!(outcomes.contains(&o), "the example has a {o} row: {expected:?}");
+    }
+    std::fs::write(dir.path().join("probe.html"), PROBE).unwrap();
+    let output = headless(&dir.path().join("profile"))
+        .args(["--allow-file-access-from-files", "--virtual-time-budget=5000", "--dump-dom"])
+        .arg(format!("file://{}", dir.path().join("probe.html").display()))
+        .output()
+        .expect("run chromium");
+    assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));
+    let dom = String::from_utf8_lossy(&output.stdout);
+    let found = dom.split("<pre id=\"result\">").nth(1).and_then(|r| r.split("</pre>").next()).unwrap_or("");
+    let frames: std::collections::BTreeMap<String, Frame> =
+        serde_json::from_str(&found.replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+            .unwrap_or_else(|e| panic!("the probe's result ({e}): {dom}"));
+    for (name, frame) in &frames {
+        let rows: Vec<(String, String)> = frame.rows.iter().map(|r| (r.metric.clone(), r.outcome.clone())).collect();
+        assert_eq!(rows, expected, "{name}: the overview's rows (count, order, outcome) are report.json's");
+        for (a, b) in frame.rows.iter().zip(frame.rows.iter().skip(1)) {
+            assert!(b.top >= a.top + a.height - 0.5, "{name}: {} is drawn above {}", b.metric, a.metric);
+        }
+        for r in &frame.rows {
+            assert!(r.card, "{name}: {} links to no card", r.metric);
+            assert!(r.name_width > 60.0 && r.track_width > 120.0, "{name}: {r:?} is too narrow to read");
+        }
+        assert!(frame.overflow <= 0.0, "{name} ({} px) scrolls sideways by {} px", frame.width, frame.overflow);
+    }
+    assert!(frames.contains_key("wide") && frames["phone"].width <= 390.0, "{frames:?}");
+    // Screenshots, for a person to look at.
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("html-report");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::copy(dir.path().join("report.html"), out.join("report.html")).unwrap();
+    for (width, height) in [(1280, 1400), (390, 2000)] {
+        let shot = out.join(format!("overview-{width}.png"));
+        let _ = std::fs::remove_file(&shot);
+        let output = headless(&dir.path().join(format!("profile-{width}")))
+            .arg(format!("--window-size={width},{height}"))
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(format!("file://{}", dir.path().join("report.html").display()))
+            .output()
+            .expect("run chromium");
+        assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));
+        let png = std::fs::read(&shot).unwrap_or_default();
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "no screenshot at {}", shot.display());
+        eprintln!("screenshot: {}", shot.display());
+    }
 }

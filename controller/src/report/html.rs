@@ -50,9 +50,11 @@ pub fn render(report: &Report) -> String {
     let order = summary::overview(&rows);
     let mut out = String::new();
     head(&mut out, report);
-    summary(&mut out, report, &defs, &comparisons);
-    unresolved(&mut out, &rows);
+    headline(&mut out, report, &defs, &comparisons);
     overview(&mut out, report, &order);
+    failures(&mut out, report);
+    unresolved(&mut out, &rows);
+    warnings(&mut out, report, &comparisons);
     for row in &order {
         metric(&mut out, report, row);
     }
@@ -61,33 +63,35 @@ pub fn render(report: &Report) -> String {
 }
 
 const STYLE: &str = "\
-body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:60em;color:#1f2328;padding:0 1em}
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;color:#1f2328;padding:0 1em}
 h1{font-size:1.4em;overflow-wrap:anywhere} h2{font-size:1.15em} .metric{border:1px solid #d0d7de;border-radius:6px;padding:.8em 1em;margin:1em 0}
 .metric h2{font-size:1.05em;margin:0 0 .3em;overflow-wrap:anywhere} .verdict{font-weight:600} .summary{font-weight:600}
 .regressed{color:#cf222e} .improved{color:#1a7f37} .neutral{color:#57606a}
 table{border-collapse:collapse} td,th{padding:.15em .6em;text-align:right} td:first-child,th:first-child{text-align:left}
-.metric table,.wide{display:block;overflow-x:auto;max-width:100%} svg{max-width:100%;height:auto}
+.metric table,.wide{display:block;overflow-x:auto;max-width:100%} .wide td:last-child{text-align:left} svg{max-width:100%;height:auto}
 .errors li,.warnings li{font-family:ui-monospace,monospace;font-size:12px;overflow-wrap:anywhere} .notes{font-size:12px;color:#57606a}
 .forest{margin:.5em 0 1.5em} .legend{font-size:12px;color:#57606a}
 .forest .part{font-weight:600;margin:.8em 0 .2em;border-bottom:1px solid #d0d7de}
-.forest .row{display:grid;grid-template-columns:17em minmax(8em,1fr) 14em;gap:.1em .8em;align-items:center;padding:.15em 0;color:inherit;text-decoration:none}
+.forest .row{display:grid;grid-template-columns:18em minmax(8em,1fr) 17em;gap:.1em .8em;align-items:center;padding:.15em 0;text-decoration:none;color:#1f2328}
 .forest a.row:hover{background:#f6f8fa}
 .forest .name{overflow:hidden;text-overflow:ellipsis;white-space:nowrap} .forest .lens{font-size:11px;color:#57606a}
 .forest .num{font-variant-numeric:tabular-nums;font-size:12px;white-space:nowrap} .forest .num small{color:#57606a}
-.track{position:relative;height:16px}
+.track{position:relative;height:16px;margin:0 10px}
 .track .zero{position:absolute;left:50%;top:0;bottom:0;border-left:1px solid #8c959f}
 .track .band{position:absolute;top:2px;bottom:2px;background:#ddf4ff;border:1px solid #b6e3ff;box-sizing:border-box}
 .track .ci{position:absolute;top:7px;height:3px;background:currentColor}
-.track .ci.clip-lo{border-left:3px dotted #fff} .track .ci.clip-hi{border-right:3px dotted #fff}
+.track .ci.clip-lo::before,.track .ci.clip-hi::after{content:\"\";position:absolute;top:-4px;border:5.5px solid transparent}
+.track .ci.clip-lo::before{left:-9px;border-right:7px solid currentColor;border-left-width:0}
+.track .ci.clip-hi::after{right:-9px;border-left:7px solid currentColor;border-right-width:0}
 .track .dot{position:absolute;top:3px;width:10px;height:10px;margin-left:-5px;border-radius:50%;background:currentColor}
 .axis .track{height:14px;font-size:11px;color:#57606a} .axis .tick{position:absolute;transform:translateX(-50%);white-space:nowrap}
-.o-regressed{color:#cf222e} .o-improved{color:#1a7f37} .o-no-change,.o-no-clear-change{color:#57606a}
-.o-inconclusive{color:#9a6700} .o-incomplete,.o-unavailable{color:#8250df}
+.forest .o-regressed{color:#cf222e} .forest .o-improved{color:#1a7f37} .forest .o-no-change,.forest .o-no-clear-change{color:#57606a}
+.forest .o-inconclusive{color:#9a6700} .forest .o-incomplete,.forest .o-unavailable{color:#8250df}
 .forest .row .name{color:#1f2328}
 @media (max-width:640px){
  body{margin:1em auto;padding:0 .6em}
  .forest .row{grid-template-columns:minmax(0,1fr) auto}
- .forest .row .track{grid-column:1 / -1;order:3}
+ .forest .row .track{grid-column:1 / -1;order:3} .forest .num small{display:none}
  .forest .axis span:empty{display:none}
 }
 ";
@@ -114,8 +118,8 @@ fn head(out: &mut String, report: &Report) {
     );
 }
 
-/// The overall line, the CPU-time findings, cost, warnings and failures.
-fn summary(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
+/// The overall line, the CPU-time findings, the status and the cost.
+fn headline(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &[MetricComparison]) {
     let _ = writeln!(out, "<p class=\"summary\">Overall: {}.</p>", summary::counts(report.rule, comparisons));
     let findings = cpu_findings(defs, comparisons);
     if !findings.is_empty() {
@@ -130,31 +134,41 @@ fn summary(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: &
     if let Some(usd) = report.total_cost_usd() {
         let _ = writeln!(out, "<p>Sandbox cost: ~${usd:.4}</p>");
     }
+}
+
+/// The warnings, as the comment groups them.
+fn warnings(out: &mut String, report: &Report, comparisons: &[MetricComparison]) {
     let groups = warnings::groups(report, comparisons);
-    if !groups.is_empty() {
-        let _ = writeln!(out, "<h2>Warnings</h2>");
-        for group in groups {
-            let _ = writeln!(out, "<p>{}:</p>\n<ul class=\"warnings\">", esc(group.title));
-            for w in &group.items {
-                let _ = writeln!(out, "<li>{}</li>", esc(w));
-            }
-            let _ = writeln!(out, "</ul>");
-            if let Some(footer) = group.footer {
-                let _ = writeln!(out, "<p class=\"notes\">{}</p>", esc(footer));
-            }
-        }
+    if groups.is_empty() {
+        return;
     }
-    let errors = report.all_errors();
-    if !errors.is_empty() {
-        let _ = writeln!(out, "<h2>Failures</h2>\n<ul class=\"errors\">");
-        for e in errors.iter().take(MAX_FAILURES_LISTED) {
-            let _ = writeln!(out, "<li>{}</li>", esc(e));
-        }
-        if errors.len() > MAX_FAILURES_LISTED {
-            let _ = writeln!(out, "<li>… and {} more</li>", errors.len() - MAX_FAILURES_LISTED);
+    let _ = writeln!(out, "<h2>Warnings</h2>");
+    for group in groups {
+        let _ = writeln!(out, "<p>{}:</p>\n<ul class=\"warnings\">", esc(group.title));
+        for w in &group.items {
+            let _ = writeln!(out, "<li>{}</li>", esc(w));
         }
         let _ = writeln!(out, "</ul>");
+        if let Some(footer) = group.footer {
+            let _ = writeln!(out, "<p class=\"notes\">{}</p>", esc(footer));
+        }
     }
+}
+
+/// The run's errors and failed samples.
+fn failures(out: &mut String, report: &Report) {
+    let errors = report.all_errors();
+    if errors.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "<h2>Failures</h2>\n<ul class=\"errors\">");
+    for e in errors.iter().take(MAX_FAILURES_LISTED) {
+        let _ = writeln!(out, "<li>{}</li>", esc(e));
+    }
+    if errors.len() > MAX_FAILURES_LISTED {
+        let _ = writeln!(out, "<li>… and {} more</li>", errors.len() - MAX_FAILURES_LISTED);
+    }
+    let _ = writeln!(out, "</ul>");
 }
 
 /// What the run could not resolve, as the comment says it.
@@ -165,26 +179,26 @@ fn unresolved(out: &mut String, rows: &[Row]) {
     }
     let _ = writeln!(
         out,
-        "<h2>Not resolved</h2>\n<p>{} inconclusive metric{} could not tell a change of {} floor from noise.</p>\n<table class=\"wide\"><tr><th>metric</th><th>lens</th><th>floor</th><th>smallest change this run could see</th><th>pairs to reach the floor</th><th>another lens</th></tr>",
+        "<h2>Not resolved</h2>\n<p>{} inconclusive metric{} could not tell a change of {} floor from noise.</p>\n<table class=\"wide\"><tr><th>metric</th><th>floor</th><th>could see</th><th>to reach the floor</th></tr>",
         found.len(),
         if found.len() == 1 { "" } else { "s" },
         if found.len() == 1 { "its" } else { "their" }
     );
     for u in &found {
         let p = &u.row.cmp.paired;
-        let other = u
-            .other_lens
-            .map_or("—".to_string(), |o| format!("{}: {}", o.lens.name(), summary::word(o.outcome(), Rule::Paired)));
+        let pairs = u.pairs_needed.map(|n| format!("≈ {} pairs (this run: {})", summary::about(n), p.pairs));
+        let lens =
+            u.other_lens.map(|o| format!("its {} lens: {}", o.lens.name(), summary::word(o.outcome(), Rule::Paired)));
+        let reach = [pairs, lens].into_iter().flatten().collect::<Vec<_>>().join(", or ");
         let _ = writeln!(
             out,
-            "<tr><td><a href=\"#metric-{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td><a href=\"#metric-{}\">{}</a> <small class=\"neutral\">{}</small></td><td>{}</td><td>{}</td><td>{}</td></tr>",
             u.row.index,
             esc(&u.row.def.title),
             u.row.lens.name(),
             summary::plus_minus(p.floor),
             summary::plus_minus(u.resolution),
-            u.pairs_needed.map_or("—".to_string(), |n| format!("≈ {} (this run: {})", summary::about(n), p.pairs)),
-            esc(&other)
+            if reach.is_empty() { "—".to_string() } else { reach }
         );
     }
     let _ = writeln!(out, "</table>");
@@ -240,7 +254,7 @@ fn overview(out: &mut String, report: &Report, order: &[Row]) {
     let span = span(order);
     let _ = writeln!(
         out,
-        "<h2>Overview</h2>\n<p class=\"legend\">Each row is head/base − 1 of one metric: the dot its estimate, the bar its interval, the shaded band ± its floor, on one log scale (bars beyond ×{MAX_SPAN} end dotted). A row links to its card.</p>\n<div class=\"forest\" role=\"list\">"
+        "<h2>Overview</h2>\n<p class=\"legend\">Each row is head/base − 1 of one metric: the dot its estimate, the bar its interval, the shaded band ± its floor, on one log scale (bars beyond ×{MAX_SPAN} either way end in an arrow). A row links to its card.</p>\n<div class=\"forest\" role=\"list\">"
     );
     let ticks: String = ticks(span)
         .iter()

@@ -61,9 +61,9 @@ fn outcome(report: &sandbench::report::Report, key: &str) -> Outcome {
 }
 
 /// The paired rule's headline: every one of the demo's 36 metrics and the CPU times of its
-/// install, starts and command (40) counted, none changed, no arrow anywhere; and the
-/// reference's layout: the CLI table first, then its sections in its order, each with values
-/// from this run — the transport benches and the UI interactions included.
+/// install, starts and command (40) counted, none changed, no arrow anywhere; and the full
+/// table in the reference's order: the CLI rows first, then its sections in its order, each
+/// with values from this run — the transport benches and the UI interactions included.
 fn assert_reference_layout_with_no_change(markdown: &str) {
     let overall = markdown.lines().find(|l| l.starts_with("**Overall: ")).unwrap_or_default();
     let counts = overall
@@ -74,19 +74,28 @@ fn assert_reference_layout_with_no_change(markdown: &str) {
     let Some((same, unsure)) = counts else { panic!("unexpected headline {overall:?} in {markdown}") };
     assert_eq!(same + unsure, 40, "{overall}");
     assert!(!markdown.contains('↑') && !markdown.contains('↓'), "{markdown}");
+    assert!(markdown.contains("Nothing regressed, improved or went missing: "), "{markdown}");
     let at = |needle: &str| markdown.find(needle).unwrap_or_else(|| panic!("no {needle} in {markdown}"));
-    assert!(at("| Cold startup |") < at("| Installation |") && at("| Installation |") < at("**Python runtime**"));
-    assert!(at("**Python runtime**") < at("**Session transport**"));
-    assert!(at("**Session transport**") < at("**UI interactions**"));
-    for (section, rows) in [("**Session transport**", 2), ("**UI interactions**", 17)] {
-        let table: Vec<&str> = markdown[at(section)..].lines().skip(4).take_while(|l| l.starts_with("| ")).collect();
+    assert!(at("<details><summary>All 40 metrics</summary>") < at("| **CLI** |"), "{markdown}");
+    assert!(at("| Cold startup | wall |") < at("| Installation | wall |"));
+    assert!(at("| Installation | wall |") < at("| **Python runtime** |"));
+    assert!(at("| **Python runtime** |") < at("| **Session transport** |"));
+    assert!(at("| **Session transport** |") < at("| **UI interactions** |"));
+    for (section, rows) in [("| **Session transport** |", 2), ("| **UI interactions** |", 17)] {
+        let table: Vec<&str> = markdown[at(section)..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("| ") && !l.starts_with("| **"))
+            .collect();
         assert_eq!(table.len(), rows, "{section}: {table:#?}");
         for row in table {
             let cells: Vec<&str> = row.split(" | ").collect();
-            assert!(cells[1] != "—" && cells[2] != "—", "{section} has no value in {row}");
+            assert!(cells[2] != "—" && cells[3] != "—", "{section} has no value in {row}");
         }
     }
-    assert!(markdown.contains("| Full-history transfers per warm session switch | 1.00 transfers | 1.00 transfers |"));
+    assert!(
+        markdown.contains("| Full-history transfers per warm session switch | value | 1.00 transfers | 1.00 transfers |")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

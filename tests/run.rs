@@ -94,7 +94,8 @@ fn assert_reference_layout_with_no_change(markdown: &str) {
         }
     }
     assert!(
-        markdown.contains("| Full-history transfers per warm session switch | value | 1.00 transfers | 1.00 transfers |")
+        markdown
+            .contains("| Full-history transfers per warm session switch | value | 1.00 transfers | 1.00 transfers |")
     );
 }
 

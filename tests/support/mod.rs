@@ -273,10 +273,14 @@ pub fn git(repo: &Path, args: &str) {
 }
 
 /// A git repository holding a copy of examples/demo, changed by `edit`, committed and tagged
-/// `base` (on branch main).
+/// `base` (on branch main). Its spec's steps run without the instruction lens (tests/lens.rs
+/// tests it; the others time the demo as they did).
 pub fn demo_repo(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
     copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo"), repo.path());
+    let spec = repo.path().join("bench.toml");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    std::fs::write(&spec, text.replace("\ninstructions = true\n", "\n")).unwrap();
     edit(repo.path());
     for args in ["init -q -b main .", "add -A", "commit -qm base", "tag base"] {
         git(repo.path(), args);

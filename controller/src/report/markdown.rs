@@ -312,7 +312,8 @@ fn runs_table(out: &mut String, defs: &[MetricDef], comparisons: &[MetricCompari
 
 /// The sandboxes' total cost, or why there is none yet.
 fn cost_line(report: &Report) -> String {
-    let lens = super::instructions::cost_words(report).map_or(String::new(), |w| format!("{}\n\n", escape(&w)));
+    // The lens's words are the run's own, not product text.
+    let lens = super::instructions::cost_words(report).map_or(String::new(), |w| format!("{w}\n\n"));
     match report.total_cost_usd() {
         Some(usd) => format!("**Sandbox cost: ~${usd:.4}**\n\n{lens}"),
         None => format!("Cost pending or unavailable; sandbox usage has not been collected.\n\n{lens}"),

@@ -159,8 +159,8 @@ pub fn parse(reader: impl BufRead) -> anyhow::Result<Counts> {
             "positions" => positions = value.split_whitespace().count().max(1),
             "summary" | "totals" => totals = Some(numbers(value).with_context(at)?),
             "calls" => after_calls = true,
-            _ => match kind_of(key) {
-                Some(kind) => {
+            _ => {
+                if let Some(kind) = kind_of(key) {
                     let name = names.resolve(kind, value).with_context(at)?;
                     match key {
                         "ob" => object = name,
@@ -168,8 +168,7 @@ pub fn parse(reader: impl BufRead) -> anyhow::Result<Counts> {
                         _ => {}
                     }
                 }
-                None => {}
-            },
+            }
         }
     }
     if events.is_empty() {

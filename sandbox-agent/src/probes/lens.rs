@@ -138,7 +138,16 @@ impl Lens {
         let done = command::run(&shell, sink)?;
         let seconds = started.elapsed().as_secs_f64();
         if !done.status.success() {
-            bail!("under valgrind `{run}` failed ({}){}", command::describe(done.status), self.valgrind_errors());
+            // valgrind's launcher says why it could not load a program on the command's stderr.
+            let said: Vec<String> = done
+                .output_text()
+                .lines()
+                .filter(|l| l.trim_start().starts_with("valgrind:"))
+                .map(|l| l.trim().chars().take(300).collect())
+                .take(4)
+                .collect();
+            let said = if said.is_empty() { String::new() } else { format!(": {}", said.join("; ")) };
+            bail!("under valgrind `{run}` failed ({}){said}{}", command::describe(done.status), self.valgrind_errors());
         }
         self.profile(seconds)
     }

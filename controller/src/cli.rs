@@ -213,7 +213,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => compare(args, ledger_path).await,
         Command::Report { dir, format, stdout } => report(&dir, format, stdout),
-        Command::Check { spec } => check(&spec),
+        Command::Check { spec } => check(&spec).await,
         Command::Debug { spec, rev, phase, trial, keep, out, agent, dead_man } => {
             dead_man.apply();
             let options = crate::debug::DebugOptions {
@@ -348,8 +348,9 @@ fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// `sandbench check`: the plan, or every error in the spec (exit 2).
-fn check(spec: &Path) -> anyhow::Result<ExitCode> {
+/// `sandbench check`: the plan, or every error in the spec (exit 2); for a plan that needs
+/// valgrind, where the engine's valgrind image comes from, or why it cannot (exit 1).
+async fn check(spec: &Path) -> anyhow::Result<ExitCode> {
     match crate::spec::load(spec).and_then(|plan| crate::spec::check_remote(spec, &plan).map(|warning| (plan, warning)))
     {
         Ok((plan, warning)) => {
@@ -357,13 +358,26 @@ fn check(spec: &Path) -> anyhow::Result<ExitCode> {
                 eprintln!("warning: {}", crate::sanitize::terminal(&warning));
             }
             print!("{}", crate::sanitize::terminal(&crate::spec::describe(&plan)));
-            Ok(ExitCode::SUCCESS)
+            if !plan.needs_valgrind() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let docker = crate::provision::DockerProvisioner::connect(1).await?;
+            let (line, ok) = check_valgrind(&docker, &plan.sandbox.image).await;
+            println!("{}", crate::sanitize::terminal(&line));
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(exit::FAILED) })
         }
         Err(errors) => {
             eprint!("{}", crate::sanitize::terminal(&errors.to_string()));
             Ok(ExitCode::from(exit::USAGE))
         }
     }
+}
+
+/// What `check` says of the valgrind image of `image`, and whether a run could have it.
+pub async fn check_valgrind(provisioner: &dyn crate::provision::Provisioner, image: &str) -> (String, bool) {
+    let probe = provisioner.probe_valgrind(image).await;
+    let ok = !matches!(probe, crate::provision::ValgrindProbe::Unavailable(_));
+    (probe.to_string(), ok)
 }
 
 /// `sandbench cost`: one run by sandbox and phase, runs grouped, or every run. A ledger that

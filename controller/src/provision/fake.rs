@@ -224,6 +224,9 @@ pub struct FakeProvisioner {
 type Engine = Arc<Mutex<Option<std::time::Instant>>>;
 
 impl FakeProvisioner {
+    /// The image every fake run that needs valgrind creates its sandboxes from.
+    pub const VALGRIND_TAG: &'static str = "sandbench-valgrind:fake";
+
     pub fn new(script: Script) -> FakeProvisioner {
         FakeProvisioner { script: Arc::new(script), sandboxes: Mutex::default(), engine: Engine::default() }
     }
@@ -276,6 +279,19 @@ impl Provisioner for FakeProvisioner {
         _progress: &'a mut (dyn FnMut(&str) + Send),
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         async { Ok(()) }.boxed()
+    }
+
+    /// Builds nothing: the derived image is named [`FakeProvisioner::VALGRIND_TAG`].
+    fn ensure_valgrind<'a>(
+        &'a self,
+        _image: &'a str,
+        _progress: &'a mut (dyn FnMut(&str) + Send),
+    ) -> BoxFuture<'a, Result<String, super::ValgrindError>> {
+        async { Ok(Self::VALGRIND_TAG.to_string()) }.boxed()
+    }
+
+    fn probe_valgrind<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, super::ValgrindProbe> {
+        async { super::ValgrindProbe::Built(Self::VALGRIND_TAG.to_string()) }.boxed()
     }
 
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>> {

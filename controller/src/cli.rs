@@ -298,6 +298,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         },
         shard: args.shard,
         engine_wait: args.engine_wait,
+        force_valgrind: false,
     };
     let result = crate::run::run(options, cancel_rx).await?;
     Ok(print_result(&result))

@@ -218,6 +218,8 @@ pub struct FakeProvisioner {
     script: Arc<Script>,
     sandboxes: Mutex<BTreeMap<String, FakeSandbox>>,
     engine: Engine,
+    /// The image of every sandbox created, in order.
+    images: Mutex<Vec<String>>,
 }
 
 /// Until when the fake engine is unreachable.
@@ -228,7 +230,17 @@ impl FakeProvisioner {
     pub const VALGRIND_TAG: &'static str = "sandbench-valgrind:fake";
 
     pub fn new(script: Script) -> FakeProvisioner {
-        FakeProvisioner { script: Arc::new(script), sandboxes: Mutex::default(), engine: Engine::default() }
+        FakeProvisioner {
+            script: Arc::new(script),
+            sandboxes: Mutex::default(),
+            engine: Engine::default(),
+            images: Mutex::default(),
+        }
+    }
+
+    /// The image each sandbox was created from, in the order they were.
+    pub fn created_images(&self) -> Vec<String> {
+        self.images.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Makes the engine unreachable for `down` from now: pings and state questions fail.
@@ -320,6 +332,7 @@ impl Provisioner for FakeProvisioner {
                 log: Arc::default(),
             };
             sandboxes.insert(id, fake);
+            self.images.lock().unwrap_or_else(PoisonError::into_inner).push(request.image.clone());
             Ok(sandbox)
         }
         .boxed()

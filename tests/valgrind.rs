@@ -120,6 +120,7 @@ async fn derive_and_use(docker: Arc<DockerProvisioner>, base: String, base_id: S
     let mut again = Vec::new();
     let second = docker.ensure_valgrind(&base, &mut |l| again.push(l.to_string())).await.expect("reused");
     assert_eq!(second, tag);
+    eprintln!("found again in {:.3} s", began.elapsed().as_secs_f64());
     assert!(again.is_empty(), "{again:?}");
     assert!(began.elapsed() < Duration::from_secs(5), "reuse took {:?}", began.elapsed());
     assert_eq!(docker.probe_valgrind(&base).await, ValgrindProbe::Built(tag.clone()));

@@ -29,7 +29,9 @@ async fn run(program: &str, args: &[&str], dir: Option<&Path>) -> Result<String,
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let why = stderr.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("no output");
+        // apt's errors (`E: …`) before its warnings (`W: …`).
+        let mut lines = stderr.lines().filter(|l| !l.trim().is_empty());
+        let why = stderr.lines().find(|l| l.starts_with("E:")).or_else(|| lines.next_back()).unwrap_or("no output");
         return Err(format!("`{shown}` failed ({}): {}", output.status, why.trim()));
     }
     Ok(stdout)

@@ -120,16 +120,27 @@ struct Base {
     contents: build::Contents,
 }
 
+/// What [`Base::read`] found.
+enum Found {
+    /// The tag of the derived image, built already.
+    Derived(String),
+    Base(Base),
+}
+
 impl Base {
-    async fn read(docker: &DockerProvisioner, image: &str) -> Result<Base, ValgrindError> {
+    /// The derived image of `image` when there is one already, else what is known of `image`.
+    async fn read(docker: &DockerProvisioner, image: &str) -> Result<Found, ValgrindError> {
         let engine = |cause: String| ValgrindError::Engine { image: image.to_string(), cause };
         let facts = docker
             .image_facts(image)
             .await
             .map_err(|e| engine(e.to_string()))?
             .ok_or_else(|| engine("the engine does not have it yet (a run pulls it first)".to_string()))?;
+        if let Some(tag) = existing(docker, &facts.id).await.map_err(engine)? {
+            return Ok(Found::Derived(tag));
+        }
         let contents = build::contents(docker, &facts.id).await.map_err(engine)?;
-        Ok(Base { image: image.to_string(), facts, contents })
+        Ok(Found::Base(Base { image: image.to_string(), facts, contents }))
     }
 
     fn release(&self) -> Option<Release> {
@@ -171,25 +182,22 @@ async fn host_plan(base: &Base) -> Result<(Release, Vec<(String, String)>), Stri
 /// What [`ensure`] would do, without building.
 pub async fn probe(docker: &DockerProvisioner, image: &str) -> ValgrindProbe {
     let base = match Base::read(docker, image).await {
-        Ok(base) => base,
+        Ok(Found::Base(base)) => base,
+        Ok(Found::Derived(tag)) => return ValgrindProbe::Built(tag),
         Err(err) => return ValgrindProbe::Unavailable(err),
     };
-    match existing(docker, &base.facts.id).await {
-        Ok(Some(tag)) => return ValgrindProbe::Built(tag),
-        Ok(None) => {}
-        Err(cause) => return ValgrindProbe::Unavailable(ValgrindError::Engine { image: image.to_string(), cause }),
-    }
-    let first = match image_packages(docker).await {
-        Ok(detail) => return ValgrindProbe::Buildable { source: Source::ImagePackages, detail },
-        Err(why) => why,
-    };
-    match host_plan(&base).await {
-        Ok((release, wanted)) => {
-            let names: Vec<String> = wanted.iter().map(|(n, v)| format!("{n} {v}")).collect();
-            let detail = format!("the host is {release} like the image; it would download {}", names.join(", "));
-            ValgrindProbe::Buildable { source: Source::HostApt, detail }
+    let host = host_plan(&base).await.map(|(release, wanted)| {
+        let names: Vec<String> = wanted.iter().map(|(n, v)| format!("{n} {v}")).collect();
+        format!("the host is {release} like the image; it would download {}", names.join(", "))
+    });
+    match (image_packages(docker).await, host) {
+        (Ok(detail), host) => {
+            let fallback = host.unwrap_or_else(|why| format!("cannot serve: {why}"));
+            let detail = format!("{detail}; should that fail, {}: {fallback}", Source::HostApt);
+            ValgrindProbe::Buildable { source: Source::ImagePackages, detail }
         }
-        Err(why) => ValgrindProbe::Unavailable(ValgrindError::Unavailable {
+        (Err(_), Ok(detail)) => ValgrindProbe::Buildable { source: Source::HostApt, detail },
+        (Err(first), Err(why)) => ValgrindProbe::Unavailable(ValgrindError::Unavailable {
             image: image.to_string(),
             tried: vec![(Source::ImagePackages, first), (Source::HostApt, why)],
         }),
@@ -203,12 +211,13 @@ pub async fn ensure(
     image: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, ValgrindError> {
-    let base = Base::read(docker, image).await?;
-    let engine = |cause: String| ValgrindError::Engine { image: image.to_string(), cause };
-    if let Some(tag) = existing(docker, &base.facts.id).await.map_err(engine)? {
-        tracing::debug!(image, tag, "valgrind image present");
-        return Ok(tag);
-    }
+    let base = match Base::read(docker, image).await? {
+        Found::Base(base) => base,
+        Found::Derived(tag) => {
+            tracing::debug!(image, tag, "valgrind image present");
+            return Ok(tag);
+        }
+    };
     let began = Instant::now();
     let mut tried = Vec::new();
     for source in [Source::ImagePackages, Source::HostApt] {

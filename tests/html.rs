@@ -63,6 +63,7 @@ fn report() -> Report {
         shards: Vec::new(),
         comparisons: Vec::new(),
         conditions: Vec::new(),
+        lens: None,
     }
 }
 

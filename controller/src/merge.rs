@@ -195,6 +195,7 @@ pub fn merged_report(shards: &[Loaded], run_id: &str) -> Report {
     report.warnings.clear();
     // Every shard's trials ran under their own conditions.
     report.conditions = shards.iter().flat_map(|s| s.report.conditions.iter().cloned()).collect();
+    report.lens = crate::report::instructions::LensSummary::merge(shards.iter().filter_map(|s| s.report.lens.clone()));
     for side in [&mut report.base_side, &mut report.head_side] {
         side.metrics.clear();
         side.cpus.clear();

@@ -11,6 +11,7 @@ pub mod v1 {
 pub mod plan;
 
 pub mod conditions;
+pub mod lens;
 pub mod metric;
 mod side;
 

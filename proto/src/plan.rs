@@ -64,6 +64,9 @@ pub struct AgentPlan {
     /// fixture generators, benches and checkers that belong to the harness, not to the product.
     #[serde(default)]
     pub harness: BTreeMap<String, String>,
+    /// How the instruction lens runs its steps (when any step asks for it).
+    #[serde(default, skip_serializing_if = "crate::lens::LensPlan::is_default")]
+    pub lens: crate::lens::LensPlan,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,6 +163,9 @@ pub struct Measure {
     /// Record `disk` (footprint after first use) in trial 0.
     #[serde(default)]
     pub footprint: bool,
+    /// Start once more per trial under the instruction lens, untimed (`cold.instructions`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub instructions: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -206,6 +212,9 @@ pub struct RepeatedCommand {
     pub warmup: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare: Option<Step>,
+    /// Run once more per trial under the instruction lens (`crate::lens`), untimed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub instructions: bool,
 }
 
 /// A command whose `RESULT {json}` lines become metrics.
@@ -220,6 +229,9 @@ pub struct Script {
     /// (`RESULT {"value": 3, ...}`); the line's other fields are details, not metrics.
     #[serde(default)]
     pub value_field: Option<String>,
+    /// Run once more per trial under the instruction lens, untimed (`script.<name>.instructions`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub instructions: bool,
 }
 
 /// How a scenario talks to its child.
@@ -427,6 +439,10 @@ impl Scenario {
 
 mod interaction;
 pub use interaction::{CountRule, SocketSpec, keys};
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
 
 fn one() -> u32 {
     1

@@ -136,6 +136,89 @@ fn few_pairs(c: &Comparison, paired: &mut Paired) -> Outcome {
     }
 }
 
+/// What two lens runs of the same code may differ by when nothing measured it (the A/A
+/// agreement the lens is built to: 0.05 %), and the least spread a count is judged with.
+pub const DETERMINISTIC: f64 = 0.0005;
+/// A lens metric's floor from its A/A calibration is never below this.
+pub const LENS_FLOOR_MIN: f64 = 0.001;
+/// Above this, counts of one side's trials disagree so much that the step is not deterministic.
+pub const NOT_DETERMINISTIC: f64 = 0.01;
+
+/// Where a count's spread came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CountSpread {
+    pub value: f64,
+    pub source: String,
+}
+
+/// A lens metric's spread: the largest of its A/A calibration's (any pair), the differences
+/// between one side's trials (`within`, as relative changes from the side's median), and
+/// [`DETERMINISTIC`].
+pub fn count_spread(key: &str, within: Option<f64>, noise: Option<&NoiseProfile>) -> CountSpread {
+    let calibrated = noise.and_then(|n| n.metrics.get(key).filter(|m| m.pairs >= 1).map(|m| (n, m)));
+    let mut value = DETERMINISTIC;
+    let mut sources = Vec::new();
+    if let Some((profile, m)) = calibrated {
+        value = value.max(m.spread);
+        sources.push(format!("A/A profile {} ({} pairs, {})", profile.run_id, m.pairs, pct(m.spread)));
+    }
+    if let Some(w) = within {
+        value = value.max(w);
+        sources.push(format!("this run's trials of one side ({})", pct(w)));
+    }
+    let source = if sources.is_empty() {
+        format!("assumed {} (one trial a side, no A/A calibration of this count)", pct(DETERMINISTIC))
+    } else {
+        format!("{} from {}", pct(value), sources.join(" and "))
+    };
+    CountSpread { value, source }
+}
+
+/// A lens metric's floor: its A/A calibration's (the largest change two identical sides showed,
+/// any pair), never below [`LENS_FLOOR_MIN`]; else the spec's relative floor (0.5 % by default).
+pub fn count_floor(def: &MetricDef, noise: Option<&NoiseProfile>) -> Floor {
+    match noise.and_then(|n| n.metrics.get(&def.key).filter(|m| m.pairs >= 1)) {
+        Some(m) => Floor { value: m.floor.clamp(LENS_FLOOR_MIN, FLOOR_CAP), note: None },
+        None => Floor { value: def.relative.min(FLOOR_CAP), note: None },
+    }
+}
+
+/// The decision for a count: [`stats::paired_counts`] on the pairs (one decides), the same
+/// completeness rules as [`decide`].
+pub fn decide_counts(
+    reference: &Comparison,
+    e: &Evidence,
+    floor: &Floor,
+    spread: &CountSpread,
+) -> (Comparison, Paired, Vec<String>) {
+    let mut comparison = reference.clone();
+    comparison.threshold = None;
+    let paired = stats::paired_counts(e.pairs, floor.value, spread.value);
+    let mut notes = vec![format!("a count: one pair decides; spread {}", spread.source)];
+    if spread.value > NOT_DETERMINISTIC {
+        notes.push(format!(
+            "the counts differ by {} between runs of the same code: this step is not deterministic under the lens (time, randomness or threads in its path?)",
+            pct(spread.value)
+        ));
+    }
+    let outcome = match (reference.outcome, paired.verdict) {
+        (Outcome::Unavailable, _) => Outcome::Unavailable,
+        (_, Verdict::Regressed) => Outcome::Regressed,
+        (_, Verdict::Improved) => Outcome::Improved,
+        (_, Verdict::NoChange) => Outcome::NoClearChange,
+        _ => Outcome::Inconclusive,
+    };
+    let complete = reference.outcome != Outcome::Incomplete && e.failed == 0;
+    comparison.outcome = if complete || outcome == Outcome::Unavailable { outcome } else { Outcome::Incomplete };
+    if e.failed > 0 {
+        notes.push(format!("{} failed", plural(e.failed, "sample")));
+    }
+    if e.unpaired > 0 {
+        notes.push(format!("{} without the other side's trial", plural(e.unpaired, "sample")));
+    }
+    (comparison, paired, notes)
+}
+
 /// What a non-verdict can say: "no change larger than X", X the larger of the interval's
 /// farther end and the minimum detectable effect (the interval supports the claim, the MDE keeps
 /// it from claiming a finer resolution than the run had). Fewer than 3 pairs: the floor.

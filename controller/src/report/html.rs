@@ -55,6 +55,7 @@ pub fn render(report: &Report) -> String {
     failures(&mut out, report);
     unresolved(&mut out, &rows);
     warnings(&mut out, report, &comparisons);
+    instructions(&mut out, report, &comparisons);
     for row in &order {
         metric(&mut out, report, row);
     }
@@ -134,6 +135,32 @@ fn headline(out: &mut String, report: &Report, defs: &[MetricDef], comparisons: 
     if let Some(usd) = report.total_cost_usd() {
         let _ = writeln!(out, "<p>Sandbox cost: ~${usd:.4}</p>");
     }
+    if let Some(words) = super::instructions::cost_words(report) {
+        let _ = writeln!(out, "<p class=\"notes\">{}</p>", esc(&words));
+    }
+}
+
+/// Where the instructions went, for every lens metric that changed.
+fn instructions(out: &mut String, report: &Report, comparisons: &[MetricComparison]) {
+    let steps = super::instructions::changed_steps(report, comparisons);
+    let rows = super::instructions::rows(&steps);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<h2 id=\"instructions\">Where the instructions went</h2>\n<p class=\"notes\">For each step whose counts changed, the {} functions whose own instruction counts changed most, per run (JIT code grouped as one entry).</p>\n<table class=\"wide\"><tr><th>Step</th><th>Function</th><th>Base</th><th>Head</th><th>Change</th></tr>",
+        super::instructions::SHOWN
+    );
+    for [step, name, base, head, change] in rows {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td><code>{}</code></td><td>{base}</td><td>{head}</td><td>{change}</td></tr>",
+            esc(&step),
+            esc(&name)
+        );
+    }
+    let _ = writeln!(out, "</table>");
 }
 
 /// The warnings, as the comment groups them.

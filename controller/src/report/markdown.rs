@@ -83,6 +83,7 @@ fn paired(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], comparis
     blocks.push(Block::kept(failure_diagnostics(&report.all_errors())));
     collapsed_warnings(blocks, &warnings::groups(report, comparisons));
     full_table(blocks, &rows, report.rule);
+    blocks.extend(instructions_block(report, comparisons));
     blocks.push(Block::kept(format!("{}{LOCAL_LINK}\n\n", cost_line(report))));
     blocks.push(details_block(report, comparisons));
 }
@@ -311,10 +312,26 @@ fn runs_table(out: &mut String, defs: &[MetricDef], comparisons: &[MetricCompari
 
 /// The sandboxes' total cost, or why there is none yet.
 fn cost_line(report: &Report) -> String {
+    let lens = super::instructions::cost_words(report).map_or(String::new(), |w| format!("{}\n\n", escape(&w)));
     match report.total_cost_usd() {
-        Some(usd) => format!("**Sandbox cost: ~${usd:.4}**\n\n"),
-        None => "Cost pending or unavailable; sandbox usage has not been collected.\n\n".to_string(),
+        Some(usd) => format!("**Sandbox cost: ~${usd:.4}**\n\n{lens}"),
+        None => format!("Cost pending or unavailable; sandbox usage has not been collected.\n\n{lens}"),
     }
+}
+
+/// Where the instructions went, for every lens metric that changed: collapsed, and it gives way
+/// with the details.
+fn instructions_block(report: &Report, comparisons: &[MetricComparison]) -> Option<Block> {
+    let steps = super::instructions::changed_steps(report, comparisons);
+    let lines = super::instructions::markdown_lines(&steps);
+    if lines.is_empty() {
+        return None;
+    }
+    let head = format!(
+        "<details><summary>Where the instructions went</summary>\n\nThe {} functions whose own instruction counts changed most, per run (JIT code grouped as one entry):\n\n| Step | Function | Base | Head | Change |\n| --- | --- | ---: | ---: | ---: |\n",
+        super::instructions::SHOWN
+    );
+    Some(Block::list(Class::Details, head, lines, "\n</details>\n\n".into(), "functions"))
 }
 
 fn short(commit: &str) -> &str {

@@ -19,6 +19,7 @@ pub mod format;
 #[cfg(test)]
 mod fuzz;
 pub mod html;
+pub mod instructions;
 pub mod lens;
 pub mod markdown;
 pub mod noise;
@@ -247,6 +248,9 @@ pub struct Report {
     /// The conditions each timed trial ran under (steal, load, throttling), as the agents read them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<conditions::Condition>,
+    /// The instruction lens's runs: their cost and where their instructions went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lens: Option<instructions::LensSummary>,
 }
 
 /// The comparison of one metric. `comparison.outcome` is the decision of the report's rule;
@@ -412,6 +416,14 @@ impl Report {
                     .map_or(def.relative, |m| def.relative.max(def.absolute / m));
                 out.paired = stats::paired(&pairs, floor);
             }
+            Rule::Paired if lens::of(def) == lens::Lens::Instructions => {
+                let failed = out.base_attempted + out.head_attempted - b.len() - h.len();
+                let evidence = decide::Evidence { pairs: &pairs, unpaired, failed, expected };
+                let floor = decide::count_floor(def, self.noise.as_ref());
+                let spread = decide::count_spread(&def.key, self.within_spread(&def.key), self.noise.as_ref());
+                let (comparison, paired, notes) = decide::decide_counts(&out.comparison, &evidence, &floor, &spread);
+                (out.comparison, out.paired, out.notes) = (comparison, paired, notes);
+            }
             Rule::Paired => {
                 let failed = out.base_attempted + out.head_attempted - b.len() - h.len();
                 let evidence = decide::Evidence { pairs: &pairs, unpaired, failed, expected };
@@ -422,6 +434,19 @@ impl Report {
         }
         out.notes.extend(block_note);
         out
+    }
+
+    /// The largest relative difference of one side's trial values from that side's median, for a
+    /// side with at least two trials of `key`.
+    pub fn within_spread(&self, key: &str) -> Option<f64> {
+        [&self.base_side, &self.head_side]
+            .iter()
+            .filter_map(|side| {
+                let v: Vec<f64> = values(side.metrics.get(key)).into_iter().map(|(_, v)| v).collect();
+                let median = stats::median(&v).filter(|m| *m > 0.0 && v.len() >= 2)?;
+                v.iter().map(|x| (x / median - 1.0).abs()).reduce(f64::max)
+            })
+            .reduce(f64::max)
     }
 
     /// Look `look` (1-based) of an adaptive run on the samples so far: decided, more pairs, or

@@ -47,6 +47,10 @@ impl NoiseProfile {
             .iter()
             .filter_map(|def| {
                 let (pairs, _) = report.pairs_of(&def.key);
+                if sandbench_proto::lens::is_counted(&def.key) {
+                    return NoiseProfile::counted_noise(&pairs, report.within_spread(&def.key))
+                        .map(|m| (def.key.clone(), m));
+                }
                 let p = stats::paired_at(&pairs, 0.0, 0.05);
                 let ((lo, hi), estimate, spread) = (p.interval?, p.estimate?, p.spread?);
                 let floor = lo.abs().max(hi.abs());
@@ -62,6 +66,15 @@ impl NoiseProfile {
             metrics,
             relative: BTreeMap::new(),
         }
+    }
+
+    /// A lens count's A/A noise from any number of pairs: the largest change a pair showed (or a
+    /// side's trials), as both its spread and its floor.
+    fn counted_noise(pairs: &[(f64, f64)], within: Option<f64>) -> Option<MetricNoise> {
+        let p = stats::paired_counts(pairs, 0.0, 0.0);
+        let ((lo, hi), estimate) = (p.interval?, p.estimate?);
+        let spread = lo.abs().max(hi.abs()).max(within.unwrap_or(0.0));
+        Some(MetricNoise { pairs: p.pairs, spread, estimate, interval: (lo, hi), floor: spread })
     }
 
     pub fn load(path: &Path) -> anyhow::Result<NoiseProfile> {

@@ -115,6 +115,7 @@ pub(super) fn example(status: Status) -> Report {
         shards: Vec::new(),
         comparisons: Vec::new(),
         conditions: Vec::new(),
+        lens: None,
     }
 }
 

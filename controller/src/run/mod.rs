@@ -407,6 +407,7 @@ fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, 
     report.sandboxes = records;
     let conditions = report::conditions::collect(dir, &report.sandboxes);
     report.add_conditions(conditions);
+    report.lens = report::instructions::collect(dir, &report.sandboxes);
     report.finished_at = Some(report::timestamp(SystemTime::now()));
     if let Some(side) = sides.remove(sandbench_proto::Side::Base.as_str()) {
         report.base_side = side;

@@ -185,6 +185,7 @@ pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision
         shards: Vec::new(),
         comparisons: Vec::new(),
         conditions: Vec::new(),
+        lens: None,
     }
 }
 

@@ -103,7 +103,22 @@ fn phases(out: &mut String, plan: &Plan) {
         if let Some(between) = &a.measure.between {
             let _ = writeln!(out, "  between: $ {}", between.run);
         }
+        if a.measure.instructions {
+            let _ = writeln!(out, "  {}", lens_words("the cold start", "cold"));
+        }
     }
+    if plan.uses_instruction_lens() {
+        let _ = writeln!(
+            out,
+            "instruction lens: valgrind callgrind (cache simulation at a fixed geometry), node with --predictable --hash-seed={0} --random-seed={0}, each run up to {1} s; one pair decides a count (floor 0.5 % unless an A/A calibration gives its own)",
+            a.lens.seed, a.lens.timeout_s
+        );
+    }
+}
+
+/// What the lens adds to a step, in `check`'s words.
+fn lens_words(what: &str, stem: &str) -> String {
+    format!("+ {what} once more per trial under the instruction lens → {stem}.instructions, {stem}.cycles")
 }
 
 /// The sections with scenarios, commands and scripts: runtime, transport and ui.
@@ -184,10 +199,16 @@ fn section_lines(out: &mut String, section: &Runtime) {
         let warmup = if c.warmup > 0 { format!(" after {} warmup", c.warmup) } else { String::new() };
         let prepare = c.prepare.as_ref().map(|p| format!(", each after `{}`", p.run)).unwrap_or_default();
         let _ = writeln!(out, "  command {}: `{}` × {}{warmup}{prepare}", c.metric, c.step.run, c.repeat);
+        if c.instructions {
+            let _ = writeln!(out, "    {}", lens_words("the command", &c.metric));
+        }
     }
     for s in &section.scripts {
         let reads = s.value_field.as_ref().map(|f| format!(" (RESULT field {f:?})")).unwrap_or_default();
         let _ = writeln!(out, "  script {}: `{}` reports {}{reads}", s.name, s.step.run, s.metrics.join(", "));
+        if s.instructions {
+            let _ = writeln!(out, "    {}", lens_words("the script", &format!("script.{}", s.name)));
+        }
     }
 }
 

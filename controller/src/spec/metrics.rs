@@ -121,6 +121,42 @@ pub fn built_in(key: &str) -> Option<MetricDef> {
     })
 }
 
+/// The floor of a lens metric when no A/A calibration says otherwise: counts are deterministic,
+/// so a change of 0.5 % is real.
+pub const LENS_RELATIVE: f64 = 0.005;
+
+/// The definition of a lens metric (`<stem>.instructions`, `<stem>.cycles`): millions of counts,
+/// titled and grouped as its step.
+fn lens_def(plan: &Plan, stem: &str, suffix: &str, defs: &[MetricDef]) -> MetricDef {
+    let step = match stem.strip_prefix("script.") {
+        Some(name) => {
+            let first = ["runtime", "transport", "ui"]
+                .iter()
+                .filter_map(|p| plan.section(p))
+                .flat_map(|s| &s.scripts)
+                .find(|s| s.name == name)
+                .and_then(|s| s.metrics.first().cloned());
+            let group = first.and_then(|m| defs.iter().find(|d| d.key == m).map(|d| d.group.clone()));
+            (format!("Script {name}"), group.unwrap_or_else(|| "Product script".into()))
+        }
+        None => defs
+            .iter()
+            .find(|d| d.key == stem)
+            .map(|d| (d.title.clone(), d.group.clone()))
+            .unwrap_or_else(|| (stem.to_string(), "CLI".into())),
+    };
+    let what = if suffix == sandbench_proto::lens::CYCLES { "cycles" } else { "instructions" };
+    MetricDef {
+        key: format!("{stem}{suffix}"),
+        title: format!("{} ({what})", step.0),
+        unit: format!("M {what}"),
+        scale: 1e-6,
+        absolute: 0.0,
+        relative: LENS_RELATIVE,
+        group: step.1,
+    }
+}
+
 impl Validator<'_> {
     /// Definitions for every metric the plan records: the spec's own, else the built-in ones.
     pub(super) fn metric_definitions(
@@ -139,8 +175,15 @@ impl Validator<'_> {
                 }
             }
         }
-        let mut defs = Vec::new();
+        let mut defs: Vec<MetricDef> = Vec::new();
         for key in &produced {
+            if let Some((stem, suffix)) = sandbench_proto::lens::split(key)
+                && !raw.contains_key(key)
+            {
+                let def = lens_def(plan, stem, suffix, &defs);
+                defs.push(def);
+                continue;
+            }
             let built_in = built_in(key);
             let def = match (raw.get(key), built_in) {
                 (Some(r), base) => self.metric(key, r, base),

@@ -236,9 +236,58 @@ impl Plan {
             phase::MEASURE => {
                 a.measure.startup.as_ref().map_or(0.0, |s| 2.0 * (s.timeout_s + a.measure.settle_s))
                     + a.measure.between.as_ref().map_or(0.0, |b| b.timeout_s)
+                    + self.lens_stems_of_phase(phase).len() as f64 * a.lens.timeout_s
             }
-            _ => self.section(phase).map_or(0.0, interaction::section_limit_s),
+            _ => {
+                self.section(phase).map_or(0.0, interaction::section_limit_s)
+                    + self.lens_stems_of_phase(phase).len() as f64 * a.lens.timeout_s
+            }
         }
+    }
+
+    /// The steps of `phase` that run under the instruction lens, by the stem of their lens
+    /// metrics (`cold`, a command's metric, `script.<name>`).
+    pub fn lens_stems_of_phase(&self, phase: &str) -> Vec<String> {
+        let a = &self.agent;
+        match phase {
+            phase::MEASURE if a.measure.instructions && a.measure.startup.is_some() => vec![metric::COLD.into()],
+            phase::PREPARE | phase::INSTALL | phase::MEASURE => Vec::new(),
+            _ => self.section(phase).map_or_else(Vec::new, |s| {
+                let commands = s.commands.iter().filter(|c| c.instructions).map(|c| c.metric.clone());
+                let scripts = s.scripts.iter().filter(|s| s.instructions).map(|s| format!("script.{}", s.name));
+                commands.chain(scripts).collect()
+            }),
+        }
+    }
+
+    /// Whether any step runs under the instruction lens (the run then needs valgrind).
+    pub fn uses_instruction_lens(&self) -> bool {
+        phase::ALL.iter().any(|p| !self.lens_stems_of_phase(p).is_empty())
+    }
+
+    /// `stems`' lens metrics (`<stem>.instructions`, `<stem>.cycles`), each stem's right after the
+    /// metric it belongs to in `metrics` (a script's after its last metric), else at the end.
+    fn with_lens_keys(
+        metrics: Vec<String>,
+        stems: &[String],
+        last_of_script: impl Fn(&str) -> Option<String>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut placed = Vec::new();
+        for key in metrics {
+            out.push(key.clone());
+            for stem in stems {
+                let anchor = last_of_script(stem).unwrap_or_else(|| stem.clone());
+                if anchor == key && !placed.contains(stem) {
+                    out.extend(sandbench_proto::lens::ALL.iter().map(|s| format!("{stem}{s}")));
+                    placed.push(stem.clone());
+                }
+            }
+        }
+        for stem in stems.iter().filter(|s| !placed.contains(s)) {
+            out.extend(sandbench_proto::lens::ALL.iter().map(|s| format!("{stem}{s}")));
+        }
+        out
     }
 
     /// Metrics recorded by a phase, as the controller expects them.
@@ -255,7 +304,7 @@ impl Plan {
                 if a.measure.footprint {
                     m.push(metric::DISK.into());
                 }
-                m
+                Self::with_lens_keys(m, &self.lens_stems_of_phase(phase), |_| None)
             }
             _ => {
                 let mut m: Vec<String> = Vec::new();
@@ -267,6 +316,11 @@ impl Plan {
                     for s in &section.scripts {
                         m.extend(s.metrics.iter().cloned());
                     }
+                    let last_of_script = |stem: &str| {
+                        let name = stem.strip_prefix("script.")?;
+                        section.scripts.iter().find(|s| s.name == name)?.metrics.last().cloned()
+                    };
+                    return Self::with_lens_keys(m, &self.lens_stems_of_phase(phase), last_of_script);
                 }
                 m
             }

@@ -145,7 +145,7 @@ impl Validator<'_> {
 
     pub(super) fn measure(&mut self, raw: Option<&RawMeasure>) -> Measure {
         match raw {
-            None => Measure { startup: None, between: None, settle_s: 1.0, footprint: false },
+            None => Measure { startup: None, between: None, settle_s: 1.0, footprint: false, instructions: false },
             Some(m) => {
                 let timeout_s = self.number(&m.timeout_s, "measure.timeout_s", 0.0, 3600.0, 30.0);
                 let settle_s = self.non_negative(&m.settle_s, "measure.settle_s", 600.0, 1.0);
@@ -173,7 +173,11 @@ impl Validator<'_> {
                     timeout_s: 120.0,
                     env: BTreeMap::new(),
                 });
-                Measure { startup, between, settle_s, footprint: m.footprint }
+                if m.instructions && startup.is_none() {
+                    let line = self.line_of("instructions");
+                    self.error_at(line, "measure.instructions", "counts the cold start, so it needs measure.startup");
+                }
+                Measure { startup, between, settle_s, footprint: m.footprint, instructions: m.instructions }
             }
         }
     }

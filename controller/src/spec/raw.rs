@@ -41,6 +41,18 @@ pub struct RawSpec {
     pub cost: RawCost,
     #[serde(default)]
     pub report: RawReport,
+    /// How the instruction lens runs (`instructions = true` on a step asks for it).
+    #[serde(default)]
+    pub lens: RawLens,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLens {
+    /// V8's `--hash-seed` and `--random-seed`.
+    pub seed: Option<Spanned<i64>>,
+    /// Seconds one lens run may take.
+    pub timeout_s: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -152,6 +164,9 @@ pub struct RawMeasure {
     pub between: Option<Spanned<String>>,
     #[serde(default)]
     pub footprint: bool,
+    /// Count the cold start under the instruction lens too.
+    #[serde(default)]
+    pub instructions: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -253,6 +268,9 @@ pub struct RawRepeated {
     pub timeout_s: Option<Spanned<f64>>,
     pub warmup: Option<Spanned<i64>>,
     pub prepare: Option<Spanned<String>>,
+    /// Run once more under the instruction lens.
+    #[serde(default)]
+    pub instructions: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -265,6 +283,9 @@ pub struct RawScript {
     pub metrics: Spanned<Vec<String>>,
     /// The one metric is this field of the first `RESULT` line.
     pub value_field: Option<String>,
+    /// Run once more under the instruction lens.
+    #[serde(default)]
+    pub instructions: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -116,6 +116,7 @@ impl Validator<'_> {
             aggregate,
             warmup,
             prepare,
+            instructions: r.instructions,
         }
     }
 
@@ -142,6 +143,7 @@ impl Validator<'_> {
             step: Step { run: r.run.clone(), cwd, timeout_s, env: BTreeMap::new() },
             metrics: r.metrics.get_ref().clone(),
             value_field: r.value_field.clone(),
+            instructions: r.instructions,
         }
     }
 

@@ -84,7 +84,12 @@ fn the_examples_are_valid() {
     let mut sections = groups.clone();
     sections.dedup();
     assert_eq!(sections, ["CLI", "Python runtime", "Session transport", "UI interactions", "Product script"]);
-    assert_eq!(keys[..3], ["cold", "warm", "install"]);
+    // The lens's counts sit right after the step they count.
+    assert_eq!(keys[..5], ["cold", "cold.instructions", "cold.cycles", "warm", "install"]);
+    let work = keys.iter().position(|k| *k == "work").unwrap();
+    assert_eq!(keys[work..work + 3], ["work", "work.instructions", "work.cycles"]);
+    assert!(demo.uses_instruction_lens() && !prime.uses_instruction_lens());
+    assert!(demo.trials.gate.iter().all(|k| !sandbench_proto::lens::is_counted(k)), "{:?}", demo.trials.gate);
     assert!(demo.trials.ui > 0 && demo.trials.transport > 0);
     assert_eq!(demo.timed_phases().iter().map(|p| p.0).collect::<Vec<_>>(), phase::TIMED);
     // The default gate stays with measure and runtime, the phases `max_pairs` grows: ui and

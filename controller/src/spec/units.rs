@@ -80,6 +80,10 @@ impl Plan {
     /// footprints; None for a script's metrics (their unit is what the script prints).
     pub fn observed_unit(&self, key: &str) -> Option<&'static str> {
         const BYTES: &str = "bytes";
+        if sandbench_proto::lens::is_counted(key) {
+            // Counts, in their own unit (`metrics::lens_def`).
+            return None;
+        }
         for name in phase::ALL {
             let produced = self.metrics_of_phase(name);
             if !produced.iter().any(|m| m == key) {

@@ -127,6 +127,7 @@ impl Validator<'_> {
             ui,
             env: raw.env.clone(),
             harness,
+            lens: self.lens(&raw.lens),
         };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);
@@ -174,6 +175,14 @@ impl Validator<'_> {
         }
     }
 
+    /// `[lens]`: the V8 seed (default 1) and one lens run's timeout (default 900 s).
+    fn lens(&mut self, raw: &super::raw::RawLens) -> sandbench_proto::lens::LensPlan {
+        let default = sandbench_proto::lens::LensPlan::default();
+        let seed = self.count(&raw.seed, "lens.seed", 0, i64::from(u32::MAX), i64::from(default.seed)) as u32;
+        let timeout_s = self.number(&raw.timeout_s, "lens.timeout_s", 0.0, 86_400.0, default.timeout_s);
+        sandbench_proto::lens::LensPlan { seed, timeout_s }
+    }
+
     fn rule(&mut self, raw: &RawReport) -> super::Rule {
         let Some(rule) = &raw.rule else { return super::Rule::default() };
         super::Rule::parse(rule.get_ref()).unwrap_or_else(|| {
@@ -204,6 +213,13 @@ impl Validator<'_> {
             Some(keys) => {
                 for key in keys.get_ref().iter().filter(|k| !known(k)) {
                     self.error(keys, "trials.gate", format!("{key:?} is not a metric this spec records"));
+                }
+                for key in keys.get_ref().iter().filter(|k| sandbench_proto::lens::is_counted(k)) {
+                    self.error(
+                        keys,
+                        "trials.gate",
+                        format!("{key:?} is a count of the instruction lens: one pair decides it, so pairs never grow for it"),
+                    );
                 }
                 keys.get_ref().clone()
             }

@@ -14,7 +14,6 @@ const { request, socketPath } = require('../lib/client.js');
 const VERSION = require('../package.json').version;
 // Knobs for sandbench's validity benchmark (all 0 in a release): see lib/work.js.
 const TUNING = require('../lib/tuning.json');
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function ensureDaemon() {
   try {
@@ -25,18 +24,26 @@ async function ensureDaemon() {
   fs.mkdirSync(path.dirname(socketPath()), { recursive: true });
   const child = spawn(process.execPath, [path.join(__dirname, '..', 'lib', 'daemon.js')], {
     detached: true,
-    stdio: 'ignore',
+    stdio: ['ignore', 'pipe', 'ignore'],
   });
+  // It says "ready" once it listens: waited for, not polled, so a start does the same work
+  // however long the daemon takes.
+  await new Promise((resolve, reject) => {
+    let said = '';
+    const timer = setTimeout(() => reject(new Error('the demo daemon did not start')), 600_000);
+    child.once('exit', () => reject(new Error('the demo daemon exited while starting')));
+    child.stdout.on('data', (chunk) => {
+      said += chunk;
+      if (said.includes('ready\n')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+  child.stdout.destroy();
+  child.removeAllListeners('exit');
   child.unref();
-  for (let i = 0; i < 1000; i++) {
-    await sleep(5);
-    try {
-      return await request({ type: 'hello' });
-    } catch {
-      // still starting
-    }
-  }
-  throw new Error('the demo daemon did not start');
+  return request({ type: 'hello' });
 }
 
 function editor(session) {

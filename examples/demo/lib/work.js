@@ -3,7 +3,9 @@
 // command. lib/tuning.json can make it slower (work_extra_pct: spin for that share of the time
 // since the process started, so the whole command takes that much longer) or make it burn more
 // CPU without taking longer (work_cpu_burn_pct: that share of the command's CPU time burnt
-// on another core while the work runs). scripts/validity changes these in a commit.
+// on another core while the work runs), or do more of the same work (work_rounds_pct: that
+// many more rounds: more instructions, the instruction lens's injected change). scripts/validity
+// changes these in a commit.
 
 const crypto = require('crypto');
 const { performance } = require('perf_hooks');
@@ -15,6 +17,7 @@ const BURN_ITERATIONS = 700_000;
 
 function work(tuning) {
   const share = Math.min(Math.max(Number(tuning.work_cpu_burn_pct) || 0, 0), 90) / 100;
+  const rounds = Math.round(ROUNDS * (1 + Math.max(Number(tuning.work_rounds_pct) || 0, 0) / 100));
   let x = spin(1, ROUNDS / 10);
   if (share > 0) {
     // Runs on libuv's thread pool, on the other core, while the rest of the loop runs: the
@@ -23,7 +26,7 @@ function work(tuning) {
     // is compiled, so it does not delay the compiler's thread either.
     crypto.pbkdf2('demo', 'work', Math.round(share * BURN_ITERATIONS), 32, 'sha256', () => {});
   }
-  x = spin(x, ROUNDS - ROUNDS / 10);
+  x = spin(x, rounds - ROUNDS / 10);
   const extra = Math.max(Number(tuning.work_extra_pct) || 0, 0) / 100;
   if (extra > 0) {
     const until = performance.now() * (1 + extra);

@@ -52,6 +52,9 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
             Err(err) => ctx.error(sandbench_proto::metric::DISK, 0, &err, "bytes"),
         };
     }
+    if let (true, Some(startup)) = (plan.measure.instructions, &plan.measure.startup) {
+        super::lens::cold_start(ctx, plan, startup, &user, trial);
+    }
     result.and(cleanup)
 }
 

@@ -3,6 +3,7 @@
 mod common;
 mod harness;
 pub mod install;
+mod lens;
 pub mod measure;
 pub mod prepare;
 pub mod runtime;

@@ -86,6 +86,11 @@ pub fn signal_group(pgid: u32, signal: Signal) {
     }
 }
 
+/// Sends `signal` to one process; one that is gone is no error.
+pub fn signal_process(pid: i32, signal: Signal) {
+    Proc.signal(pid, signal);
+}
+
 /// Where processes are listed and signalled: `/proc` and kill(2), or a fake in unit tests.
 pub trait ProcessTable {
     fn of_user(&self, uid: u32) -> Vec<ProcStatus>;

@@ -90,6 +90,7 @@ pub fn run_section(
         }
     }
     checked(ctx, user)?;
+    super::lens::section(ctx, plan, section, user, base, trial);
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
     }
@@ -736,7 +737,7 @@ mod tests {
     fn repeated(aggregate: Aggregate, warmup: u32, repeat: u32) -> RepeatedCommand {
         let step =
             sandbench_proto::plan::Step { run: String::new(), cwd: None, timeout_s: 10.0, env: Default::default() };
-        RepeatedCommand { metric: "probe".into(), step, repeat, aggregate, warmup, prepare: None }
+        RepeatedCommand { metric: "probe".into(), step, repeat, aggregate, warmup, prepare: None, instructions: false }
     }
 
     fn observations(rx: &mut mpsc::Receiver<event::Body>) -> Vec<Observation> {

@@ -1,0 +1,107 @@
+//! The instruction lens in the phases ([`crate::probes::lens`]): after a section's timed work, each
+//! command and script that asks for it (`instructions = true`) runs once more under callgrind,
+//! and after the measure phase's starts the cold start does. Each records `<key>.instructions`
+//! and `<key>.cycles` for the trial, and its profile as the file `lens/<key>-<trial>.json`. A lens
+//! run that fails is an error on those two metrics only: the timed ones stand.
+
+use std::path::Path;
+
+use sandbench_proto::lens::{self, Profile};
+use sandbench_proto::plan::{AgentPlan, Runtime, Startup};
+
+use super::common;
+use crate::context::PhaseContext;
+use crate::probes::lens::Lens;
+use crate::users::User;
+
+/// The unit of both counts as observations carry it.
+const UNIT: &str = "count";
+
+/// The stem of a script's lens metrics (as of its companions).
+fn script_stem(name: &str) -> String {
+    format!("script.{name}")
+}
+
+/// Runs the lens over the section's commands and scripts that ask for it.
+pub fn section(ctx: &PhaseContext, plan: &AgentPlan, section: &Runtime, user: &User, base: &Path, trial: u32) {
+    for repeated in section.commands.iter().filter(|c| c.instructions) {
+        let step = &repeated.step;
+        let cwd = step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
+        let env = common::user_env(user, &plan.env, &step.env);
+        counted(
+            ctx,
+            user,
+            &repeated.metric,
+            trial,
+            |lens| lens.run_command(&step.run, &cwd, &mut |stream, chunk| ctx.log(stream, chunk)),
+            plan,
+            &env,
+        );
+    }
+    for script in section.scripts.iter().filter(|s| s.instructions) {
+        let step = &script.step;
+        let cwd = step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
+        let env = common::user_env(user, &plan.env, &step.env);
+        // Its RESULT lines are not read again: the lens counts, it does not measure.
+        counted(
+            ctx,
+            user,
+            &script_stem(&script.name),
+            trial,
+            |lens| lens.run_command(&step.run, &cwd, &mut |stream, chunk| ctx.log(stream, chunk)),
+            plan,
+            &env,
+        );
+    }
+}
+
+/// Runs the cold start once more under the lens (`cold.instructions`, `cold.cycles`).
+pub fn cold_start(ctx: &PhaseContext, plan: &AgentPlan, startup: &Startup, user: &User, trial: u32) {
+    let cwd = startup.cwd.as_deref().map(|c| common::expand(user, &user.home, c)).unwrap_or_else(|| user.home.clone());
+    let env = common::user_env(user, &plan.env, &Default::default());
+    counted(
+        ctx,
+        user,
+        sandbench_proto::metric::COLD,
+        trial,
+        |lens| lens.run_start(&startup.command[0], &startup.command[1..], &cwd, user.uid),
+        plan,
+        &env,
+    );
+}
+
+/// One lens run of `stem` between two stops of the user's processes, recorded.
+fn counted(
+    ctx: &PhaseContext,
+    user: &User,
+    stem: &str,
+    trial: u32,
+    run: impl FnOnce(&mut Lens) -> anyhow::Result<Profile>,
+    plan: &AgentPlan,
+    env: &std::collections::BTreeMap<String, String>,
+) {
+    if ctx.canceled() {
+        return;
+    }
+    let keys = [format!("{stem}{}", lens::INSTRUCTIONS), format!("{stem}{}", lens::CYCLES)];
+    let result = common::hygiene(user).and_then(|()| {
+        let profile = Lens::new(&plan.lens, user, env).and_then(|mut l| run(&mut l));
+        let cleanup = common::hygiene(user);
+        let profile = profile?;
+        cleanup?;
+        Ok(profile)
+    });
+    match result {
+        Ok(profile) => {
+            ctx.value(&keys[0], trial, profile.instructions as f64, UNIT);
+            ctx.value(&keys[1], trial, profile.cycles as f64, UNIT);
+            ctx.file(&lens::profile_path(stem, trial), &serde_json::to_vec_pretty(&profile).unwrap_or_default());
+        }
+        Err(err) => {
+            let err = err.context(format!("the instruction lens of {stem}"));
+            for key in &keys {
+                ctx.error(key, trial, &err, UNIT);
+            }
+        }
+    }
+}

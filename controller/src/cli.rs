@@ -364,8 +364,12 @@ async fn check(spec: &Path) -> anyhow::Result<ExitCode> {
             }
             let docker = crate::provision::DockerProvisioner::connect(1).await?;
             let (line, ok) = check_valgrind(&docker, &plan.sandbox.image).await;
+            if !ok {
+                eprintln!("error: {}", crate::sanitize::terminal(&line));
+                return Ok(ExitCode::from(exit::FAILED));
+            }
             println!("{}", crate::sanitize::terminal(&line));
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(exit::FAILED) })
+            Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
             eprint!("{}", crate::sanitize::terminal(&errors.to_string()));

@@ -32,6 +32,9 @@ pub const BASE_LABEL: &str = "io.sandbench.valgrind.base";
 /// The label naming where the derived image's valgrind came from (`image`, `host`).
 pub const SOURCE_LABEL: &str = "io.sandbench.valgrind.source";
 
+/// How long one build may take (a package manager's downloads included).
+const BUILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
 /// Where valgrind comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -276,7 +279,10 @@ async fn build_from(
             progress(&format!("valgrind: {line}"));
         }
     };
-    let built = docker.build(id, context, labels, network, &mut shown).await.map_err(|e| e.to_string())?;
+    let built = tokio::time::timeout(BUILD_TIMEOUT, docker.build(id, context, labels, network, &mut shown))
+        .await
+        .map_err(|_| format!("the build took more than {} min", BUILD_TIMEOUT.as_secs() / 60))?
+        .map_err(|e| e.to_string())?;
     drop(folder);
     let version = build::version_in(&built.output).ok_or("the build named no valgrind version")?;
     let tag = tag(id, &version);

@@ -73,6 +73,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         dir: dir.path().to_path_buf(),
         run_id: format!("bench{}", std::process::id()),
         image: Some(args.image.clone()),
+        valgrind: false,
         agent: args.agent.clone(),
         hub: HubConfig::default(),
     };

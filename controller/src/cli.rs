@@ -213,7 +213,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => compare(args, ledger_path).await,
         Command::Report { dir, format, stdout } => report(&dir, format, stdout),
-        Command::Check { spec } => check(&spec),
+        Command::Check { spec } => check(&spec).await,
         Command::Debug { spec, rev, phase, trial, keep, out, agent, dead_man } => {
             dead_man.apply();
             let options = crate::debug::DebugOptions {
@@ -298,6 +298,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         },
         shard: args.shard,
         engine_wait: args.engine_wait,
+        force_valgrind: false,
     };
     let result = crate::run::run(options, cancel_rx).await?;
     Ok(print_result(&result))
@@ -348,8 +349,9 @@ fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// `sandbench check`: the plan, or every error in the spec (exit 2).
-fn check(spec: &Path) -> anyhow::Result<ExitCode> {
+/// `sandbench check`: the plan, or every error in the spec (exit 2); for a plan that needs
+/// valgrind, where the engine's valgrind image comes from, or why it cannot (exit 1).
+async fn check(spec: &Path) -> anyhow::Result<ExitCode> {
     match crate::spec::load(spec).and_then(|plan| crate::spec::check_remote(spec, &plan).map(|warning| (plan, warning)))
     {
         Ok((plan, warning)) => {
@@ -357,6 +359,16 @@ fn check(spec: &Path) -> anyhow::Result<ExitCode> {
                 eprintln!("warning: {}", crate::sanitize::terminal(&warning));
             }
             print!("{}", crate::sanitize::terminal(&crate::spec::describe(&plan)));
+            if !plan.needs_valgrind() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let docker = crate::provision::DockerProvisioner::connect(1).await?;
+            let (line, ok) = check_valgrind(&docker, &plan.sandbox.image).await;
+            if !ok {
+                eprintln!("error: {}", crate::sanitize::terminal(&line));
+                return Ok(ExitCode::from(exit::FAILED));
+            }
+            println!("{}", crate::sanitize::terminal(&line));
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
@@ -364,6 +376,13 @@ fn check(spec: &Path) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(exit::USAGE))
         }
     }
+}
+
+/// What `check` says of the valgrind image of `image`, and whether a run could have it.
+pub async fn check_valgrind(provisioner: &dyn crate::provision::Provisioner, image: &str) -> (String, bool) {
+    let probe = provisioner.probe_valgrind(image).await;
+    let ok = !matches!(probe, crate::provision::ValgrindProbe::Unavailable(_));
+    (probe.to_string(), ok)
 }
 
 /// `sandbench cost`: one run by sandbox and phase, runs grouped, or every run. A ledger that

@@ -87,6 +87,7 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
         dir: opts.out.join(&run_id),
         run_id: run_id.clone(),
         image: Some(plan.sandbox.image.clone()),
+        valgrind: plan.needs_valgrind(),
         agent: opts.agent.clone(),
         hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
     };
@@ -120,7 +121,8 @@ impl Session<'_> {
 
     async fn run(&self, steps: &[(&'static str, u32)], cancel: &mut watch::Receiver<bool>) -> anyhow::Result<bool> {
         let plan = self.plan;
-        let mut request = self.station.request("debug", &plan.sandbox.image)?;
+        let image = self.station.image().unwrap_or(&plan.sandbox.image);
+        let mut request = self.station.request("debug", image)?;
         request.resources = Resources {
             cpus: plan.sandbox.cpus,
             cpuset: plan.sandbox.cpuset.clone(),

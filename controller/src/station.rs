@@ -28,6 +28,9 @@ pub struct StationOptions {
     pub run_id: String,
     /// The image sandboxes will run, made present at opening (None: checked by nobody).
     pub image: Option<String>,
+    /// Sandboxes run the image derived from `image` with valgrind ([`Provisioner::ensure_valgrind`],
+    /// built at opening when it is not there).
+    pub valgrind: bool,
     /// The agent executable to ship (None: beside this executable, or `$SANDBENCH_AGENT`).
     pub agent: Option<PathBuf>,
     pub hub: HubConfig,
@@ -38,6 +41,8 @@ pub struct Station {
     dir: PathBuf,
     run_id: String,
     agent: PathBuf,
+    /// The image every sandbox of the run is provisioned from.
+    image: Option<String>,
     hub: Mutex<Hub>,
     server: Mutex<Option<ServerHandle>>,
     /// Roles whose socket folder is open.
@@ -49,8 +54,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Station {
-    /// Reaps leftover sandboxes, makes the image present, locates the agent, and starts serving
-    /// agents from the run directory. `progress` hears what is done on the way.
+    /// Reaps leftover sandboxes, makes the image present (and its valgrind image, when asked),
+    /// locates the agent, and starts serving agents from the run directory. `progress` hears
+    /// what is done on the way.
     pub async fn open(
         provisioner: Arc<dyn Provisioner>,
         options: StationOptions,
@@ -59,8 +65,12 @@ impl Station {
         for reaped in provisioner.reap().await? {
             progress(&format!("removed leftover sandbox {} ({})", reaped.name, reaped.reason));
         }
-        if let Some(image) = &options.image {
-            provisioner.ensure_image(image, progress).await?;
+        let mut image = options.image.clone();
+        if let Some(base) = &options.image {
+            provisioner.ensure_image(base, progress).await?;
+            if options.valgrind {
+                image = Some(provisioner.ensure_valgrind(base, progress).await?);
+            }
         }
         let agent = match provisioner.ships_agent() {
             true => crate::agent_binary::locate(options.agent.as_deref())?,
@@ -75,6 +85,7 @@ impl Station {
             dir,
             run_id: options.run_id,
             agent,
+            image,
             hub: Mutex::new(hub),
             server: Mutex::new(Some(server)),
             sockets: Mutex::default(),
@@ -97,6 +108,12 @@ impl Station {
     /// The agent executable shipped (empty when the provisioner ships none).
     pub fn agent(&self) -> &Path {
         &self.agent
+    }
+
+    /// The image sandboxes are provisioned from: the options' image, or the image derived from
+    /// it with valgrind. None when the station was opened without an image.
+    pub fn image(&self) -> Option<&str> {
+        self.image.as_deref()
     }
 
     /// The hub agents talk to (a new one after [`Station::restart_server`]).

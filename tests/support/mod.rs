@@ -82,6 +82,7 @@ where
         dir: run_dir.path().to_path_buf(),
         run_id: run_id.clone(),
         image: None,
+        valgrind: false,
         agent: Some(agent),
         hub: config,
     };

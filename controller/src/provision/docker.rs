@@ -65,6 +65,32 @@ pub enum ProvisionError {
     List { cause: bollard::errors::Error },
     #[error("cannot wait for container {name}: {cause}")]
     Wait { name: String, cause: bollard::errors::Error },
+    #[error("cannot inspect image {image}: {cause}")]
+    InspectImage { image: String, cause: bollard::errors::Error },
+    #[error("cannot build an image from {image}: {cause}")]
+    Build { image: String, cause: String },
+    #[error("cannot tag image {id} as {tag}: {cause}")]
+    Tag { id: String, tag: String, cause: bollard::errors::Error },
+}
+
+/// An image as the engine holds it (what derived images are keyed by).
+#[derive(Debug, Clone, Default)]
+pub struct ImageFacts {
+    /// `sha256:…`, the digest of the image's configuration.
+    pub id: String,
+    pub tags: Vec<String>,
+    /// `amd64`, `arm64`, … as the image says.
+    pub architecture: String,
+    /// The user its processes run as by default (empty: root).
+    pub user: String,
+    pub labels: HashMap<String, String>,
+}
+
+/// An image built by [`DockerProvisioner::build`]: its id and the build's output.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub id: String,
+    pub output: String,
 }
 
 /// A command running in a container with a terminal, attached to this process.
@@ -209,6 +235,131 @@ impl DockerProvisioner {
             item.map_err(|cause| ProvisionError::Import { tag: tag.to_string(), cause })?;
         }
         Ok(())
+    }
+
+    /// The image's id, tags, architecture and labels; None when the engine does not have it.
+    pub async fn image_facts(&self, image: &str) -> Result<Option<ImageFacts>, ProvisionError> {
+        let info = match self.docker.inspect_image(image).await {
+            Ok(info) => info,
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => return Ok(None),
+            Err(cause) => return Err(ProvisionError::InspectImage { image: image.to_string(), cause }),
+        };
+        let config = info.config.unwrap_or_default();
+        Ok(Some(ImageFacts {
+            id: info.id.unwrap_or_default(),
+            tags: info.repo_tags.unwrap_or_default(),
+            architecture: info.architecture.unwrap_or_default(),
+            user: config.user.unwrap_or_default(),
+            labels: config.labels.unwrap_or_default(),
+        }))
+    }
+
+    /// The images carrying the label `key=value`.
+    pub async fn images_labelled(&self, key: &str, value: &str) -> Result<Vec<ImageFacts>, ProvisionError> {
+        let filters = HashMap::from([("label".to_string(), vec![format!("{key}={value}")])]);
+        let options = bollard::query_parameters::ListImagesOptions { filters: Some(filters), ..Default::default() };
+        let images = self
+            .docker
+            .list_images(Some(options))
+            .await
+            .map_err(|cause| ProvisionError::InspectImage { image: format!("label {key}={value}"), cause })?;
+        Ok(images
+            .into_iter()
+            .map(|i| ImageFacts { id: i.id, tags: i.repo_tags, labels: i.labels, ..Default::default() })
+            .collect())
+    }
+
+    /// Whether the engine has the network `name` (`bridge`: containers and builds get a network
+    /// by default; an engine started with `--bridge=none` has none).
+    pub async fn has_network(&self, name: &str) -> bool {
+        self.docker.inspect_network(name, None).await.is_ok()
+    }
+
+    /// Builds an image from a context tar (holding a `Dockerfile`) with the classic builder,
+    /// intermediate containers removed whatever happens; `network` false runs its steps without
+    /// a network. Each line of output goes to `progress` as it comes.
+    pub async fn build(
+        &self,
+        from: &str,
+        context: Vec<u8>,
+        labels: HashMap<String, String>,
+        network: bool,
+        progress: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<Built, ProvisionError> {
+        let fail = |cause: String| ProvisionError::Build { image: from.to_string(), cause };
+        let options = bollard::query_parameters::BuildImageOptions {
+            dockerfile: "Dockerfile".to_string(),
+            rm: true,
+            forcerm: true,
+            labels: Some(labels),
+            networkmode: (!network).then(|| "none".to_string()),
+            ..Default::default()
+        };
+        let mut stream = self.docker.build_image(options, None, Some(bollard::body_full(context.into())));
+        let (mut output, mut id) = (String::new(), None);
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|cause| fail(cause.to_string()))?;
+            if let Some(detail) = info.error_detail {
+                return Err(fail(format!("{}\n{}", detail.message.unwrap_or_default(), tail(&output, 20))));
+            }
+            if let Some(text) = info.stream {
+                output.push_str(&text);
+                text.lines().map(str::trim_end).filter(|l| !l.is_empty()).for_each(&mut *progress);
+            }
+            id = info.aux.and_then(|a| a.id).or(id);
+        }
+        let id = id
+            .or_else(|| {
+                output.lines().find_map(|l| l.strip_prefix("Successfully built ")).map(|i| i.trim().to_string())
+            })
+            .ok_or_else(|| fail(format!("the engine named no image\n{}", tail(&output, 20))))?;
+        Ok(Built { id, output })
+    }
+
+    /// Tags the image `id` as `tag` (`repo:version`).
+    pub async fn tag(&self, id: &str, tag: &str) -> Result<(), ProvisionError> {
+        let (repo, version) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
+        let options =
+            bollard::query_parameters::TagImageOptions { repo: Some(repo.to_string()), tag: Some(version.to_string()) };
+        self.docker.tag_image(id, Some(options)).await.map_err(|cause| ProvisionError::Tag {
+            id: id.to_string(),
+            tag: tag.to_string(),
+            cause,
+        })
+    }
+
+    /// Creates a container of `image` that is never started, to read its files through the
+    /// archive API ([`DockerProvisioner::download`]); labelled like a sandbox so the reaper
+    /// removes it should this controller die before it does.
+    pub async fn create_inert(&self, name: &str, image: &str) -> Result<(), ProvisionError> {
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(vec!["/sandbench-never-started".to_string()]),
+            cmd: Some(vec![]),
+            labels: Some(HashMap::from([
+                (labels::OWNER.to_string(), self.owner.clone()),
+                (labels::RUN.to_string(), "inspect".to_string()),
+                (labels::EXPIRES_AT.to_string(), (unix_secs(SystemTime::now()) + 600).to_string()),
+            ])),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+        self.docker
+            .create_container(Some(options), body)
+            .await
+            .map(|_| ())
+            .map_err(|cause| ProvisionError::Create { name: name.to_string(), cause })
+    }
+
+    /// Removes the image (its tag, and its layers no other image uses). Absent is fine.
+    pub async fn remove_image(&self, image: &str) -> Result<(), ProvisionError> {
+        let options = bollard::query_parameters::RemoveImageOptions { force: true, ..Default::default() };
+        match self.docker.remove_image(image, Some(options), None).await {
+            Ok(_) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            Err(cause) => Err(ProvisionError::InspectImage { image: image.to_string(), cause }),
+        }
     }
 
     pub async fn image_exists(&self, image: &str) -> bool {
@@ -683,6 +834,18 @@ impl Provisioner for DockerProvisioner {
         Box::pin(async move { Ok(DockerProvisioner::ensure_image(self, image, progress).await?) })
     }
 
+    fn ensure_valgrind<'a>(
+        &'a self,
+        image: &'a str,
+        progress: &'a mut (dyn FnMut(&str) + Send),
+    ) -> BoxFuture<'a, Result<String, super::ValgrindError>> {
+        Box::pin(super::valgrind::ensure(self, image, progress))
+    }
+
+    fn probe_valgrind<'a>(&'a self, image: &'a str) -> BoxFuture<'a, super::ValgrindProbe> {
+        Box::pin(super::valgrind::probe(self, image))
+    }
+
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>> {
         Box::pin(async move { Ok(DockerProvisioner::create(self, request).await?) })
     }
@@ -755,6 +918,12 @@ impl Provisioner for DockerProvisioner {
     fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(async move { Ok(DockerProvisioner::ping(self).await?) })
     }
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Limits, binds and lock-down of a sandbox's container.

@@ -218,14 +218,29 @@ pub struct FakeProvisioner {
     script: Arc<Script>,
     sandboxes: Mutex<BTreeMap<String, FakeSandbox>>,
     engine: Engine,
+    /// The image of every sandbox created, in order.
+    images: Mutex<Vec<String>>,
 }
 
 /// Until when the fake engine is unreachable.
 type Engine = Arc<Mutex<Option<std::time::Instant>>>;
 
 impl FakeProvisioner {
+    /// The image every fake run that needs valgrind creates its sandboxes from.
+    pub const VALGRIND_TAG: &'static str = "sandbench-valgrind:fake";
+
     pub fn new(script: Script) -> FakeProvisioner {
-        FakeProvisioner { script: Arc::new(script), sandboxes: Mutex::default(), engine: Engine::default() }
+        FakeProvisioner {
+            script: Arc::new(script),
+            sandboxes: Mutex::default(),
+            engine: Engine::default(),
+            images: Mutex::default(),
+        }
+    }
+
+    /// The image each sandbox was created from, in the order they were.
+    pub fn created_images(&self) -> Vec<String> {
+        self.images.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Makes the engine unreachable for `down` from now: pings and state questions fail.
@@ -278,6 +293,19 @@ impl Provisioner for FakeProvisioner {
         async { Ok(()) }.boxed()
     }
 
+    /// Builds nothing: the derived image is named [`FakeProvisioner::VALGRIND_TAG`].
+    fn ensure_valgrind<'a>(
+        &'a self,
+        _image: &'a str,
+        _progress: &'a mut (dyn FnMut(&str) + Send),
+    ) -> BoxFuture<'a, Result<String, super::ValgrindError>> {
+        async { Ok(Self::VALGRIND_TAG.to_string()) }.boxed()
+    }
+
+    fn probe_valgrind<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, super::ValgrindProbe> {
+        async { super::ValgrindProbe::Built(Self::VALGRIND_TAG.to_string()) }.boxed()
+    }
+
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>> {
         async move {
             let id = request.sandbox_id();
@@ -304,6 +332,7 @@ impl Provisioner for FakeProvisioner {
                 log: Arc::default(),
             };
             sandboxes.insert(id, fake);
+            self.images.lock().unwrap_or_else(PoisonError::into_inner).push(request.image.clone());
             Ok(sandbox)
         }
         .boxed()

@@ -5,6 +5,7 @@
 pub mod docker;
 pub mod fake;
 pub mod lost;
+pub mod valgrind;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use futures_util::stream::BoxStream;
 
 pub use docker::{DockerProvisioner, ProvisionError};
 pub use fake::FakeProvisioner;
+pub use valgrind::{ValgrindError, ValgrindProbe};
 
 /// What orchestration (run, debug, bench) needs from where sandboxes live. Every sandbox is named
 /// by its id ([`SandboxRequest::sandbox_id`]); an absent sandbox is not an error for `running`
@@ -35,6 +37,18 @@ pub trait Provisioner: Send + Sync {
         image: &'a str,
         progress: &'a mut (dyn FnMut(&str) + Send),
     ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Makes sure the image derived from `image` with valgrind exists (see [`valgrind`]),
+    /// building it once when it does not, telling `progress` how it goes: its tag, which every
+    /// sandbox of a run that needs valgrind is created from.
+    fn ensure_valgrind<'a>(
+        &'a self,
+        image: &'a str,
+        progress: &'a mut (dyn FnMut(&str) + Send),
+    ) -> BoxFuture<'a, Result<String, ValgrindError>>;
+
+    /// What [`Provisioner::ensure_valgrind`] would do for `image`, found without building.
+    fn probe_valgrind<'a>(&'a self, image: &'a str) -> BoxFuture<'a, ValgrindProbe>;
 
     /// Creates a sandbox (not started), shipping the agent as asked.
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>>;

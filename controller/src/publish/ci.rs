@@ -255,6 +255,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         rates: crate::run::RateOverrides::default(),
         shard: args.shard,
         engine_wait: crate::run::engine::DEFAULT_ENGINE_WAIT,
+        force_valgrind: false,
     };
     let result = match crate::run::run(options, cancel).await {
         Ok(result) => result,

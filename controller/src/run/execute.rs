@@ -84,6 +84,7 @@ pub(super) async fn execute(
         dir: dir.to_path_buf(),
         run_id: dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
         image: Some(plan.sandbox.image.clone()),
+        valgrind: plan.needs_valgrind() || opts.force_valgrind,
         agent: opts.agent.clone(),
         hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
     };

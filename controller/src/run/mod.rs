@@ -71,6 +71,8 @@ pub struct RunOptions {
     pub shard: Option<crate::shard::Shard>,
     /// How long to wait for an unreachable engine before the run fails (`--engine-wait`).
     pub engine_wait: Duration,
+    /// Runs as if the plan needed valgrind (tests): every sandbox from the derived image.
+    pub force_valgrind: bool,
 }
 
 impl RunOptions {
@@ -100,6 +102,7 @@ impl RunOptions {
             ledger: None,
             shard: None,
             engine_wait: engine::DEFAULT_ENGINE_WAIT,
+            force_valgrind: false,
         }
     }
 }

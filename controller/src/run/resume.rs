@@ -157,6 +157,7 @@ impl Mark {
             ledger,
             shard: self.shard,
             engine_wait: super::engine::DEFAULT_ENGINE_WAIT,
+            force_valgrind: false,
         }
     }
 }

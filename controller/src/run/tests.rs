@@ -428,3 +428,18 @@ async fn pairs_the_run_timeout_has_no_room_for_are_not_started() {
     let report = stopped_at_first_look(&result, "run timeout");
     assert_eq!(outcome(report, "cold"), Outcome::Inconclusive);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_needs_valgrind_provisions_every_sandbox_from_the_derived_image() {
+    let images = |fake: &FakeProvisioner| fake.created_images().into_iter().collect::<std::collections::BTreeSet<_>>();
+    for valgrind in [false, true] {
+        let (_dir, plan, mut opts) = setup(2);
+        opts.force_valgrind = valgrind;
+        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let result = run_fake(opts, fake.clone(), not_canceled()).await;
+        assert_eq!(result.status, Status::Completed, "valgrind {valgrind}");
+        assert_eq!(fake.created_images().len(), 4, "both sides of both pairs");
+        let image = if valgrind { FakeProvisioner::VALGRIND_TAG.to_string() } else { plan.sandbox.image.clone() };
+        assert_eq!(images(&fake), [image].into());
+    }
+}

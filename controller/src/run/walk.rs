@@ -149,7 +149,8 @@ impl Run {
         cpuset: Option<String>,
     ) -> anyhow::Result<crate::provision::SandboxRequest> {
         let sandbox = &self.plan.sandbox;
-        let mut request = self.station.request(role, &sandbox.image)?;
+        // The station's image: the spec's, or the one derived from it with valgrind.
+        let mut request = self.station.request(role, self.station.image().unwrap_or(&sandbox.image))?;
         request.resources = Resources {
             cpus: sandbox.cpus,
             cpuset: cpuset.or(sandbox.cpuset.clone()),

@@ -166,6 +166,14 @@ impl Plan {
         plan
     }
 
+    /// Whether the run's sandboxes need valgrind (the instruction lens): then every sandbox of
+    /// the run, wall-time trials and lens alike, runs the image derived from the spec's with
+    /// valgrind (`provision::valgrind`).
+    pub fn needs_valgrind(&self) -> bool {
+        // TODO(lens): self.uses_instruction_lens()
+        false
+    }
+
     /// What one sandbox is given, memory and disk in GiB as the spec states them.
     pub fn allocation(&self) -> crate::cost::Allocation {
         crate::cost::Allocation {

@@ -18,7 +18,7 @@ use sandbench::stats::Outcome;
 const SPEC: &str = r##"name = "lens"
 
 [sandbox]
-image = "sandbench-dev-valgrind:bookworm"
+image = "node:24-bookworm"
 cpus = 2
 memory_gb = 2
 disk_gb = 10
@@ -183,7 +183,7 @@ async fn the_lens_counts_the_same_twice_sees_one_percent_and_says_what_valgrind_
         let failed = errors(report, side, "fixed_address.instructions");
         assert_eq!(failed.len(), 2, "{side}: {failed:?}");
         assert!(
-            failed.iter().all(|e| e.contains("instruction lens of fixed_address") && e.contains("valgrind")),
+            failed.iter().all(|e| e.contains("instruction lens of fixed_address") && e.contains("failed in UME")),
             "{failed:?}"
         );
         assert_eq!(values(report, side, "work").len(), 2);

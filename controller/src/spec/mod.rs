@@ -170,8 +170,7 @@ impl Plan {
     /// the run, wall-time trials and lens alike, runs the image derived from the spec's with
     /// valgrind (`provision::valgrind`).
     pub fn needs_valgrind(&self) -> bool {
-        // TODO(lens): self.uses_instruction_lens()
-        false
+        self.uses_instruction_lens()
     }
 
     /// What one sandbox is given, memory and disk in GiB as the spec states them.

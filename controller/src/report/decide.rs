@@ -260,6 +260,62 @@ mod tests {
     }
 
     #[test]
+    fn counts_take_their_floor_and_spread_from_their_own_a_a_run() {
+        let def = MetricDef {
+            key: "work.instructions".into(),
+            title: "Work (instructions)".into(),
+            unit: "M instructions".into(),
+            scale: 1e-6,
+            absolute: 0.0,
+            relative: crate::spec::metrics::LENS_RELATIVE,
+            group: "CLI".into(),
+        };
+        // No calibration: the spec's 0.5 %, the spread assumed 0.05 % and said.
+        assert_eq!(count_floor(&def, None).value, 0.005);
+        let assumed = count_spread(&def.key, None, None);
+        assert_eq!(assumed.value, DETERMINISTIC);
+        assert!(assumed.source.contains("assumed"), "{assumed:?}");
+        // One A/A pair is a calibration for a count: its spread and floor (never below 0.1 %).
+        let mut profile = NoiseProfile {
+            spec: "demo".into(),
+            run_id: "aa".into(),
+            image: "i".into(),
+            metrics: Default::default(),
+            relative: Default::default(),
+        };
+        let noise = super::super::noise::MetricNoise {
+            pairs: 1,
+            spread: 0.002,
+            estimate: 0.0,
+            interval: (-0.002, 0.002),
+            floor: 0.002,
+        };
+        profile.metrics.insert(def.key.clone(), noise.clone());
+        assert_eq!(count_floor(&def, Some(&profile)).value, 0.002);
+        assert_eq!(count_spread(&def.key, Some(1e-6), Some(&profile)).value, 0.002);
+        profile
+            .metrics
+            .insert(def.key.clone(), super::super::noise::MetricNoise { floor: 1e-6, spread: 1e-6, ..noise });
+        assert_eq!(count_floor(&def, Some(&profile)).value, LENS_FLOOR_MIN);
+        // One pair decides a 1 % change; a failed sample makes it incomplete.
+        let reference = Comparison {
+            outcome: Outcome::NoClearChange,
+            ..stats::compare(&[1e9], &[1.01e9], 1, stats::Floors { absolute: 0.0, relative: 0.005 })
+        };
+        let pairs = [(1e9, 1.01e9)];
+        let e = Evidence { pairs: &pairs, unpaired: 0, failed: 0, expected: 1 };
+        let (c, p, notes) = decide_counts(&reference, &e, &count_floor(&def, None), &assumed);
+        assert_eq!((c.outcome, p.verdict), (Outcome::Regressed, Verdict::Regressed));
+        assert!(notes[0].contains("one pair decides"), "{notes:?}");
+        let e = Evidence { failed: 1, ..e };
+        assert_eq!(decide_counts(&reference, &e, &count_floor(&def, None), &assumed).0.outcome, Outcome::Incomplete);
+        // Counts that vary by more than 1 % between runs of the same code are said to.
+        let wild = CountSpread { value: 0.03, source: "x".into() };
+        let (_, _, notes) = decide_counts(&reference, &e, &count_floor(&def, None), &wild);
+        assert!(notes.iter().any(|n| n.contains("not deterministic")), "{notes:?}");
+    }
+
+    #[test]
     fn non_verdicts_say_how_large_a_change_is_ruled_out() {
         let pairs: Vec<(f64, f64)> = (0..10).map(|i| (1.0, 1.0 + 0.01 * f64::from(i % 3) - 0.01)).collect();
         let p = stats::paired_at(&pairs, 0.05, 0.05);

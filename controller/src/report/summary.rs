@@ -205,7 +205,13 @@ pub fn terminal(report: &Report) -> Vec<String> {
             let median = |m: Option<f64>| m.map_or("—".to_string(), |v| super::format::value(v, r.def));
             [
                 word(r.outcome(), report.rule).to_string(),
-                format!("{title} ({})", r.lens.name()),
+                // The lens once: a title that already ends with a lens's word ("(CPU)",
+                // "(instructions)", "(cycles)") is not told it again.
+                if r.def.title.ends_with(')') && r.lens != super::lens::Lens::Wall {
+                    title
+                } else {
+                    format!("{title} ({})", r.lens.name())
+                },
                 format!("{} → {}", median(r.cmp.comparison.base_median), median(r.cmp.comparison.head_median)),
                 super::format::change_text(r.cmp, r.def, report.rule),
             ]

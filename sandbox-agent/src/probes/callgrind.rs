@@ -15,6 +15,14 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use sandbench_proto::lens::{Function, JIT, LL_HIT_CYCLES, RAM_CYCLES};
 
+/// Functions one file may name; past it, costs go to the totals only (a file the product wrote
+/// in callgrind's place cannot grow the agent's memory without bound).
+const MAX_FUNCTIONS: usize = 200_000;
+/// The largest output file read (node's are tens of MB).
+const MAX_FILE_BYTES: u64 = 256 << 20;
+/// Characters of a name kept.
+const MAX_NAME: usize = 300;
+
 /// Totals of one or more callgrind files, and the functions' own instruction counts.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Counts {
@@ -83,6 +91,10 @@ fn short_object(object: &str) -> String {
 /// Reads one callgrind file.
 pub fn read_file(path: &Path) -> anyhow::Result<Counts> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = file.metadata()?.len();
+    if len > MAX_FILE_BYTES {
+        bail!("{} is {len} bytes, more than callgrind writes ({MAX_FILE_BYTES} at most read)", path.display());
+    }
     parse(std::io::BufReader::new(file)).with_context(|| format!("cannot read the callgrind output {}", path.display()))
 }
 
@@ -95,15 +107,18 @@ struct Names {
 impl Names {
     /// The name a `kind=` line's value stands for.
     fn resolve(&mut self, kind: &'static str, value: &str) -> anyhow::Result<String> {
-        let Some(rest) = value.strip_prefix('(') else { return Ok(value.to_string()) };
-        let Some((id, name)) = rest.split_once(')') else { bail!("unclosed name id in {value:?}") };
-        let id: u64 = id.parse().with_context(|| format!("bad name id in {value:?}"))?;
+        let Some(rest) = value.strip_prefix('(') else { return Ok(value.chars().take(MAX_NAME).collect()) };
+        let Some((id, name)) = rest.split_once(')') else { bail!("unclosed name id") };
+        let id: u64 = id.parse().context("bad name id")?;
         let name = name.trim_start();
         if name.is_empty() {
             Ok(self.defined.get(&(kind, id)).cloned().unwrap_or_else(|| format!("({id})")))
         } else {
-            self.defined.insert((kind, id), name.to_string());
-            Ok(name.to_string())
+            let name: String = name.chars().take(MAX_NAME).collect();
+            if self.defined.len() < MAX_FUNCTIONS {
+                self.defined.insert((kind, id), name.clone());
+            }
+            Ok(name)
         }
     }
 }
@@ -131,7 +146,7 @@ pub fn parse(reader: impl BufRead) -> anyhow::Result<Counts> {
     for (n, line) in reader.lines().enumerate() {
         let line = line.with_context(|| format!("line {}", n + 1))?;
         let line = line.trim_end();
-        let at = || format!("line {}: {line:?}", n + 1);
+        let at = || format!("line {}: {:?}", n + 1, line.chars().take(120).collect::<String>());
         let Some(first) = line.chars().next() else { continue };
         if first.is_ascii_digit() || matches!(first, '+' | '-' | '*') {
             let costs = cost_line(line, positions).with_context(at)?;
@@ -146,7 +161,10 @@ pub fn parse(reader: impl BufRead) -> anyhow::Result<Counts> {
                 *s += c;
             }
             let ir = costs.first().copied().unwrap_or(0);
-            *functions.entry((object.clone(), function.clone())).or_default() += ir;
+            let key = (object.clone(), function.clone());
+            if functions.len() < MAX_FUNCTIONS || functions.contains_key(&key) {
+                *functions.entry(key).or_default() += ir;
+            }
             continue;
         }
         if first == '#' {

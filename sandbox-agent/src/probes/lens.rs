@@ -38,6 +38,8 @@ const VALGRIND: [&str; 2] = ["/usr/bin/valgrind", "/usr/local/bin/valgrind"];
 const LENS_DIR: &str = "/opt/sandbench/lens";
 /// Functions a profile keeps.
 const TOP_FUNCTIONS: usize = 200;
+/// Files of one lens run read (callgrind writes one per process of the tree).
+const MAX_FILES: usize = 512;
 /// What every lens run sees, in the report's words.
 pub const STATE: &str = "cold compile cache (an empty TMPDIR of its own), the user's other processes stopped, the home as the trial's timed runs left it";
 /// The probe typed into a start under the lens: fixed, so every run reads the same bytes.
@@ -228,7 +230,8 @@ impl Lens {
     fn profile(&self, seconds: f64) -> anyhow::Result<Profile> {
         let mut counts = Counts::default();
         let entries = std::fs::read_dir(&self.out).with_context(|| format!("cannot list {}", self.out.display()))?;
-        for entry in entries.flatten() {
+        // One file per process callgrind followed; the folder is the user's, so it is bounded.
+        for entry in entries.flatten().take(MAX_FILES) {
             let name = entry.file_name();
             if name.to_string_lossy().starts_with("callgrind.out.") && entry.file_type().is_ok_and(|t| t.is_file()) {
                 counts.add(callgrind::read_file(&entry.path())?);
@@ -251,7 +254,7 @@ impl Lens {
     fn valgrind_errors(&self) -> String {
         let mut lines = Vec::new();
         if let Ok(entries) = std::fs::read_dir(&self.out) {
-            for entry in entries.flatten() {
+            for entry in entries.flatten().take(MAX_FILES) {
                 if !entry.file_name().to_string_lossy().starts_with("valgrind.") {
                     continue;
                 }

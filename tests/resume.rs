@@ -173,9 +173,17 @@ fn assert_every_trial_once(report: &Report) {
     assert!(report.complete());
     for (name, side) in [("base", &report.base_side), ("head", &report.head_side)] {
         for (metric, samples) in &side.metrics {
-            let trials: Vec<u32> = samples.iter().map(|s| s.trial).collect();
-            let distinct: BTreeSet<u32> = trials.iter().copied().collect();
-            assert_eq!(trials.len(), distinct.len(), "{name} {metric} counted a trial twice: {trials:?}");
+            // A command repeated within a trial keeps each run as its own sample.
+            let slots: Vec<(u32, u32)> = samples.iter().map(|s| (s.trial, s.sample)).collect();
+            let distinct_slots: BTreeSet<(u32, u32)> = slots.iter().copied().collect();
+            assert_eq!(slots.len(), distinct_slots.len(), "{name} {metric} counted a sample twice: {slots:?}");
+            let mut runs: BTreeMap<u32, usize> = BTreeMap::new();
+            for &(trial, _) in &slots {
+                *runs.entry(trial).or_default() += 1;
+            }
+            let counts: BTreeSet<usize> = runs.values().copied().collect();
+            assert!(counts.len() <= 1, "{name} {metric}: trials of different sizes: {slots:?}");
+            let distinct: BTreeSet<u32> = runs.keys().copied().collect();
             if let Some(&expected) = report.expected.get(metric) {
                 assert_eq!(distinct, (0..expected).collect(), "{name} {metric}");
             }

@@ -83,8 +83,12 @@ async fn two_shards_of_the_demo_merge_into_one_report_and_one_ledger_entry() {
     for def in &report.metrics {
         let expected = report.expected_trials(&def.key);
         for side in [&report.base_side, &report.head_side] {
-            let got: Vec<u32> = side.metrics.get(&def.key).into_iter().flatten().map(|s| s.trial).collect();
+            // Each trial once (its first sample; a command repeated within a trial has more).
+            let samples: Vec<&sandbench::report::Sample> = side.metrics.get(&def.key).into_iter().flatten().collect();
+            let got: Vec<u32> = samples.iter().filter(|s| s.sample == 0).map(|s| s.trial).collect();
             assert_eq!(got, expected, "{}", def.key);
+            let slots: BTreeSet<(u32, u32)> = samples.iter().map(|s| (s.trial, s.sample)).collect();
+            assert_eq!(slots.len(), samples.len(), "{}: a sample counted twice", def.key);
         }
     }
     assert_eq!(report.expected_trials("cold"), [0, 1]);
@@ -100,7 +104,7 @@ async fn two_shards_of_the_demo_merge_into_one_report_and_one_ledger_entry() {
     }
 
     // The log: every shard's events, each naming its shard; a timed trial only from its owner,
-    // and each (sandbox, metric, trial) once.
+    // and each (sandbox, metric, trial, sample) once.
     let roles: BTreeMap<&str, &str> = report.sandboxes.iter().map(|s| (s.id.as_str(), s.role.as_str())).collect();
     let mut seen = BTreeSet::new();
     let text = std::fs::read_to_string(merged_dir.join("observations.jsonl")).unwrap();
@@ -111,12 +115,13 @@ async fn two_shards_of_the_demo_merge_into_one_report_and_one_ledger_entry() {
         }
         let (sandbox, metric, trial) =
             (event["sandbox"].as_str().unwrap(), event["metric"].as_str().unwrap(), event["trial"].as_u64().unwrap());
+        let sample = event["sample"].as_u64().unwrap_or(0);
         let shard = event["shard"].as_str().unwrap();
         assert!(roles[sandbox].ends_with(&format!("(shard {shard})")), "{line}");
         if ["cold", "install"].contains(&metric) {
             assert_eq!(shard, format!("{}/2", trial % 2 + 1), "{line}");
         }
-        assert!(seen.insert((sandbox.to_string(), metric.to_string(), trial)), "twice: {line}");
+        assert!(seen.insert((sandbox.to_string(), metric.to_string(), trial, sample)), "twice: {line}");
     }
     // One ledger entry, holding both shards' four sandboxes.
     let ledger = sandbench::cost::ledger::Ledger::open(&ledger_path).unwrap();

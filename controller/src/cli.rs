@@ -103,6 +103,38 @@ pub enum Command {
     /// one log, one report, one ledger entry.
     #[command(after_help = EXIT_STATUS_HELP)]
     Merge(crate::merge::MergeArgs),
+    /// Which commit between a good and a bad revision changed a metric: a binary search over
+    /// the first-parent commits, one sandbox per commit visited (bisect.json, bisect.md).
+    Bisect(BisectArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BisectArgs {
+    /// The bench spec (TOML).
+    pub spec: std::path::PathBuf,
+    /// A revision whose value is the old one.
+    #[arg(long)]
+    pub good: String,
+    /// A later revision (good must be its ancestor) whose value changed.
+    #[arg(long)]
+    pub bad: String,
+    /// The metric to follow (e.g. work, cold; work.cycles for the lens's cycles).
+    #[arg(long)]
+    pub metric: String,
+    /// What is read at each commit: the instruction lens's count (one run a commit) or wall time.
+    #[arg(long, value_enum, default_value_t = crate::bisect::Lens::Instructions)]
+    pub lens: crate::bisect::Lens,
+    /// Commits visited between the ends at most.
+    #[arg(long, default_value_t = 20)]
+    pub max_steps: u32,
+    /// Where the bisection's directory goes.
+    #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
+    pub out: std::path::PathBuf,
+    /// The sandbox-agent executable to ship (default: beside this one).
+    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
+    pub agent: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub dead_man: DeadMan,
 }
 
 #[derive(Debug, clap::Args)]
@@ -252,6 +284,22 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Publish(args) => crate::publish::command(args).await,
         Command::Ci(args) => crate::publish::ci::command(*args, ledger_path, cancel_on_signals()).await,
         Command::Merge(args) => crate::merge::command(args, &ledger_path),
+        Command::Bisect(args) => {
+            args.dead_man.apply();
+            let options = crate::bisect::BisectOptions {
+                spec: args.spec,
+                good: args.good,
+                bad: args.bad,
+                metric: args.metric,
+                lens: args.lens,
+                out: args.out,
+                agent: args.agent,
+                shipping: crate::provision::AgentShipping::Bind,
+                max_steps: args.max_steps,
+            };
+            let found = crate::bisect::command(options, cancel_on_signals()).await?;
+            Ok(if found { ExitCode::SUCCESS } else { ExitCode::from(exit::FAILED) })
+        }
     }
 }
 

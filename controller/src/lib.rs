@@ -7,6 +7,7 @@
 
 pub mod agent_binary;
 pub mod bench;
+pub mod bisect;
 pub mod cli;
 pub mod cost;
 pub mod debug;

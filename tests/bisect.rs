@@ -2,7 +2,7 @@
 //! work, so a lens run takes seconds) with nine commits, where commit 6 does 2 % more rounds of
 //! `demo work` and commit 7 does not build. The bisection finds commit 6 within four commits
 //! visited between the ends, names commit 7 as skipped, writes bisect.json and bisect.md, and
-//! leaves no sandbox behind.
+//! leaves no sandbox behind; a change made in three steps is said to be spread over them.
 
 mod support;
 
@@ -70,9 +70,8 @@ relative = 0.2
 group = "CLI"
 "##;
 
-/// Commits 1 (`good`) to 9 (`bad`): 6 does 2 % more rounds, 7 breaks package.json (npm pack
-/// fails in prepare), 8 mends it.
-fn repo() -> tempfile::TempDir {
+/// The demo with less work and the spec above, tagged `good` (and `base`).
+fn demo() -> tempfile::TempDir {
     let repo = support::demo_repo(|repo| {
         std::fs::write(repo.join("bench.toml"), SPEC).unwrap();
         let work = repo.join("lib/work.js");
@@ -81,23 +80,60 @@ fn repo() -> tempfile::TempDir {
         assert_ne!(less, text);
         std::fs::write(&work, less).unwrap();
     });
+    support::git(repo.path(), "tag good");
+    repo
+}
+
+/// Sets the demo's extra rounds of work to `pct` %.
+fn rounds(repo: &std::path::Path, pct: u32) {
+    let tuning = repo.join("lib/tuning.json");
+    let text = std::fs::read_to_string(&tuning).unwrap();
+    let at = text.find("\"work_rounds_pct\": ").unwrap() + "\"work_rounds_pct\": ".len();
+    let end = at + text[at..].find(|c: char| !c.is_ascii_digit()).unwrap();
+    std::fs::write(&tuning, format!("{}{pct}{}", &text[..at], &text[end..])).unwrap();
+}
+
+fn commit(repo: &std::path::Path, n: u32) {
+    support::git(repo, &format!("add -A && git -c user.name=t -c user.email=t@t commit -qm 'commit {n}'"));
+}
+
+fn options(repo: &std::path::Path, out: &std::path::Path) -> BisectOptions {
+    BisectOptions {
+        spec: repo.join("bench.toml"),
+        good: "good".into(),
+        bad: "bad".into(),
+        metric: "work".into(),
+        lens: Lens::Instructions,
+        out: out.to_path_buf(),
+        agent: None,
+        shipping: sandbench::provision::AgentShipping::Bind,
+        max_steps: 20,
+    }
+}
+
+async fn bisected(options: BisectOptions) -> (BisectReport, std::path::PathBuf) {
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let result = tokio::time::timeout(Duration::from_secs(1500), bisect(options, cancel)).await.unwrap().unwrap();
+    let docker = DockerProvisioner::connect(1).await.unwrap();
+    let left = sandbench::provision::Provisioner::list(&docker, Some((labels::RUN, &result.0.id))).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    result
+}
+
+/// Commits 1 (`good`) to 9 (`bad`): 6 does 2 % more rounds, 7 breaks package.json (npm pack
+/// fails in prepare), 8 mends it.
+fn repo() -> tempfile::TempDir {
+    let repo = demo();
     let path = repo.path();
-    support::git(path, "tag good");
     let package = std::fs::read_to_string(path.join("package.json")).unwrap();
     for n in 2..=9 {
         match n {
-            6 => {
-                let tuning = path.join("lib/tuning.json");
-                let text = std::fs::read_to_string(&tuning).unwrap();
-                let more = text.replace("\"work_rounds_pct\": 0", "\"work_rounds_pct\": 2");
-                assert_ne!(more, text);
-                std::fs::write(&tuning, more).unwrap();
-            }
+            6 => rounds(path, 2),
             7 => std::fs::write(path.join("package.json"), "{ not json").unwrap(),
             8 => std::fs::write(path.join("package.json"), &package).unwrap(),
             _ => std::fs::write(path.join(format!("notes-{n}.md")), format!("note {n}\n")).unwrap(),
         }
-        support::git(path, &format!("add -A && git -c user.name=t -c user.email=t@t commit -qm 'commit {n}'"));
+        commit(path, n);
     }
     support::git(path, "tag bad");
     repo
@@ -112,20 +148,7 @@ async fn the_lens_finds_the_commit_that_added_two_percent_and_skips_one_that_doe
     let _agent = support::agent();
     let repo = repo();
     let out = tempfile::tempdir().unwrap();
-    let options = BisectOptions {
-        spec: repo.path().join("bench.toml"),
-        good: "good".into(),
-        bad: "bad".into(),
-        metric: "work".into(),
-        lens: Lens::Instructions,
-        out: out.path().to_path_buf(),
-        agent: None,
-        shipping: sandbench::provision::AgentShipping::Bind,
-        max_steps: 20,
-    };
-    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
-    let (report, dir) =
-        tokio::time::timeout(Duration::from_secs(1500), bisect(options, cancel)).await.unwrap().unwrap();
+    let (report, dir) = bisected(options(repo.path(), out.path())).await;
 
     assert_eq!(report.key, "work.instructions");
     assert_eq!(report.commits.len(), 9);
@@ -162,13 +185,27 @@ async fn the_lens_finds_the_commit_that_added_two_percent_and_skips_one_that_doe
 
     // Its files: the JSON round-trips, the Markdown names the commit and the skipped one.
     let json: BisectReport = serde_json::from_slice(&std::fs::read(dir.join("bisect.json")).unwrap()).unwrap();
-    assert_eq!(json, report);
+    assert_eq!((&json.id, &json.commits, &json.visits), (&report.id, &report.commits, &report.visits));
+    assert!(matches!(json.outcome, Outcome::FirstBad { index: 5, .. }), "{:?}", json.outcome);
     let markdown = std::fs::read_to_string(dir.join("bisect.md")).unwrap();
     assert!(markdown.contains("first bad commit") && markdown.contains("'commit 6'"), "{markdown}");
     assert!(markdown.contains("skipped: prepare failed"), "{markdown}");
+}
 
-    // Nothing left behind.
-    let docker = DockerProvisioner::connect(1).await.unwrap();
-    let left = docker.list(Some((labels::RUN, &report.id))).await.unwrap();
-    assert!(left.is_empty(), "{left:?}");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_spread_over_three_commits_is_said_to_be_no_one_commit() {
+    let _agent = support::agent();
+    let repo = demo();
+    for n in 2..=4 {
+        rounds(repo.path(), n - 1);
+        commit(repo.path(), n);
+    }
+    support::git(repo.path(), "tag bad");
+    let out = tempfile::tempdir().unwrap();
+    let (report, dir) = bisected(options(repo.path(), out.path())).await;
+    let Outcome::Spread { from, to, share, .. } = report.outcome.clone() else { panic!("{:?}", report.outcome) };
+    assert_eq!((subject(&report, from), subject(&report, to)), ("commit 2", "commit 4"), "{report:#?}");
+    assert!(share > 0.2 && share < 0.5, "{share}");
+    let markdown = std::fs::read_to_string(dir.join("bisect.md")).unwrap();
+    assert!(markdown.contains("not one commit: the change is spread over"), "{markdown}");
 }

@@ -91,11 +91,7 @@ group = "CLI"
 fn lens_repo() -> tempfile::TempDir {
     let repo = support::demo_repo(|repo| {
         std::fs::write(repo.join("bench.toml"), SPEC).unwrap();
-        let work = repo.join("lib/work.js");
-        let text = std::fs::read_to_string(&work).unwrap();
-        let less = text.replace("const ROUNDS = 50_000_000;", "const ROUNDS = 5_000_000;");
-        assert_ne!(less, text);
-        std::fs::write(&work, less).unwrap();
+        support::less_work(repo);
         fixed_address_program(&repo.join("bin/fixed-address"));
     });
     let tuning = repo.path().join("lib/tuning.json");

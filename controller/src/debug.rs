@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use crate::observations::server::{Hub, HubConfig};
 use crate::observations::store::StoredBody;
-use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, Resources, labels};
+use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, labels};
 use crate::sandbox::{self, LiveSandbox};
 use crate::sandboxes::describe_event;
 use crate::spec::{Plan, SourceSettings};
@@ -76,12 +76,7 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
         _ => opts.rev.clone(),
     };
     let agent_plan = plan.agent_plan(&commit);
-    let stamp = crate::report::timestamp(SystemTime::now())
-        .replace(['-', ':'], "")
-        .replace('T', "-")
-        .trim_end_matches('Z')
-        .to_string();
-    let run_id = format!("debug-{stamp}");
+    let run_id = format!("debug-{}", crate::report::stamp(SystemTime::now()));
     let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(1).await?);
     let options = StationOptions {
         dir: opts.out.join(&run_id),
@@ -121,22 +116,8 @@ impl Session<'_> {
 
     async fn run(&self, steps: &[(&'static str, u32)], cancel: &mut watch::Receiver<bool>) -> anyhow::Result<bool> {
         let plan = self.plan;
-        let image = self.station.image().unwrap_or(&plan.sandbox.image);
-        let mut request = self.station.request("debug", image)?;
-        request.resources = Resources {
-            cpus: plan.sandbox.cpus,
-            cpuset: plan.sandbox.cpuset.clone(),
-            memory_bytes: plan.sandbox.memory_bytes,
-            pids_limit: plan.sandbox.pids_limit,
-        };
-        request.network = plan.sandbox.network;
-        request.ttl = plan.sandbox.ttl;
-        request.shipping = self.opts.shipping;
-        request.labels = [
-            (labels::USD_PER_HOUR.to_string(), format!("{:.6}", plan.hourly_usd())),
-            (labels::CONTROL.to_string(), self.control().display().to_string()),
-        ]
-        .into();
+        let mut request = self.station.plan_request("debug", plan, self.opts.shipping)?;
+        request.labels.insert(labels::CONTROL.to_string(), self.control().display().to_string());
         let live = self.station.launch(request, Duration::from_secs(120)).await?;
         let id = live.sandbox.id.clone();
         eprintln!("sandbox {id} ready in {:.2} s", live.provision_to_hello.as_secs_f64());

@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 use crate::observations::server::{Hub, HubConfig, ServerHandle};
 use crate::provision::{AgentShipping, Provisioner, Resources, Sandbox, SandboxRequest, labels};
 use crate::sandbox::{self, LiveSandbox, Teardown};
+use crate::spec::Plan;
 
 /// The folder of the per-sandbox socket folders, in the run directory.
 pub const SOCKETS_DIR: &str = "sock";
@@ -171,6 +172,24 @@ impl Station {
             token: String::new(),
             labels: Default::default(),
         })
+    }
+
+    /// A request for a sandbox of `plan`: the station's image, the plan's resources, network and
+    /// time to live, its hourly rate as a label, the agent shipped as `shipping`.
+    pub fn plan_request(&self, role: &str, plan: &Plan, shipping: AgentShipping) -> anyhow::Result<SandboxRequest> {
+        let image = self.image().unwrap_or(&plan.sandbox.image).to_string();
+        let mut request = self.request(role, &image)?;
+        request.resources = Resources {
+            cpus: plan.sandbox.cpus,
+            cpuset: plan.sandbox.cpuset.clone(),
+            memory_bytes: plan.sandbox.memory_bytes,
+            pids_limit: plan.sandbox.pids_limit,
+        };
+        request.network = plan.sandbox.network;
+        request.ttl = plan.sandbox.ttl;
+        request.shipping = shipping;
+        request.labels = [(labels::USD_PER_HOUR.to_string(), format!("{:.6}", plan.hourly_usd()))].into();
+        Ok(request)
     }
 
     /// Creates and starts a sandbox and waits for its agent's Hello (see [`sandbox::launch`]).

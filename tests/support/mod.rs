@@ -276,6 +276,15 @@ pub fn git(repo: &Path, args: &str) {
 /// A git repository holding a copy of examples/demo, changed by `edit`, committed and tagged
 /// `base` (on branch main). Its spec's steps run without the instruction lens (tests/lens.rs
 /// tests it; the others time the demo as they did).
+/// Cuts the demo's `demo work` to a tenth of its rounds (a lens run of it then takes seconds).
+pub fn less_work(repo: &Path) {
+    let work = repo.join("lib/work.js");
+    let text = std::fs::read_to_string(&work).unwrap();
+    let less = text.replace("const ROUNDS = 50_000_000;", "const ROUNDS = 5_000_000;");
+    assert_ne!(less, text, "the demo's work.js changed");
+    std::fs::write(&work, less).unwrap();
+}
+
 pub fn demo_repo(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
     copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo"), repo.path());

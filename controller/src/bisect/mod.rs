@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::observations::server::HubConfig;
 use crate::observations::store::{StoredBody, read_events};
-use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, Resources, labels};
+use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::Revision;
 use crate::spec::{Plan, SourceSettings};
 use crate::station::{Station, StationOptions};
@@ -108,7 +108,7 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
     let good = Revision { rev: opts.good.clone(), commit: crate::source::resolve(repository, &opts.good).await? };
     let bad = Revision { rev: opts.bad.clone(), commit: crate::source::resolve(repository, &opts.bad).await? };
     let commits = crate::source::first_parents(repository, &good.commit, &bad.commit).await?;
-    let id = format!("bisect-{}", stamp());
+    let id = format!("bisect-{}", crate::report::stamp(SystemTime::now()));
     let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(2).await?);
     let options = StationOptions {
         dir: opts.out.join(&id),
@@ -294,18 +294,7 @@ impl Probe<'_> {
         let short = crate::sanitize::prefix(&commit.commit, 8);
         eprintln!("[{short}] {}", crate::sanitize::terminal(&crate::sanitize::bounded(&commit.subject, 72)));
         let plan = self.plan;
-        let image = self.station.image().unwrap_or(&plan.sandbox.image).to_string();
-        let mut request = self.station.request(&format!("c{index}"), &image)?;
-        request.resources = Resources {
-            cpus: plan.sandbox.cpus,
-            cpuset: plan.sandbox.cpuset.clone(),
-            memory_bytes: plan.sandbox.memory_bytes,
-            pids_limit: plan.sandbox.pids_limit,
-        };
-        request.network = plan.sandbox.network;
-        request.ttl = plan.sandbox.ttl;
-        request.shipping = self.shipping;
-        request.labels = [(labels::USD_PER_HOUR.to_string(), format!("{:.6}", plan.hourly_usd()))].into();
+        let request = self.station.plan_request(&format!("c{index}"), plan, self.shipping)?;
         let live = self.station.launch(request, Duration::from_secs(120)).await?;
         let agent_plan = self.target.narrow(plan.agent_plan(&commit.commit));
         let ran = self.run_steps(&live.sandbox, &agent_plan).await;
@@ -371,14 +360,6 @@ impl Probe<'_> {
         }
         Ok(crate::stats::median(&values).map_or(Reading::Skipped("no value".into()), Reading::Value))
     }
-}
-
-fn stamp() -> String {
-    crate::report::timestamp(SystemTime::now())
-        .replace(['-', ':'], "")
-        .replace('T', "-")
-        .trim_end_matches('Z')
-        .to_string()
 }
 
 /// The answer in one line, for the terminal and the comment.

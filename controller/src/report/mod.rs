@@ -557,6 +557,11 @@ pub fn timestamp(t: std::time::SystemTime) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// A time as it names run directories: `20261202-195503` (UTC, seconds).
+pub fn stamp(t: std::time::SystemTime) -> String {
+    timestamp(t).replace(['-', ':'], "").replace('T', "-").trim_end_matches('Z').to_string()
+}
+
 #[cfg(test)]
 mod timestamp_tests {
     #[test]

@@ -457,11 +457,7 @@ async fn resolve_revisions(plan: &Plan, base: &str, head: &str) -> anyhow::Resul
 
 /// A new run's id: its start time and a random suffix.
 pub(crate) fn run_id() -> String {
-    let stamp = report::timestamp(SystemTime::now())
-        .replace(['-', ':'], "")
-        .replace('T', "-")
-        .trim_end_matches('Z')
-        .to_string();
+    let stamp = report::stamp(SystemTime::now());
     let mut random = [0u8; 3];
     rand::fill(&mut random);
     format!("{stamp}-{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>())

@@ -9,6 +9,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
+use sandbench::cost::ledger::Ledger;
 use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::Report;
 use sandbench::run::{RunOptions, run};
@@ -143,8 +144,10 @@ async fn the_lens_counts_the_same_twice_sees_one_percent_and_says_what_valgrind_
     let repo = lens_repo();
     let out = tempfile::tempdir().unwrap();
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let ledger = out.path().join("ledger.sqlite");
     let options = RunOptions {
         run_timeout: Duration::from_secs(1200),
+        ledger: Some(ledger.clone()),
         ..RunOptions::new(repo.path().join("bench.toml"), "base", "head", out.path())
     };
     let result = run(options, cancel).await.unwrap();
@@ -196,4 +199,8 @@ async fn the_lens_counts_the_same_twice_sees_one_percent_and_says_what_valgrind_
     assert!(!top.is_empty() && top[0].delta() > 0.0, "{top:?}");
     let html = std::fs::read_to_string(result.dir.join("report.html")).unwrap();
     assert!(html.contains("Where the instructions went"));
+    // The lens's cost is in the ledger too: its seconds, a part of the run's.
+    let (row, _) = Ledger::open(&ledger).unwrap().run(&run_id).unwrap().expect("the run's ledger row");
+    assert!((row.lens_seconds - lens.seconds).abs() < 1e-6, "{row:?} {lens:?}");
+    assert!(row.lens_seconds > 0.0 && row.lens_seconds < row.seconds && row.lens_usd > 0.0, "{row:?}");
 }

@@ -38,7 +38,9 @@ CREATE TABLE IF NOT EXISTS runs (
     allocation_usd REAL NOT NULL DEFAULT 0,
     max_usd REAL NOT NULL DEFAULT 0,
     usage_usd REAL NOT NULL DEFAULT 0,
-    run_dir TEXT NOT NULL
+    run_dir TEXT NOT NULL,
+    lens_seconds REAL NOT NULL DEFAULT 0,
+    lens_usd REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS sandboxes (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -73,6 +75,11 @@ CREATE TABLE IF NOT EXISTS merged (
     into_run TEXT NOT NULL REFERENCES runs(run_id)
 );
 ";
+
+/// Columns added to `runs` after its first release: (name, declaration). [`Ledger::open`] adds
+/// those an older ledger lacks, so its rows read with the default.
+const ADDED_RUN_COLUMNS: [(&str, &str); 2] =
+    [("lens_seconds", "REAL NOT NULL DEFAULT 0"), ("lens_usd", "REAL NOT NULL DEFAULT 0")];
 
 /// The status the ledger shows for a run that never recorded its end (its controller was killed).
 pub const UNFINISHED: &str = "unfinished";
@@ -116,6 +123,10 @@ pub struct RunRow {
     pub allocation_usd: f64,
     pub max_usd: f64,
     pub usage_usd: f64,
+    /// Sandbox seconds the instruction lens's runs took (part of `seconds`), and their share of
+    /// the estimated cost.
+    pub lens_seconds: f64,
+    pub lens_usd: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -129,6 +140,18 @@ pub struct PhaseRow {
     pub allocation_usd: f64,
     pub max_usd: f64,
     pub usage_usd: f64,
+}
+
+/// Adds the columns of [`ADDED_RUN_COLUMNS`] that a ledger written by an older sandbench lacks.
+fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('runs')")?;
+    let present: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    for (name, declaration) in ADDED_RUN_COLUMNS {
+        if !present.iter().any(|p| p == name) {
+            conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {name} {declaration}"))?;
+        }
+    }
+    Ok(())
 }
 
 pub struct Ledger {
@@ -146,6 +169,7 @@ impl Ledger {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA).with_context(|| format!("cannot set up the ledger {}", path.display()))?;
+        add_missing_columns(&conn).with_context(|| format!("cannot update the ledger {}", path.display()))?;
         Ok(Ledger { conn, path: path.to_path_buf() })
     }
 
@@ -230,6 +254,18 @@ impl Ledger {
         Ok(())
     }
 
+    /// Records what the instruction lens's runs of a run took: sandbox seconds and their share of
+    /// the estimated cost (both part of the run's totals, not added to them).
+    pub fn record_lens(&self, run_id: &str, seconds: f64, usd: f64) -> anyhow::Result<()> {
+        self.conn
+            .execute(
+                "UPDATE runs SET lens_seconds = ?2, lens_usd = ?3 WHERE run_id = ?1",
+                params![run_id, seconds, usd],
+            )
+            .context("cannot record the instruction lens's cost in the ledger")?;
+        Ok(())
+    }
+
     /// Runs that never recorded their end: (run id, run directory). Their controller may be
     /// alive (running) or dead (to be reconciled as abandoned).
     pub fn unfinished_runs(&self) -> anyhow::Result<Vec<(String, String)>> {
@@ -284,7 +320,8 @@ impl Ledger {
         let mut stmt = self.conn.prepare(&format!(
             "SELECT run_id, spec, repository, base_commit, head_commit,
                     CASE WHEN finished_at IS NULL THEN ?2 ELSE status END,
-                    started_at, finished_at, sandboxes, seconds, allocation_usd, max_usd, usage_usd
+                    started_at, finished_at, sandboxes, seconds, allocation_usd, max_usd, usage_usd,
+                    lens_seconds, lens_usd
              FROM runs WHERE started_at >= ?1 {filter} ORDER BY started_at DESC, run_id DESC"
         ))?;
         // Start times are stored as `report::timestamp` writes them (RFC 3339 in UTC, to the
@@ -305,6 +342,8 @@ impl Ledger {
                 allocation_usd: r.get(10)?,
                 max_usd: r.get(11)?,
                 usage_usd: r.get(12)?,
+                lens_seconds: r.get(13)?,
+                lens_usd: r.get(14)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -390,6 +429,27 @@ mod tests {
     }
 
     #[test]
+    fn a_ledger_written_before_the_lens_columns_gains_them_and_keeps_its_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.sqlite");
+        let mut old_schema =
+            SCHEMA.replace(",\n    lens_seconds REAL NOT NULL DEFAULT 0,\n    lens_usd REAL NOT NULL DEFAULT 0", "");
+        assert!(!old_schema.contains("lens_"), "the test's old schema still names the lens");
+        old_schema.push_str(
+            "INSERT INTO runs (run_id, spec, repository, base_rev, base_commit, head_rev, head_commit, status, started_at, run_dir)
+             VALUES ('old', 'demo', '/repo', 'main', 'a', 'pr', 'b', 'completed', '2026-11-01T10:00:00Z', '/runs/old');",
+        );
+        Connection::open(&path).unwrap().execute_batch(&old_schema).unwrap();
+        let ledger = Ledger::open(&path).unwrap();
+        let runs = ledger.runs(None).unwrap();
+        assert_eq!((runs.len(), runs[0].run_id.as_str(), runs[0].lens_seconds), (1, "old", 0.0));
+        ledger.record_lens("old", 12.0, 0.001).unwrap();
+        drop(ledger);
+        let again = Ledger::open(&path).unwrap();
+        assert_eq!(again.runs(None).unwrap()[0].lens_seconds, 12.0, "opened twice, the columns are added once");
+    }
+
+    #[test]
     fn a_run_round_trips_with_its_sandboxes_and_phases() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/ledger.sqlite");
@@ -413,6 +473,10 @@ mod tests {
         assert_eq!(phases.len(), 4);
         assert_eq!((phases[0].role.as_str(), phases[0].phase.as_str(), phases[0].seconds), ("base", "prepare", 20.0));
         assert!(ledger.run("nope").unwrap().is_none());
+        assert_eq!((run.lens_seconds, run.lens_usd), (0.0, 0.0), "no lens ran");
+        ledger.record_lens("r1", 30.0, 0.00125).unwrap();
+        let (run, _) = ledger.run("r1").unwrap().unwrap();
+        assert_eq!((run.lens_seconds, run.lens_usd, run.seconds), (30.0, 0.00125, 120.0), "a part of the run's time");
         let day = |d: &str| {
             Some(d.parse::<jiff::civil::Date>().unwrap().to_zoned(jiff::tz::TimeZone::UTC).unwrap().timestamp())
         };

@@ -136,7 +136,18 @@ fn usd(v: f64) -> String {
 }
 
 pub fn runs(rows: &[RunRow], format: Format) -> String {
-    let header = ["run", "spec", "status", "started", "sandboxes", "seconds", "allocation_usd", "max_usd", "usage_usd"];
+    let header = [
+        "run",
+        "spec",
+        "status",
+        "started",
+        "sandboxes",
+        "seconds",
+        "allocation_usd",
+        "max_usd",
+        "usage_usd",
+        "lens_seconds",
+    ];
     let cells = rows
         .iter()
         .map(|r| {
@@ -150,6 +161,7 @@ pub fn runs(rows: &[RunRow], format: Format) -> String {
                 usd(r.allocation_usd),
                 usd(r.max_usd),
                 usd(r.usage_usd),
+                format!("{:.1}", r.lens_seconds),
             ]
         })
         .collect();
@@ -180,6 +192,17 @@ pub fn groups(groups: &[Group], by: GroupBy, format: Format) -> String {
     render(format, &header, cells, &groups)
 }
 
+/// The instruction lens's part of a run, for the run's line: empty when it did not run.
+fn lens_words(run: &RunRow) -> String {
+    if run.lens_seconds <= 0.0 {
+        return String::new();
+    }
+    format!(
+        "\ninstruction lens: {:.0} s of the {:.0} s of sandbox time (~${:.4})",
+        run.lens_seconds, run.seconds, run.lens_usd
+    )
+}
+
 pub fn run(run: &RunRow, phases: &[PhaseRow], format: Format) -> String {
     #[derive(Serialize)]
     struct Detail<'a> {
@@ -205,13 +228,14 @@ pub fn run(run: &RunRow, phases: &[PhaseRow], format: Format) -> String {
         .collect();
     match format {
         Format::Table => format!(
-            "run {} ({}, {}): allocation ${:.4} · max(request, usage) ${:.4} · usage ${:.4}\n\n{}",
+            "run {} ({}, {}): allocation ${:.4} · max(request, usage) ${:.4} · usage ${:.4}{}\n\n{}",
             run.run_id,
             run.spec,
             run.status,
             run.allocation_usd,
             run.max_usd,
             run.usage_usd,
+            lens_words(run),
             table(&header, &cells)
         ),
         _ => render(format, &header, cells, &Detail { run, phases }),
@@ -237,7 +261,30 @@ mod tests {
             allocation_usd: usd,
             max_usd: usd,
             usage_usd: usd / 2.0,
+            lens_seconds: 0.0,
+            lens_usd: 0.0,
         }
+    }
+
+    #[test]
+    fn a_run_says_what_its_instruction_lens_took() {
+        let plain = row("r1", "demo", "2026-11-28", 0.01, "completed");
+        assert!(!run(&plain, &[], Format::Table).contains("instruction lens"));
+        let lensed = RunRow { lens_seconds: 45.0, lens_usd: 0.0075, ..plain };
+        let text = run(&lensed, &[], Format::Table);
+        assert!(text.contains("instruction lens: 45 s of the 60 s of sandbox time (~$0.0075)"), "{text}");
+        let csv = runs(std::slice::from_ref(&lensed), Format::Csv);
+        assert!(
+            csv.starts_with(
+                "run,spec,status,started,sandboxes,seconds,allocation_usd,max_usd,usage_usd,lens_seconds\n"
+            )
+        );
+        assert!(csv.lines().nth(1).unwrap().ends_with(",45.0"), "{csv}");
+        let json: serde_json::Value = serde_json::from_str(&run(&lensed, &[], Format::Json)).unwrap();
+        assert_eq!(
+            (json["run"]["lens_seconds"].as_f64(), json["run"]["lens_usd"].as_f64()),
+            (Some(45.0), Some(0.0075))
+        );
     }
 
     #[test]

@@ -199,9 +199,7 @@ pub fn changed_steps<'a>(report: &'a Report, comparisons: &[MetricComparison]) -
 /// "Instruction lens: N runs, X s of sandbox time (~$Y of the cost)", or None without lens runs.
 pub fn cost_words(report: &Report) -> Option<String> {
     let lens = report.lens.as_ref()?;
-    let lived: f64 = report.sandboxes.iter().map(|s| s.seconds).sum();
-    let usd = report.total_cost_usd().filter(|_| lived > 0.0).map(|total| total * lens.seconds / lived);
-    let share = usd.map_or(String::new(), |usd| format!(" (~${usd:.4} of the cost)"));
+    let share = report.lens_cost_usd().map_or(String::new(), |usd| format!(" (~${usd:.4} of the cost)"));
     Some(format!(
         "Instruction lens: {} run{}, {:.0} s of sandbox time{share}; each counted with a {}.",
         lens.runs,

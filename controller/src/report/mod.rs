@@ -536,6 +536,14 @@ impl Report {
         (!self.sandboxes.is_empty()).then(|| self.sandboxes.iter().map(|s| s.estimated_usd).sum())
     }
 
+    /// The instruction lens's share of the estimated cost: the cost times the lens's part of the
+    /// sandboxes' seconds. None without lens runs or costed sandboxes.
+    pub fn lens_cost_usd(&self) -> Option<f64> {
+        let lens = self.lens.as_ref()?;
+        let lived: f64 = self.sandboxes.iter().map(|s| s.seconds).sum();
+        self.total_cost_usd().filter(|_| lived > 0.0).map(|total| total * (lens.seconds / lived).min(1.0))
+    }
+
     /// SHA-256 of what makes two runs comparable: spec, revisions, image and resources.
     pub fn fingerprint(&self) -> String {
         use sha2::{Digest, Sha256};

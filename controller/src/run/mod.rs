@@ -292,8 +292,19 @@ fn record_shard(
 /// Closes the run's ledger entry; a failure becomes a warning of the report.
 fn settle_ledger(ledger: &mut Ledger, report: &mut Report) {
     let finished_at = report.finished_at.clone().unwrap_or_default();
-    if let Err(err) = ledger.finish_run(&report.run_id, report.status.as_str(), &finished_at, &report.sandboxes) {
+    let recorded = ledger
+        .finish_run(&report.run_id, report.status.as_str(), &finished_at, &report.sandboxes)
+        .and_then(|()| record_lens(ledger, report));
+    if let Err(err) = recorded {
         report.warnings.push(format!("cannot record the run in the ledger {}: {err:#}", ledger.path().display()));
+    }
+}
+
+/// The instruction lens's sandbox seconds and cost in the run's ledger row, when it ran.
+pub(crate) fn record_lens(ledger: &Ledger, report: &Report) -> anyhow::Result<()> {
+    match &report.lens {
+        Some(lens) => ledger.record_lens(&report.run_id, lens.seconds, report.lens_cost_usd().unwrap_or(0.0)),
+        None => Ok(()),
     }
 }
 

@@ -7,7 +7,7 @@
 //! with `--predictable --hash-seed=N --random-seed=N` and a preload that points
 //! `process.execPath` at the wrapper: a CLI started through `#!/usr/bin/env node` gets the flags,
 //! and so does every `node` it spawns with `process.execPath`. A `node` started by absolute path
-//! does not (the README says so).
+//! does not (the README says so). CPython gets `PYTHONHASHSEED=N` unless the step sets one.
 //!
 //! **State.** Each run gets an empty `TMPDIR` of its own (Node's compile cache lives there: the
 //! count is that of a cold compile cache) and runs after the user's processes were stopped; the
@@ -64,13 +64,16 @@ impl Lens {
         let valgrind = VALGRIND.iter().map(PathBuf::from).find(|p| p.is_file()).ok_or_else(|| {
             anyhow!("valgrind is not in this sandbox's image (looked in {}): the lens runs in the image sandbench derives with valgrind", VALGRIND.join(", "))
         })?;
-        let mut env = env.clone();
-        let path = env.get("PATH").cloned().unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        let path = env.get("PATH").cloned().unwrap_or_else(|| DEFAULT_PATH.into());
         let wrapper_dir = Path::new(LENS_DIR).join("bin");
-        if let Some(node) = find_in_path(&path, "node", &wrapper_dir) {
-            write_wrapper(&node, plan.seed)?;
-            env.insert("PATH".into(), format!("{}:{path}", wrapper_dir.display()));
-        }
+        let wrapped = match find_in_path(&path, "node", &wrapper_dir) {
+            Some(node) => {
+                write_wrapper(&node, plan.seed)?;
+                Some(wrapper_dir.as_path())
+            }
+            None => None,
+        };
+        let env = lens_env(env, wrapped, plan.seed);
         let scratch = crate::isolation::scratch_dir(user);
         let lens = Lens {
             valgrind,
@@ -324,6 +327,22 @@ fn write_wrapper(node: &Path, seed: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The PATH a step without one runs with.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// A lens run's environment: the step's, with the node wrapper's folder (when one was written)
+/// first on PATH, and `PYTHONHASHSEED` set to the seed unless the step sets it — CPython salts
+/// its str and bytes hashes at random otherwise, and set and dict orders, so the count, vary.
+fn lens_env(step: &BTreeMap<String, String>, wrapper_dir: Option<&Path>, seed: u32) -> BTreeMap<String, String> {
+    let mut env = step.clone();
+    if let Some(dir) = wrapper_dir {
+        let path = step.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+        env.insert("PATH".into(), format!("{}:{path}", dir.display()));
+    }
+    env.entry("PYTHONHASHSEED".into()).or_insert_with(|| seed.to_string());
+    env
+}
+
 /// Single-quoted for `/bin/sh`.
 fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
@@ -342,6 +361,21 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(out.stdout, b"it's $HOME");
+    }
+
+    #[test]
+    fn the_lens_environment_puts_the_wrapper_first_and_seeds_python() {
+        let step = BTreeMap::from([("PATH".to_string(), "/a:/b".to_string())]);
+        let env = lens_env(&step, Some(Path::new("/opt/sandbench/lens/bin")), 7);
+        assert_eq!(env["PATH"], "/opt/sandbench/lens/bin:/a:/b");
+        assert_eq!(env["PYTHONHASHSEED"], "7");
+        let bare = lens_env(&BTreeMap::new(), None, 1);
+        assert!(!bare.contains_key("PATH"), "no wrapper, no PATH of the lens's own");
+        assert_eq!(bare["PYTHONHASHSEED"], "1");
+        let own = BTreeMap::from([("PYTHONHASHSEED".to_string(), "0".to_string())]);
+        assert_eq!(lens_env(&own, None, 3)["PYTHONHASHSEED"], "0", "the step's own seed is kept");
+        let unset = lens_env(&BTreeMap::new(), Some(Path::new("/w")), 1);
+        assert_eq!(unset["PATH"], format!("/w:{DEFAULT_PATH}"));
     }
 
     #[test]

@@ -362,31 +362,39 @@ impl Probe<'_> {
     }
 }
 
-/// The answer in one line, for the terminal and the comment.
+/// The answer in one line, for the terminal and the comment: "`cold` regressed +8.00 %: first
+/// bad commit abc12345 'load plugins eagerly' (+7.60 % of the +8.00 %)".
 pub fn headline(report: &BisectReport) -> String {
     let commit = |i: usize| {
         let c = &report.commits[i];
         format!("{} '{}'", crate::sanitize::prefix(&c.commit, 8), crate::sanitize::prefix(&c.subject, 72))
     };
-    let total = change(report).map_or(String::new(), |c| format!(" {c:+.2} %"));
+    let total = change(report);
+    // Every metric sandbench keeps is better lower (times, bytes, counts).
+    let moved = match total {
+        Some(c) if c > 0.0 => format!("regressed {c:+.2} %"),
+        Some(c) => format!("improved {c:+.2} %"),
+        None => "changed".to_string(),
+    };
+    let of_total = |share: f64| match total {
+        Some(c) => format!("{:+.2} % of the {c:+.2} %", share * c),
+        None => format!("{:.0} % of the change", share * 100.0),
+    };
     match &report.outcome {
-        Outcome::FirstBad { index, share } => format!(
-            "`{}` changed{total}: first bad commit {} ({:.0} % of the change)",
-            report.key,
-            commit(*index),
-            share * 100.0
-        ),
+        Outcome::FirstBad { index, share } => {
+            format!("`{}` {moved}: first bad commit {} ({})", report.key, commit(*index), of_total(*share))
+        }
         Outcome::Spread { from, to, largest, share } => format!(
-            "`{}` changed{total}: not one commit: the change is spread over {}..{} (the largest step, {}, is {:.0} % of it)",
+            "`{}` {moved}: not one commit: the change is spread over {}..{} (the largest step, {}, is {})",
             report.key,
             crate::sanitize::prefix(&report.commits[*from].commit, 8),
             crate::sanitize::prefix(&report.commits[*to].commit, 8),
             commit(*largest),
-            share * 100.0
+            of_total(*share)
         ),
         Outcome::Unresolved { candidates, why } => {
             let names: Vec<String> = candidates.iter().map(|&i| commit(i)).collect();
-            format!("`{}` changed{total}: the first bad commit is one of {} ({why})", report.key, names.join(", "))
+            format!("`{}` {moved}: the first bad commit is one of {} ({why})", report.key, names.join(", "))
         }
         Outcome::NoChange => format!("`{}`: good and bad do not differ; nothing to bisect", report.key),
     }
@@ -402,6 +410,12 @@ fn change(report: &BisectReport) -> Option<f64> {
     };
     let (good, bad) = (value(0)?, value(report.commits.len() - 1)?);
     (good != 0.0).then(|| (bad / good - 1.0) * 100.0)
+}
+
+/// A value as `bisect.md` shows it: a count whole with separators, a time in seconds to the
+/// microsecond (a wall-time median of 0.142 s is not "0").
+fn shown_value(v: f64) -> String {
+    crate::spec::numbers::number(v, if v.abs() >= 1e4 { 0 } else { 6 }, false)
 }
 
 /// `bisect.md`: the answer, then every commit visited (product text escaped: no pings, no links).
@@ -421,7 +435,7 @@ pub fn markdown(report: &BisectReport) -> String {
             Reading::Value(v) => {
                 let progress = search.as_ref().map(|s| s.progress(*v)).unwrap_or(0.0);
                 let side = if progress >= 0.5 { "bad" } else { "good" };
-                (format!("{v:.0}"), format!("{side} ({:.0} % of the way)", progress * 100.0))
+                (shown_value(*v), format!("{side} ({:.0} % of the way)", progress * 100.0))
             }
             Reading::Skipped(why) => ("—".to_string(), format!("skipped: {}", escape_clipped(why, 120))),
         };
@@ -447,4 +461,50 @@ pub async fn command(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyh
     println!("{}", crate::sanitize::terminal(&headline(&report)));
     println!("{}", dir.join("bisect.json").display());
     Ok(!matches!(report.outcome, Outcome::Unresolved { .. }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(good: f64, bad: f64, outcome: Outcome) -> BisectReport {
+        let commits: Vec<Commit> = (0..4)
+            .map(|n| Commit { commit: format!("{n}{}", "a".repeat(39)), subject: format!("commit {n}") })
+            .collect();
+        let visit = |index: usize, v: f64| Visit { index, reading: Reading::Value(v), seconds: 1.0 };
+        BisectReport {
+            id: "bisect-x".into(),
+            spec: "demo".into(),
+            key: "cold".into(),
+            lens: Lens::Wall,
+            good: Revision { rev: "good".into(), commit: commits[0].commit.clone() },
+            bad: Revision { rev: "bad".into(), commit: commits[3].commit.clone() },
+            commits,
+            visits: vec![visit(0, good), visit(3, bad), visit(2, bad)],
+            outcome,
+            steps: 1,
+            sandbox_seconds: 3.0,
+            cost_usd: 0.001,
+        }
+    }
+
+    #[test]
+    fn the_headline_says_regressed_and_the_commits_part_of_the_change() {
+        let first_bad = report(0.125, 0.135, Outcome::FirstBad { index: 2, share: 0.95 });
+        assert_eq!(
+            headline(&first_bad),
+            "`cold` regressed +8.00 %: first bad commit 2aaaaaaa 'commit 2' (+7.60 % of the +8.00 %)"
+        );
+        let faster = report(0.2, 0.1, Outcome::FirstBad { index: 2, share: 1.0 });
+        assert!(
+            headline(&faster).starts_with("`cold` improved -50.00 %: first bad commit 2aaaaaaa"),
+            "{}",
+            headline(&faster)
+        );
+        let spread = report(0.125, 0.135, Outcome::Spread { from: 1, to: 3, largest: 2, share: 0.5 });
+        assert!(headline(&spread).ends_with("(the largest step, 2aaaaaaa 'commit 2', is +4.00 % of the +8.00 %)"));
+        // A wall-time value in seconds is shown as such, not rounded to 0.
+        let markdown = markdown(&first_bad);
+        assert!(markdown.contains("| 0.125000 |") && markdown.contains("| 0.135000 |"), "{markdown}");
+    }
 }

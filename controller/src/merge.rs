@@ -328,7 +328,7 @@ fn record(ledger: &Path, shards: &[Loaded], report: &Report, out: &Path) -> anyh
     ledger.begin_run(&report.run_start(&report.spec_name, repository, out))?;
     let finished = report.finished_at.clone().unwrap_or_default();
     ledger.finish_run(&report.run_id, report.status.as_str(), &finished, &report.sandboxes)?;
-    crate::run::record_lens(&ledger, &report)?;
+    crate::run::record_lens(&ledger, report)?;
     let ids: Vec<String> = shards.iter().map(|s| s.record.part.run_id.clone()).collect();
     ledger.mark_merged(&ids, &report.run_id)
 }

@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use sandbench::bisect::{BisectOptions, BisectReport, Lens, Outcome, Reading, bisect};
+use sandbench::cost::ledger::Ledger;
 use sandbench::provision::{DockerProvisioner, labels};
 
 const SPEC: &str = r##"name = "bisect"
@@ -104,6 +105,7 @@ fn options(repo: &std::path::Path, out: &std::path::Path) -> BisectOptions {
         agent: None,
         shipping: sandbench::provision::AgentShipping::Bind,
         max_steps: 20,
+        ledger: Some(out.join("ledger.sqlite")),
     }
 }
 
@@ -178,6 +180,13 @@ async fn the_lens_finds_the_commit_that_added_two_percent_and_skips_one_that_doe
     indices.dedup();
     assert_eq!(indices.len(), report.visits.len());
     assert!(report.sandbox_seconds > 0.0 && report.cost_usd > 0.0, "{report:?}");
+    // The ledger holds the bisection as a run of its own: every sandbox it made, its cost.
+    let ledger = Ledger::open(&out.path().join("ledger.sqlite")).unwrap();
+    let (row, phases) = ledger.run(&report.id).unwrap().expect("the bisection's ledger row");
+    assert_eq!((row.status.as_str(), row.sandboxes as usize), ("completed", report.visits.len()), "{row:?}");
+    assert_eq!(report.sandboxes.len(), report.visits.len());
+    assert!((row.allocation_usd - report.cost_usd).abs() < 1e-9, "{row:?} {}", report.cost_usd);
+    assert!(phases.iter().all(|p| p.phase == "bisect" && p.seconds > 0.0), "{phases:?}");
 
     // Its files: the JSON round-trips, the Markdown names the commit and the skipped one.
     let json: BisectReport = serde_json::from_slice(&std::fs::read(dir.join("bisect.json")).unwrap()).unwrap();

@@ -296,6 +296,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 agent: args.agent,
                 shipping: crate::provision::AgentShipping::Bind,
                 max_steps: args.max_steps,
+                ledger: Some(ledger_path),
             };
             let found = crate::bisect::command(options, cancel_on_signals()).await?;
             Ok(if found { ExitCode::SUCCESS } else { ExitCode::from(exit::FAILED) })

@@ -4,12 +4,13 @@
 //! count is the same on every run, so one run per commit decides; wall time takes the phase's
 //! trials in that sandbox and compares medians. Commits that fail to build, install or run are
 //! skipped and named, as `git bisect skip` does. The answer goes into `bisect.json` and
-//! `bisect.md` in the bisection's directory.
+//! `bisect.md` in the bisection's directory, and its sandboxes into the cost ledger as a run of
+//! its own (`bisect-<time>`, good as base and bad as head).
 
 pub mod search;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
@@ -18,10 +19,12 @@ use sandbench_proto::v1::PhaseStatus;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::cost::SandboxRecord;
+use crate::cost::ledger::{Ledger, RunStart};
 use crate::observations::server::HubConfig;
 use crate::observations::store::{StoredBody, read_events};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
-use crate::report::Revision;
+use crate::report::{Revision, Status};
 use crate::spec::{Plan, SourceSettings};
 use crate::station::{Station, StationOptions};
 pub use search::{Outcome, Reading, Search};
@@ -55,6 +58,8 @@ pub struct BisectOptions {
     pub shipping: AgentShipping,
     /// Commits visited between the ends at most.
     pub max_steps: u32,
+    /// The cost ledger to record the bisection in (None: no ledger).
+    pub ledger: Option<PathBuf>,
 }
 
 /// A commit of the range, good first.
@@ -95,6 +100,9 @@ pub struct BisectReport {
     pub sandbox_seconds: f64,
     /// At the spec's rate card.
     pub cost_usd: f64,
+    /// Every sandbox the bisection made, as the ledger holds them.
+    #[serde(default)]
+    pub sandboxes: Vec<SandboxRecord>,
 }
 
 /// Runs the bisection and writes its answer; Err only before its directory exists, or when an
@@ -108,7 +116,8 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
     let good = Revision { rev: opts.good.clone(), commit: crate::source::resolve(repository, &opts.good).await? };
     let bad = Revision { rev: opts.bad.clone(), commit: crate::source::resolve(repository, &opts.bad).await? };
     let commits = crate::source::first_parents(repository, &good.commit, &bad.commit).await?;
-    let id = format!("bisect-{}", crate::report::stamp(SystemTime::now()));
+    let started = SystemTime::now();
+    let id = format!("bisect-{}", crate::report::stamp(started));
     let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(2).await?);
     let options = StationOptions {
         dir: opts.out.join(&id),
@@ -119,6 +128,26 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
         hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
     };
     let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
+    // The ledger entry is made before the first sandbox, so a bisection killed from here on shows
+    // as unfinished.
+    let ledger = match &opts.ledger {
+        Some(path) => {
+            let ledger = Ledger::open(path)?;
+            ledger.begin_run(&RunStart {
+                run_id: id.clone(),
+                spec: plan.name.clone(),
+                repository: repository.display().to_string(),
+                base_rev: good.rev.clone(),
+                base_commit: good.commit.clone(),
+                head_rev: bad.rev.clone(),
+                head_commit: bad.commit.clone(),
+                started_at: crate::report::timestamp(started),
+                run_dir: station.dir().display().to_string(),
+            })?;
+            Some(ledger)
+        }
+        None => None,
+    };
     eprintln!(
         "bisect {id}: {} over {} commits, {} ({}) good, {} ({}) bad",
         target.key,
@@ -128,10 +157,29 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
         crate::sanitize::terminal(&bad.rev),
         crate::sanitize::prefix(&bad.commit, 8),
     );
-    let probe = Probe { station: &station, plan: &plan, target: &target, shipping: opts.shipping, cancel };
+    let probe = Probe {
+        station: &station,
+        plan: &plan,
+        target: &target,
+        shipping: opts.shipping,
+        cancel: cancel.clone(),
+        records: Mutex::default(),
+    };
     let walked = walk(&probe, &commits, opts.max_steps).await;
     for warning in station.close().await {
         eprintln!("warning: {warning}");
+    }
+    let sandboxes = probe.records.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Some(mut ledger) = ledger {
+        let status = match (&walked, *cancel.borrow()) {
+            (Ok(_), _) => Status::Completed,
+            (Err(_), true) => Status::Canceled,
+            (Err(_), false) => Status::Failed,
+        };
+        let finished = crate::report::timestamp(SystemTime::now());
+        if let Err(err) = ledger.finish_run(&id, status.as_str(), &finished, &sandboxes) {
+            eprintln!("warning: cannot record the bisection in the ledger {}: {err:#}", ledger.path().display());
+        }
     }
     let (visits, outcome) = walked?;
     let sandbox_seconds: f64 = visits.iter().map(|v| v.seconds).sum();
@@ -147,7 +195,8 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
         visits,
         outcome,
         sandbox_seconds,
-        cost_usd: sandbox_seconds / 3600.0 * plan.hourly_usd(),
+        cost_usd: sandboxes.iter().map(|s| s.estimated_usd).sum(),
+        sandboxes,
     };
     let dir = station.dir().to_path_buf();
     std::fs::write(dir.join("bisect.json"), serde_json::to_vec_pretty(&report)?)?;
@@ -286,6 +335,8 @@ struct Probe<'a> {
     target: &'a Target,
     shipping: AgentShipping,
     cancel: watch::Receiver<bool>,
+    /// The sandboxes made so far, for the ledger.
+    records: Mutex<Vec<SandboxRecord>>,
 }
 
 impl Probe<'_> {
@@ -299,9 +350,11 @@ impl Probe<'_> {
         let agent_plan = self.target.narrow(plan.agent_plan(&commit.commit));
         let ran = self.run_steps(&live.sandbox, &agent_plan).await;
         let down = self.station.teardown(&live.sandbox).await;
-        if let Some(err) = down.removal_error {
+        if let Some(err) = &down.removal_error {
             eprintln!("warning: {err}");
         }
+        let record = self.record(&live.sandbox, &down);
+        self.records.lock().unwrap_or_else(|e| e.into_inner()).push(record);
         let reading = match ran? {
             Err(why) => Reading::Skipped(why),
             Ok(()) => self.read(&live.sandbox.id)?,
@@ -311,6 +364,32 @@ impl Probe<'_> {
             Reading::Skipped(why) => eprintln!("[{short}] skipped: {}", crate::sanitize::terminal(why)),
         }
         Ok(Visit { index, reading, seconds: started.elapsed().as_secs_f64().max(down.lifetime.as_secs_f64()) })
+    }
+
+    /// A commit's sandbox as the ledger keeps it: its lifetime charged at the spec's rate card
+    /// as one stretch, `bisect` (its usage is not sampled: the usage figure is 0).
+    fn record(&self, sandbox: &crate::provision::Sandbox, down: &crate::sandbox::Teardown) -> SandboxRecord {
+        let seconds = down.lifetime.as_secs_f64();
+        let stretch =
+            crate::cost::PhaseUsage { phase: "bisect".into(), seconds, cpu_seconds: 0.0, memory_gib_seconds: 0.0 };
+        let cost = crate::cost::sandbox_cost(
+            &self.plan.cost,
+            self.plan.allocation(),
+            vec![stretch],
+            down.removal_error.is_some(),
+            self.plan.sandbox.ttl.as_secs_f64(),
+        );
+        SandboxRecord {
+            id: sandbox.id.clone(),
+            role: sandbox.role.clone(),
+            created_at: crate::report::timestamp(sandbox.requested_at),
+            removed_at: down.removal_error.is_none().then(|| crate::report::timestamp(SystemTime::now())),
+            seconds: cost.charged_seconds.max(seconds),
+            deleted: down.removal_error.is_none(),
+            estimated_usd: cost.allocation_usd,
+            peak_memory_bytes: 0,
+            cost: Some(cost),
+        }
     }
 
     /// Ok(Err(why)) when a step of the commit failed (it is skipped); Err when the bisection cannot go on.
@@ -485,6 +564,7 @@ mod tests {
             steps: 1,
             sandbox_seconds: 3.0,
             cost_usd: 0.001,
+            sandboxes: Vec::new(),
         }
     }
 

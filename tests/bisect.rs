@@ -2,7 +2,9 @@
 //! work, so a lens run takes seconds) with nine commits, where commit 6 does 2 % more rounds of
 //! `demo work` and commit 7 does not build. The bisection finds commit 6 within four commits
 //! visited between the ends, names commit 7 as skipped, writes bisect.json and bisect.md, and
-//! leaves no sandbox behind; a change made in three steps is said to be spread over them.
+//! leaves no sandbox behind; a change made in three steps is said to be spread over them. Cut
+//! short after one commit, a bisection resumed goes on from the commits it measured. `sandbench
+//! run --bisect` bisects what regressed and puts the answer in its report and comment.
 
 mod support;
 
@@ -106,12 +108,20 @@ fn options(repo: &std::path::Path, out: &std::path::Path) -> BisectOptions {
         shipping: sandbench::provision::AgentShipping::Bind,
         max_steps: 20,
         ledger: Some(out.join("ledger.sqlite")),
+        id: None,
     }
 }
 
 async fn bisected(options: BisectOptions) -> (BisectReport, std::path::PathBuf) {
+    no_sandbox_left(bisect_within(options).await.unwrap()).await
+}
+
+async fn bisect_within(options: BisectOptions) -> anyhow::Result<(BisectReport, std::path::PathBuf)> {
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
-    let result = tokio::time::timeout(Duration::from_secs(1500), bisect(options, cancel)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(1500), bisect(options, cancel)).await.unwrap()
+}
+
+async fn no_sandbox_left(result: (BisectReport, std::path::PathBuf)) -> (BisectReport, std::path::PathBuf) {
     let docker = DockerProvisioner::connect(1).await.unwrap();
     let left = sandbench::provision::Provisioner::list(&docker, Some((labels::RUN, &result.0.id))).await.unwrap();
     assert!(left.is_empty(), "{left:?}");
@@ -146,7 +156,19 @@ async fn the_lens_finds_the_commit_that_added_two_percent_and_skips_one_that_doe
     let _agent = support::agent();
     let repo = repo();
     let out = tempfile::tempdir().unwrap();
-    let (report, dir) = bisected(options(repo.path(), out.path())).await;
+    // Cut short after one commit between the ends: unresolved, and bisect.json says how far.
+    let (first, dir) = bisected(BisectOptions { max_steps: 1, ..options(repo.path(), out.path()) }).await;
+    assert!(matches!(&first.outcome, Outcome::Unresolved { why, .. } if why.contains("step limit")), "{first:?}");
+    assert_eq!(first.visits.len(), 3, "{:?}", first.visits);
+    // Resumed: the commits measured are not measured again, the search goes on from them.
+    let resumed = BisectOptions {
+        max_steps: 20,
+        ledger: Some(out.path().join("ledger.sqlite")),
+        ..BisectOptions::resume(&dir).unwrap()
+    };
+    let (report, again) = bisected(resumed).await;
+    assert_eq!((again, &report.id), (dir.clone(), &first.id));
+    assert_eq!(report.visits[..3], first.visits[..], "the earlier visits are kept as they were");
 
     assert_eq!(report.key, "work.instructions");
     assert_eq!(report.commits.len(), 9);
@@ -213,4 +235,53 @@ async fn a_change_spread_over_three_commits_is_said_to_be_no_one_commit() {
     assert!(share > 0.2 && share < 0.5, "{share}");
     let markdown = std::fs::read_to_string(dir.join("bisect.md")).unwrap();
     assert!(markdown.contains("not one commit: the change is spread over"), "{markdown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_bisect_names_the_commit_in_its_report_comment_and_ledger() {
+    let _agent = support::agent();
+    let repo = repo();
+    let spec = repo.path().join("bench.toml");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    std::fs::write(&spec, format!("{text}\n[bisect]\nmax_steps = 6\n")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let ledger = out.path().join("ledger.sqlite");
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let options = sandbench::run::RunOptions {
+        run_timeout: Duration::from_secs(1200),
+        ledger: Some(ledger.clone()),
+        bisect: true,
+        ..sandbench::run::RunOptions::new(&spec, "good", "bad", out.path())
+    };
+    let result = tokio::time::timeout(Duration::from_secs(1800), sandbench::run::run(options, cancel)).await.unwrap();
+    let result = result.unwrap();
+    let run_id = result.dir.file_name().unwrap().to_string_lossy().to_string();
+    let docker = DockerProvisioner::connect(1).await.unwrap();
+    let left = sandbench::provision::Provisioner::list(&docker, None).await.unwrap();
+    let ours =
+        |c: &&sandbench::provision::ContainerInfo| c.labels.get(labels::RUN).is_some_and(|r| r.starts_with(&run_id));
+    assert!(!left.iter().any(|c| ours(&c)), "{left:?}");
+    let report = &result.report;
+    assert_eq!(report.status, sandbench::report::Status::Completed, "{:?}", report.errors);
+    // The count regressed, and only it (its cycles are answered by the same search).
+    assert_eq!(report.bisections.len(), 1, "{:?} {:?}", report.bisections, report.warnings);
+    let line = &report.bisections[0];
+    assert_eq!((line.key.as_str(), line.dir.as_str()), ("work.instructions", "bisect-work.instructions"));
+    assert!(line.words.contains("first bad commit") && line.words.contains("'commit 6'"), "{line:?}");
+    assert!(line.steps <= 4 && line.cost_usd > 0.0, "{line:?}");
+    let bisection = BisectReport::load(&result.dir.join(&line.dir)).unwrap();
+    assert_eq!(subject(&bisection, 0), "base");
+    // Its sandboxes are the run's: in the report's cost and the ledger's row.
+    let charged = report.sandboxes.len();
+    assert_eq!(charged, 2 + bisection.visits.len(), "{:?}", report.sandboxes);
+    let ledger = Ledger::open(&ledger).unwrap();
+    let (row, _) = ledger.run(&report.run_id).unwrap().expect("the run's ledger row");
+    assert_eq!((row.status.as_str(), row.sandboxes as usize), ("completed", charged), "{row:?}");
+    let total: f64 = report.sandboxes.iter().map(|s| s.estimated_usd).sum();
+    assert!((row.allocation_usd - total).abs() < 1e-9 && bisection.cost_usd > 0.0, "{row:?}");
+    // The comment carries the answer, as `publish` posts report.md.
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    let said = markdown.lines().find(|l| l.starts_with("**Bisect:** `work.instructions` regressed +"));
+    let said = said.unwrap_or_else(|| panic!("{markdown}"));
+    assert!(said.contains("first bad commit") && said.contains("'commit 6'"), "{said}");
 }

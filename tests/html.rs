@@ -64,6 +64,7 @@ fn report() -> Report {
         comparisons: Vec::new(),
         conditions: Vec::new(),
         lens: None,
+        bisections: Vec::new(),
     }
 }
 

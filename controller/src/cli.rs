@@ -111,22 +111,27 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct BisectArgs {
     /// The bench spec (TOML).
-    pub spec: std::path::PathBuf,
+    #[arg(required_unless_present = "resume")]
+    pub spec: Option<std::path::PathBuf>,
     /// A revision whose value is the old one.
-    #[arg(long)]
-    pub good: String,
+    #[arg(long, required_unless_present = "resume")]
+    pub good: Option<String>,
     /// A later revision (good must be its ancestor) whose value changed.
-    #[arg(long)]
-    pub bad: String,
+    #[arg(long, required_unless_present = "resume")]
+    pub bad: Option<String>,
     /// The metric to follow (e.g. work, cold; work.cycles for the lens's cycles).
-    #[arg(long)]
-    pub metric: String,
+    #[arg(long, required_unless_present = "resume")]
+    pub metric: Option<String>,
     /// What is read at each commit: the instruction lens's count (one run a commit) or wall time.
     #[arg(long, value_enum, default_value_t = crate::bisect::Lens::Instructions)]
     pub lens: crate::bisect::Lens,
-    /// Commits visited between the ends at most.
+    /// Commits visited between the ends at most (those of an earlier attempt included).
     #[arg(long, default_value_t = 20)]
     pub max_steps: u32,
+    /// Go on with the bisection in this directory (its bisect.json names the spec, the ends,
+    /// the metric and the lens), from the commits it measured already.
+    #[arg(long, conflicts_with_all = ["spec", "good", "bad", "metric", "lens"])]
+    pub resume: Option<std::path::PathBuf>,
     /// Where the bisection's directory goes.
     #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
     pub out: std::path::PathBuf,
@@ -168,6 +173,10 @@ pub struct RunArgs {
     /// Run only shard I of N of the pairs (e.g. 1/2; merge the shards with `sandbench merge`).
     #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard)]
     pub shard: Option<crate::shard::Shard>,
+    /// Once the run is decided, bisect every regressed metric between base and head (within
+    /// `[bisect] max_steps` and the budget): which commit did it, in the report and the comment.
+    #[arg(long, conflicts_with = "shard")]
+    pub bisect: bool,
     /// Stop scheduling work when the estimated cost reaches this many USD.
     #[arg(long)]
     pub budget: Option<f64>,
@@ -286,18 +295,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Merge(args) => crate::merge::command(args, &ledger_path),
         Command::Bisect(args) => {
             args.dead_man.apply();
-            let options = crate::bisect::BisectOptions {
-                spec: args.spec,
-                good: args.good,
-                bad: args.bad,
-                metric: args.metric,
-                lens: args.lens,
-                out: args.out,
-                agent: args.agent,
-                shipping: crate::provision::AgentShipping::Bind,
-                max_steps: args.max_steps,
-                ledger: Some(ledger_path),
+            let mut options = match &args.resume {
+                Some(dir) => crate::bisect::BisectOptions::resume(dir)?,
+                None => crate::bisect::BisectOptions {
+                    spec: args.spec.unwrap_or_default(),
+                    good: args.good.unwrap_or_default(),
+                    bad: args.bad.unwrap_or_default(),
+                    metric: args.metric.unwrap_or_default(),
+                    lens: args.lens,
+                    out: args.out,
+                    agent: None,
+                    shipping: crate::provision::AgentShipping::Bind,
+                    max_steps: 0,
+                    ledger: None,
+                    id: None,
+                },
             };
+            options.agent = args.agent;
+            options.max_steps = args.max_steps;
+            options.ledger = Some(ledger_path);
             let found = crate::bisect::command(options, cancel_on_signals()).await?;
             Ok(if found { ExitCode::SUCCESS } else { ExitCode::from(exit::FAILED) })
         }
@@ -348,6 +364,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         shard: args.shard,
         engine_wait: args.engine_wait,
         force_valgrind: false,
+        bisect: args.bisect,
     };
     let result = crate::run::run(options, cancel_rx).await?;
     Ok(print_result(&result))

@@ -9,7 +9,7 @@
 
 pub mod search;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -60,7 +60,41 @@ pub struct BisectOptions {
     pub max_steps: u32,
     /// The cost ledger to record the bisection in (None: no ledger).
     pub ledger: Option<PathBuf>,
+    /// The bisection's id, when it continues one (`--resume`); None: a new one.
+    pub id: Option<String>,
 }
+
+impl BisectOptions {
+    /// The options that continue the bisection in `dir` (`sandbench bisect --resume DIR`): its
+    /// spec, ends, metric and lens as its `bisect.json` holds them.
+    pub fn resume(dir: &Path) -> anyhow::Result<BisectOptions> {
+        let report = BisectReport::load(dir)?;
+        if report.spec_path.as_os_str().is_empty() {
+            bail!("{} does not name its spec: it cannot be resumed", dir.join(BISECT_FILE).display());
+        }
+        let out = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+        let id = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        if id != report.id {
+            bail!("{} holds the bisection {:?}, not {id:?}", dir.join(BISECT_FILE).display(), report.id);
+        }
+        Ok(BisectOptions {
+            spec: report.spec_path,
+            good: report.good.commit,
+            bad: report.bad.commit,
+            metric: report.key,
+            lens: report.lens,
+            out,
+            agent: None,
+            shipping: AgentShipping::Bind,
+            max_steps: 20,
+            ledger: None,
+            id: Some(id),
+        })
+    }
+}
+
+/// A bisection's answer, in its directory.
+pub const BISECT_FILE: &str = "bisect.json";
 
 /// A commit of the range, good first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,11 +114,15 @@ pub struct Visit {
     pub seconds: f64,
 }
 
-/// `bisect.json`.
+/// `bisect.json`: written when the bisection begins and after every commit it measures (its
+/// outcome "not finished" until the end), so that a bisection cut short goes on from there.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BisectReport {
     pub id: String,
     pub spec: String,
+    /// The spec file, for `--resume`.
+    #[serde(default)]
+    pub spec_path: PathBuf,
     /// The metric read at every commit (`work.instructions`, `cold`, …).
     pub key: String,
     pub lens: Lens,
@@ -105,8 +143,153 @@ pub struct BisectReport {
     pub sandboxes: Vec<SandboxRecord>,
 }
 
-/// Runs the bisection and writes its answer; Err only before its directory exists, or when an
-/// end cannot be measured.
+impl BisectReport {
+    /// A bisection about to visit its first commit.
+    fn begun(job: &Job<'_>, commits: Vec<Commit>) -> BisectReport {
+        BisectReport {
+            id: job.id.clone(),
+            spec: job.plan.name.clone(),
+            spec_path: job.plan.spec_path.clone(),
+            key: job.target.key.clone(),
+            lens: job.target.lens,
+            good: job.good.clone(),
+            bad: job.bad.clone(),
+            commits,
+            visits: Vec::new(),
+            outcome: not_finished(),
+            steps: 0,
+            sandbox_seconds: 0.0,
+            cost_usd: 0.0,
+            sandboxes: Vec::new(),
+        }
+    }
+
+    pub fn load(dir: &Path) -> anyhow::Result<BisectReport> {
+        let path = dir.join(BISECT_FILE);
+        let text = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_slice(&text).with_context(|| format!("{} is not a bisection's answer", path.display()))
+    }
+
+    /// Its figures from its visits and sandboxes, then `bisect.json` and `bisect.md` in `dir`.
+    fn save(&mut self, dir: &Path) -> anyhow::Result<()> {
+        self.steps = self.visits.iter().filter(|v| v.index != 0 && v.index + 1 != self.commits.len()).count();
+        self.sandbox_seconds = self.visits.iter().map(|v| v.seconds).sum();
+        self.cost_usd = self.sandboxes.iter().map(|s| s.estimated_usd).sum();
+        std::fs::write(dir.join(BISECT_FILE), serde_json::to_vec_pretty(self)?)?;
+        std::fs::write(dir.join("bisect.md"), markdown(self))?;
+        Ok(())
+    }
+
+    fn reading(&self, index: usize) -> Option<&Reading> {
+        self.visits.iter().find(|v| v.index == index).map(|v| &v.reading)
+    }
+}
+
+/// The outcome `bisect.json` holds while the bisection runs.
+fn not_finished() -> Outcome {
+    Outcome::Unresolved { candidates: Vec::new(), why: "not finished (`sandbench bisect --resume DIR` goes on)".into() }
+}
+
+/// One bisection: what it follows between which commits, what it may spend, and where its
+/// answer goes.
+pub struct Job<'a> {
+    pub plan: &'a Plan,
+    pub repository: PathBuf,
+    pub good: Revision,
+    pub bad: Revision,
+    pub target: Target,
+    /// Commits visited between the ends at most (those of an earlier attempt included).
+    pub max_steps: u32,
+    /// What it may spend at the spec's rate card, in USD (None: no bound).
+    pub budget_usd: Option<f64>,
+    /// Its directory: `bisect.json`, `bisect.md` and its sandboxes' observations.
+    pub dir: PathBuf,
+    /// Its id, which names its sandboxes.
+    pub id: String,
+    pub agent: Option<PathBuf>,
+    pub shipping: AgentShipping,
+}
+
+/// What a bisection ended with.
+pub struct Bisected {
+    /// Its answer, as `bisect.json` holds it (every attempt's visits and sandboxes).
+    pub report: BisectReport,
+    /// The sandboxes this attempt made.
+    pub made: Vec<SandboxRecord>,
+    /// Why it ended before its answer (an end that cannot be measured, Ctrl-C, the engine).
+    pub error: Option<String>,
+}
+
+/// Runs `job` on `provisioner`, going on from an earlier attempt's `bisect.json` in its
+/// directory. Err only before its first sandbox; after that the answer is written whatever
+/// happened (Unresolved, with the error, when the bisection could not finish).
+pub async fn conduct(
+    provisioner: Arc<dyn Provisioner>,
+    job: Job<'_>,
+    cancel: watch::Receiver<bool>,
+) -> anyhow::Result<Bisected> {
+    let commits = crate::source::first_parents(&job.repository, &job.good.commit, &job.bad.commit).await?;
+    std::fs::create_dir_all(&job.dir).with_context(|| format!("cannot create {}", job.dir.display()))?;
+    let mut report = match BisectReport::load(&job.dir) {
+        Ok(earlier) => {
+            let same = earlier.key == job.target.key
+                && earlier.lens == job.target.lens
+                && earlier.commits == commits
+                && earlier.good.commit == job.good.commit;
+            if !same {
+                bail!("{} holds another bisection; give another directory", job.dir.join(BISECT_FILE).display());
+            }
+            eprintln!("bisect {}: going on after the {} commits measured before", job.id, earlier.visits.len());
+            BisectReport { outcome: not_finished(), ..earlier }
+        }
+        Err(_) if !job.dir.join(BISECT_FILE).exists() => BisectReport::begun(&job, commits),
+        Err(err) => return Err(err),
+    };
+    report.save(&job.dir)?;
+    let options = StationOptions {
+        dir: job.dir.clone(),
+        run_id: job.id.clone(),
+        image: Some(job.plan.sandbox.image.clone()),
+        valgrind: job.target.lens == Lens::Instructions,
+        agent: job.agent.clone(),
+        hub: HubConfig { output_cap_bytes: job.plan.sandbox.output_cap_bytes, ..HubConfig::default() },
+    };
+    let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
+    let earlier = report.sandboxes.len();
+    let probe = Probe {
+        station: &station,
+        plan: job.plan,
+        target: &job.target,
+        shipping: job.shipping,
+        cancel,
+        records: Mutex::new(report.sandboxes.clone()),
+        dir: &job.dir,
+    };
+    let walked = walk(&probe, &mut report, &job).await;
+    for warning in station.close().await {
+        eprintln!("warning: {warning}");
+    }
+    report.sandboxes = probe.records.into_inner().unwrap_or_else(|e| e.into_inner());
+    let made = report.sandboxes[earlier..].to_vec();
+    let error = match walked {
+        Ok(outcome) => {
+            report.outcome = outcome;
+            None
+        }
+        Err(err) => {
+            let why = format!("{err:#}");
+            let candidates = (1..report.commits.len()).collect();
+            report.outcome = Outcome::Unresolved { candidates, why: why.clone() };
+            Some(why)
+        }
+    };
+    if let Err(err) = report.save(&job.dir) {
+        eprintln!("warning: cannot write {}: {err:#}", job.dir.join(BISECT_FILE).display());
+    }
+    Ok(Bisected { report, made, error })
+}
+
+/// `sandbench bisect`: the bisection on Docker, in its own directory and ledger entry.
 pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<(BisectReport, PathBuf)> {
     let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     let target = Target::of(&plan, &opts.metric, opts.lens)?;
@@ -115,123 +298,132 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
     };
     let good = Revision { rev: opts.good.clone(), commit: crate::source::resolve(repository, &opts.good).await? };
     let bad = Revision { rev: opts.bad.clone(), commit: crate::source::resolve(repository, &opts.bad).await? };
-    let commits = crate::source::first_parents(repository, &good.commit, &bad.commit).await?;
     let started = SystemTime::now();
-    let id = format!("bisect-{}", crate::report::stamp(started));
+    let id = opts.id.clone().unwrap_or_else(|| format!("bisect-{}", crate::report::stamp(started)));
+    let dir = crate::station::run_dir(&opts.out.join(&id))?;
     let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(2).await?);
-    let options = StationOptions {
-        dir: opts.out.join(&id),
-        run_id: id.clone(),
-        image: Some(plan.sandbox.image.clone()),
-        valgrind: opts.lens == Lens::Instructions,
-        agent: opts.agent.clone(),
-        hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
-    };
-    let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
-    // The ledger entry is made before the first sandbox, so a bisection killed from here on shows
-    // as unfinished.
+    // The ledger entry is made before the first sandbox, so a bisection killed from here on
+    // shows as unfinished; a resumed one is put back to running.
     let ledger = match &opts.ledger {
         Some(path) => {
             let ledger = Ledger::open(path)?;
-            ledger.begin_run(&RunStart {
-                run_id: id.clone(),
-                spec: plan.name.clone(),
-                repository: repository.display().to_string(),
-                base_rev: good.rev.clone(),
-                base_commit: good.commit.clone(),
-                head_rev: bad.rev.clone(),
-                head_commit: bad.commit.clone(),
-                started_at: crate::report::timestamp(started),
-                run_dir: station.dir().display().to_string(),
-            })?;
+            if !(opts.id.is_some() && ledger.reopen_run(&id)?) {
+                ledger.begin_run(&RunStart {
+                    run_id: id.clone(),
+                    spec: plan.name.clone(),
+                    repository: repository.display().to_string(),
+                    base_rev: good.rev.clone(),
+                    base_commit: good.commit.clone(),
+                    head_rev: bad.rev.clone(),
+                    head_commit: bad.commit.clone(),
+                    started_at: crate::report::timestamp(started),
+                    run_dir: dir.display().to_string(),
+                })?;
+            }
             Some(ledger)
         }
         None => None,
     };
     eprintln!(
-        "bisect {id}: {} over {} commits, {} ({}) good, {} ({}) bad",
+        "bisect {id}: {} from {} ({}) good to {} ({}) bad",
         target.key,
-        commits.len(),
         crate::sanitize::terminal(&good.rev),
         crate::sanitize::prefix(&good.commit, 8),
         crate::sanitize::terminal(&bad.rev),
         crate::sanitize::prefix(&bad.commit, 8),
     );
-    let probe = Probe {
-        station: &station,
+    let job = Job {
         plan: &plan,
-        target: &target,
+        repository: repository.clone(),
+        good,
+        bad,
+        target,
+        max_steps: opts.max_steps,
+        budget_usd: plan.cost.budget_usd,
+        dir: dir.clone(),
+        id: id.clone(),
+        agent: opts.agent.clone(),
         shipping: opts.shipping,
-        cancel: cancel.clone(),
-        records: Mutex::default(),
     };
-    let walked = walk(&probe, &commits, opts.max_steps).await;
-    for warning in station.close().await {
-        eprintln!("warning: {warning}");
-    }
-    let sandboxes = probe.records.into_inner().unwrap_or_else(|e| e.into_inner());
+    let bisected = conduct(provisioner, job, cancel.clone()).await;
     if let Some(mut ledger) = ledger {
-        let status = match (&walked, *cancel.borrow()) {
-            (Ok(_), _) => Status::Completed,
-            (Err(_), true) => Status::Canceled,
-            (Err(_), false) => Status::Failed,
+        let (status, sandboxes) = match &bisected {
+            Ok(b) if b.error.is_none() => (Status::Completed, b.report.sandboxes.as_slice()),
+            Ok(b) => (if *cancel.borrow() { Status::Canceled } else { Status::Failed }, b.report.sandboxes.as_slice()),
+            Err(_) => (Status::Failed, &[][..]),
         };
         let finished = crate::report::timestamp(SystemTime::now());
-        if let Err(err) = ledger.finish_run(&id, status.as_str(), &finished, &sandboxes) {
+        if let Err(err) = ledger.finish_run(&id, status.as_str(), &finished, sandboxes) {
             eprintln!("warning: cannot record the bisection in the ledger {}: {err:#}", ledger.path().display());
         }
     }
-    let (visits, outcome) = walked?;
-    let sandbox_seconds: f64 = visits.iter().map(|v| v.seconds).sum();
-    let report = BisectReport {
-        id,
-        spec: plan.name.clone(),
-        key: target.key.clone(),
-        lens: opts.lens,
-        good,
-        bad,
-        steps: visits.len().saturating_sub(2),
-        commits,
-        visits,
-        outcome,
-        sandbox_seconds,
-        cost_usd: sandboxes.iter().map(|s| s.estimated_usd).sum(),
-        sandboxes,
-    };
-    let dir = station.dir().to_path_buf();
-    std::fs::write(dir.join("bisect.json"), serde_json::to_vec_pretty(&report)?)?;
-    std::fs::write(dir.join("bisect.md"), markdown(&report))?;
-    Ok((report, dir))
+    let bisected = bisected?;
+    match bisected.error {
+        Some(error) => Err(anyhow::anyhow!("{error} (its commits so far are in {})", dir.display())),
+        None => Ok((bisected.report, dir)),
+    }
 }
 
-/// Measures both ends, then whatever the search asks for, up to `max_steps` commits between.
-async fn walk(probe: &Probe<'_>, commits: &[Commit], max_steps: u32) -> anyhow::Result<(Vec<Visit>, Outcome)> {
+/// Measures both ends (unless an earlier attempt did), replays what an earlier attempt read,
+/// then visits whatever the search asks for, up to the job's steps and budget; `bisect.json`
+/// after every commit.
+async fn walk(probe: &Probe<'_>, report: &mut BisectReport, job: &Job<'_>) -> anyhow::Result<Outcome> {
+    let commits = report.commits.clone();
     let last = commits.len() - 1;
+    let (need_good, need_bad) = (report.reading(0).is_none(), report.reading(last).is_none());
     // Both ends at once under the lens (counts do not mind a busy machine); wall time one by one.
     let (good, bad) = match probe.target.lens {
-        Lens::Instructions => tokio::join!(probe.measure(0, &commits[0]), probe.measure(last, &commits[last])),
-        Lens::Wall => (probe.measure(0, &commits[0]).await, probe.measure(last, &commits[last]).await),
+        Lens::Instructions => {
+            tokio::join!(probe.visit(need_good, 0, &commits[0]), probe.visit(need_bad, last, &commits[last]))
+        }
+        Lens::Wall => (probe.visit(need_good, 0, &commits[0]).await, probe.visit(need_bad, last, &commits[last]).await),
     };
-    let (good, bad) = (good?, bad?);
-    let value = |visit: &Visit, end: &str| match &visit.reading {
-        Reading::Value(v) => Ok(*v),
-        Reading::Skipped(why) => Err(anyhow::anyhow!("the {end} end cannot be measured: {why}")),
+    let mut failed = None;
+    for end in [good, bad] {
+        match end {
+            Ok(visit) => report.visits.extend(visit),
+            Err(err) => failed = failed.or(Some(err)),
+        }
+    }
+    probe.save(report);
+    if let Some(err) = failed {
+        return Err(err);
+    }
+    let value = |index: usize, end: &str| match report.reading(index) {
+        Some(Reading::Value(v)) => Ok(*v),
+        Some(Reading::Skipped(why)) => Err(anyhow::anyhow!("the {end} end cannot be measured: {why}")),
+        None => Err(anyhow::anyhow!("the {end} end was not measured")),
     };
     let tolerance = match probe.target.lens {
         Lens::Instructions => COUNT_TOLERANCE,
         Lens::Wall => WALL_TOLERANCE,
     };
-    let mut search = Search::new(commits.len(), value(&good, "good")?, value(&bad, "bad")?, tolerance);
-    let mut visits = vec![good, bad];
+    let mut search = Search::new(commits.len(), value(0, "good")?, value(last, "bad")?, tolerance);
+    for visit in report.visits.iter().filter(|v| v.index != 0 && v.index != last) {
+        search.record(visit.index, visit.reading.clone());
+    }
+    let mut stopped = None;
     while let Some(index) = search.next() {
-        if visits.len() - 2 >= max_steps as usize || *probe.cancel.borrow() {
+        if report.visits.len() - 2 >= job.max_steps as usize {
+            break;
+        }
+        if *probe.cancel.borrow() {
+            bail!("canceled");
+        }
+        if job.budget_usd.is_some_and(|budget| probe.next_would_exceed(budget)) {
+            stopped = Some("the budget was reached");
             break;
         }
         let visit = probe.measure(index, &commits[index]).await?;
         search.record(index, visit.reading.clone());
-        visits.push(visit);
+        report.visits.push(visit);
+        probe.save(report);
     }
-    Ok((visits, search.outcome()))
+    let mut outcome = search.outcome();
+    if let (Some(stop), Outcome::Unresolved { why, .. }) = (stopped, &mut outcome) {
+        *why = stop.to_string();
+    }
+    Ok(outcome)
 }
 
 /// The metric a bisection reads, and the one step that records it.
@@ -335,11 +527,37 @@ struct Probe<'a> {
     target: &'a Target,
     shipping: AgentShipping,
     cancel: watch::Receiver<bool>,
-    /// The sandboxes made so far, for the ledger.
+    /// The sandboxes made so far (an earlier attempt's first), for the ledger and the budget.
     records: Mutex<Vec<SandboxRecord>>,
+    /// Where `bisect.json` goes.
+    dir: &'a Path,
 }
 
 impl Probe<'_> {
+    /// [`Probe::measure`] when `wanted`.
+    async fn visit(&self, wanted: bool, index: usize, commit: &Commit) -> anyhow::Result<Option<Visit>> {
+        match wanted {
+            true => self.measure(index, commit).await.map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// Whether one more commit, at what a commit has cost so far, would spend more than `budget`.
+    fn next_would_exceed(&self, budget: f64) -> bool {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let spent: f64 = records.iter().map(|r| r.estimated_usd).sum();
+        let each = if records.is_empty() { 0.0 } else { spent / records.len() as f64 };
+        spent + each > budget
+    }
+
+    /// `bisect.json` as it stands (a failure to write it is a warning: the search goes on).
+    fn save(&self, report: &mut BisectReport) {
+        report.sandboxes = self.records.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Err(err) = report.save(self.dir) {
+            eprintln!("warning: cannot write {}: {err:#}", self.dir.join(BISECT_FILE).display());
+        }
+    }
+
     async fn measure(&self, index: usize, commit: &Commit) -> anyhow::Result<Visit> {
         let started = Instant::now();
         let short = crate::sanitize::prefix(&commit.commit, 8);
@@ -444,6 +662,11 @@ impl Probe<'_> {
 /// The answer in one line, for the terminal and the comment: "`cold` regressed +8.00 %: first
 /// bad commit abc12345 'load plugins eagerly' (+7.60 % of the +8.00 %)".
 pub fn headline(report: &BisectReport) -> String {
+    format!("`{}`{}", report.key, words(report))
+}
+
+/// The headline after the metric's name (product text raw: escape it for Markdown).
+pub fn words(report: &BisectReport) -> String {
     let commit = |i: usize| {
         let c = &report.commits[i];
         format!("{} '{}'", crate::sanitize::prefix(&c.commit, 8), crate::sanitize::prefix(&c.subject, 72))
@@ -461,21 +684,25 @@ pub fn headline(report: &BisectReport) -> String {
     };
     match &report.outcome {
         Outcome::FirstBad { index, share } => {
-            format!("`{}` {moved}: first bad commit {} ({})", report.key, commit(*index), of_total(*share))
+            format!(" {moved}: first bad commit {} ({})", commit(*index), of_total(*share))
         }
         Outcome::Spread { from, to, largest, share } => format!(
-            "`{}` {moved}: not one commit: the change is spread over {}..{} (the largest step, {}, is {})",
-            report.key,
+            " {moved}: not one commit: the change is spread over {}..{} (the largest step, {}, is {})",
             crate::sanitize::prefix(&report.commits[*from].commit, 8),
             crate::sanitize::prefix(&report.commits[*to].commit, 8),
             commit(*largest),
             of_total(*share)
         ),
+        Outcome::Unresolved { candidates, why }
+            if candidates.is_empty() || candidates.len() + 1 >= report.commits.len() =>
+        {
+            format!(" {moved}: no first bad commit found ({why})")
+        }
         Outcome::Unresolved { candidates, why } => {
             let names: Vec<String> = candidates.iter().map(|&i| commit(i)).collect();
-            format!("`{}` {moved}: the first bad commit is one of {} ({why})", report.key, names.join(", "))
+            format!(" {moved}: the first bad commit is one of {} ({why})", names.join(", "))
         }
-        Outcome::NoChange => format!("`{}`: good and bad do not differ; nothing to bisect", report.key),
+        Outcome::NoChange => ": good and bad do not differ; nothing to bisect".to_string(),
     }
 }
 
@@ -554,6 +781,7 @@ mod tests {
         BisectReport {
             id: "bisect-x".into(),
             spec: "demo".into(),
+            spec_path: PathBuf::from("bench.toml"),
             key: "cold".into(),
             lens: Lens::Wall,
             good: Revision { rev: "good".into(), commit: commits[0].commit.clone() },

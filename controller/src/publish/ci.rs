@@ -59,6 +59,10 @@ pub struct CiArgs {
     /// combines the shards, and `sandbench publish` posts the merged run.
     #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard, requires = "no_publish")]
     pub shard: Option<crate::shard::Shard>,
+    /// Once the run is decided, bisect every regressed metric between base and head (within
+    /// `[bisect] max_steps` and the budget): which commit did it, in the report and the comment.
+    #[arg(long, conflicts_with = "shard")]
+    pub bisect: bool,
     /// Stop scheduling work when the estimated cost reaches this many USD.
     #[arg(long)]
     pub budget: Option<f64>,
@@ -256,6 +260,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         shard: args.shard,
         engine_wait: crate::run::engine::DEFAULT_ENGINE_WAIT,
         force_valgrind: false,
+        bisect: args.bisect,
     };
     let result = match crate::run::run(options, cancel).await {
         Ok(result) => result,

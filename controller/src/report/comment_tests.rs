@@ -220,6 +220,33 @@ fn five_hundred_metrics_and_500_long_warnings_fit_with_every_changed_row() {
 }
 
 #[test]
+fn a_bisection_is_said_beside_the_changed_rows_inert_and_never_cut() {
+    let metrics: Vec<(String, &str, &str, Shape)> = (0..500)
+        .map(|i| (format!("A metric with a long title of some length, number {i}"), "ms", "CLI", QUIET))
+        .collect();
+    let mut report = run(&metrics);
+    report.warnings = (0..500).map(long_warning).collect();
+    report.bisections = vec![crate::report::BisectLine {
+        key: "work.instructions".into(),
+        words: " regressed +2.00 %: first bad commit 0123abcd 'ping @octocat, see owner/repo#1 | *x*' (+2.00 % of the +2.00 %)"
+            .into(),
+        dir: "bisect-work.instructions".into(),
+        steps: 3,
+        sandbox_seconds: 61.0,
+        cost_usd: 0.0123,
+    }];
+    for rule in [Rule::Paired, Rule::Reference] {
+        report.rule = rule;
+        let md = markdown::render(&report);
+        assert!(md.len() <= comment::RENDER_BYTES, "{}", md.len());
+        let line = md.lines().find(|l| l.starts_with("**Bisect:** `work.instructions` regressed +2.00 %: first bad"));
+        let line = line.unwrap_or_else(|| panic!("{rule:?}: {md}"));
+        assert!(!line.contains("@octocat") && !line.contains("repo#1") && !line.contains(" | "), "{line}");
+        assert!(line.ends_with("3 commits visited, 61 s of sandbox time (~$0.0123)."), "{line}");
+    }
+}
+
+#[test]
 fn more_changed_rows_than_fit_still_make_a_comment_that_posts() {
     let title = "x".repeat(110);
     let metrics: Vec<(String, &str, &str, Shape)> =

@@ -79,6 +79,7 @@ fn paired(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], comparis
             blocks.push(Block::kept(format!("{}.\n\n", capitalised(&rest))));
         }
     }
+    blocks.extend(bisect_block(report));
     blocks.push(Block::kept(resolution_block(&rows)));
     blocks.push(Block::kept(failure_diagnostics(&report.all_errors())));
     collapsed_warnings(blocks, &warnings::groups(report, comparisons));
@@ -103,6 +104,7 @@ fn reference(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], compa
         blocks.push(Block::list(Class::Warnings, format!("**{}:**\n\n", group.title), items, tail, "warnings"));
     }
     blocks.push(Block::kept(format!("{}\n\n", overall(comparisons))));
+    blocks.extend(bisect_block(report));
     let rows = summary::rows(defs, comparisons);
     for (i, group) in groups(&rows).into_iter().enumerate() {
         let name = if i > 0 { format!("**{}**\n\n", escape_clipped(group, MAX_TITLE)) } else { String::new() };
@@ -333,6 +335,29 @@ fn instructions_block(report: &Report, comparisons: &[MetricComparison]) -> Opti
         super::instructions::SHOWN
     );
     Some(Block::list(Class::Details, head, lines, "\n</details>\n\n".into(), "functions"))
+}
+
+/// `run --bisect`'s answers, one line each, kept with the changed rows: "**Bisect:** `cold`
+/// regressed +8.00 %: first bad commit abc12345 'load plugins eagerly' (+7.60 % of the +8.00 %)".
+fn bisect_block(report: &Report) -> Option<Block> {
+    if report.bisections.is_empty() {
+        return None;
+    }
+    let mut out = String::new();
+    for line in &report.bisections {
+        // In a code span nothing is a mention or a link; only a backtick could end it.
+        let key =
+            crate::sanitize::terminal(crate::sanitize::prefix(&line.key, MAX_TITLE)).replace(['`', '\n', '\r'], "'");
+        let _ = writeln!(
+            out,
+            "**Bisect:** `{key}`{} — {} commits visited, {:.0} s of sandbox time (~${:.4}).\n",
+            escape_clipped(&line.words, MAX_BULLET),
+            line.steps,
+            line.sandbox_seconds,
+            line.cost_usd
+        );
+    }
+    Some(Block::kept(out))
 }
 
 fn short(commit: &str) -> &str {

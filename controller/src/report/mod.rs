@@ -251,6 +251,24 @@ pub struct Report {
     /// The instruction lens's runs: their cost and where their instructions went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lens: Option<instructions::LensSummary>,
+    /// `run --bisect`: the answer for each regressed metric.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bisections: Vec<BisectLine>,
+}
+
+/// A bisection of `run --bisect`, as the report shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BisectLine {
+    /// The metric followed.
+    pub key: String,
+    /// Its answer after the metric's name (`crate::bisect::words`; product text, raw).
+    pub words: String,
+    /// Its folder in the run directory (`bisect.json`, `bisect.md`).
+    pub dir: String,
+    /// Commits visited between the ends.
+    pub steps: usize,
+    pub sandbox_seconds: f64,
+    pub cost_usd: f64,
 }
 
 /// The comparison of one metric. `comparison.outcome` is the decision of the report's rule;

@@ -116,6 +116,7 @@ pub(super) fn example(status: Status) -> Report {
         comparisons: Vec::new(),
         conditions: Vec::new(),
         lens: None,
+        bisections: Vec::new(),
     }
 }
 

@@ -50,6 +50,8 @@ pub(super) struct Finished {
     pub reason: Option<String>,
     /// How far an adaptive run went.
     pub adapted: Option<super::adapt::Adapted>,
+    /// The sandboxes' provisioner, when it was reached (`--bisect` goes on with it).
+    pub provisioner: Option<Arc<dyn Provisioner>>,
 }
 
 impl Finished {
@@ -62,6 +64,7 @@ impl Finished {
             warnings: Vec::new(),
             reason: Some(error),
             adapted: None,
+            provisioner: None,
         }
     }
 }
@@ -89,6 +92,7 @@ pub(super) async fn execute(
         hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
     };
     let engine = Engine::new(provisioner.clone(), opts.engine_wait);
+    let kept = provisioner.clone();
     let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;
     let pairs = opts.pairs as usize;
     let run = Run {
@@ -136,7 +140,7 @@ pub(super) async fn execute(
     };
     let status = status_of(stop, any_ready, &mut errors);
     let adapted = run.adaptive.as_ref().map(super::adapt::Adaptive::adapted);
-    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason, adapted })
+    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason, adapted, provisioner: Some(kept) })
 }
 
 /// Both sides of every pair, each with its sandbox's role in this attempt.

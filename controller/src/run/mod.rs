@@ -14,6 +14,7 @@
 //! one, and [`story`] is how the terminal ends the run.
 
 mod adapt;
+mod bisections;
 mod display;
 pub mod engine;
 mod execute;
@@ -73,6 +74,8 @@ pub struct RunOptions {
     pub engine_wait: Duration,
     /// Runs as if the plan needed valgrind (tests): every sandbox from the derived image.
     pub force_valgrind: bool,
+    /// Bisects every regressed metric between base and head once the run is decided (`--bisect`).
+    pub bisect: bool,
 }
 
 impl RunOptions {
@@ -103,6 +106,7 @@ impl RunOptions {
             shard: None,
             engine_wait: engine::DEFAULT_ENGINE_WAIT,
             force_valgrind: false,
+            bisect: false,
         }
     }
 }
@@ -200,10 +204,11 @@ async fn conduct(
         resumed: resumed.as_ref(),
         skeleton: &report,
     };
-    let finished = match execute::execute(setting, cancel, connect).await {
+    let finished = match execute::execute(setting, cancel.clone(), connect).await {
         Ok(finished) => finished,
         Err(err) => execute::Finished::failed(format!("{err:#}")),
     };
+    let provisioner = finished.provisioner.clone();
     // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
     let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
     let reason = finished.reason.clone();
@@ -212,6 +217,18 @@ async fn conduct(
     }
     finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
     report.sandboxes.splice(0..0, earlier);
+    if let Some(provisioner) = provisioner.filter(|_| opts.bisect) {
+        // The verdicts are written first: they stand whatever the bisections do.
+        write_reports(&dir, &mut report)?;
+        let at = bisections::Bisecting {
+            plan: &plan,
+            dir: &dir,
+            display: &display,
+            agent: opts.agent.clone(),
+            shipping: opts.shipping,
+        };
+        bisections::bisect_regressions(at, &mut report, provisioner, cancel).await;
+    }
     if let Some(ledger) = ledger.as_mut() {
         settle_ledger(ledger, &mut report);
     }

@@ -186,6 +186,7 @@ pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision
         comparisons: Vec::new(),
         conditions: Vec::new(),
         lens: None,
+        bisections: Vec::new(),
     }
 }
 

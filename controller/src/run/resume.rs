@@ -71,6 +71,9 @@ pub struct Mark {
     /// The shard this run is of a sharded run (`--shard I/N`), kept by its resumes.
     #[serde(default)]
     pub shard: Option<crate::shard::Shard>,
+    /// `--bisect`, kept by its resumes (a bisection goes on from its commits measured).
+    #[serde(default)]
+    pub bisect: bool,
 }
 
 impl Mark {
@@ -95,6 +98,7 @@ impl Mark {
             disk_usd_per_gb_hour: opts.rates.disk_usd_per_gb_hour,
             usd_per_hour,
             shard: opts.shard,
+            bisect: opts.bisect,
         }
     }
 
@@ -158,6 +162,7 @@ impl Mark {
             shard: self.shard,
             engine_wait: super::engine::DEFAULT_ENGINE_WAIT,
             force_valgrind: false,
+            bisect: self.bisect,
         }
     }
 }

@@ -122,6 +122,21 @@ pub struct Plan {
     pub cost: RateCard,
     /// The rule that decides each metric (`[report] rule`).
     pub rule: Rule,
+    /// `[bisect]`: what `run --bisect` may spend.
+    pub bisect: BisectSettings,
+}
+
+/// `[bisect]` of a spec.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BisectSettings {
+    /// Commits a bisection visits between its ends at most (default 8: a range of 256 commits).
+    pub max_steps: u32,
+}
+
+impl Default for BisectSettings {
+    fn default() -> BisectSettings {
+        BisectSettings { max_steps: validate::DEFAULT_BISECT_STEPS }
+    }
 }
 
 /// Which rule decides each metric (`[report] rule`); the report applies it ([`crate::report`]).

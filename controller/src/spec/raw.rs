@@ -44,6 +44,16 @@ pub struct RawSpec {
     /// How the instruction lens runs (`instructions = true` on a step asks for it).
     #[serde(default)]
     pub lens: RawLens,
+    /// What `run --bisect` may spend on each regressed metric.
+    #[serde(default)]
+    pub bisect: RawBisect,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBisect {
+    /// Commits a bisection visits between its ends at most.
+    pub max_steps: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

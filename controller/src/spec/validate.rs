@@ -22,6 +22,8 @@ pub(super) struct Validator<'a> {
 }
 
 const DEFAULT_IMAGE: &str = "node:24-bookworm";
+/// Commits a bisection of `run --bisect` visits at most by default: enough for 256 commits.
+pub(super) const DEFAULT_BISECT_STEPS: u32 = 8;
 
 impl Validator<'_> {
     pub(super) fn line(&self, offset: usize) -> usize {
@@ -131,6 +133,10 @@ impl Validator<'_> {
         };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);
+        let bisect = super::BisectSettings {
+            max_steps: self.count(&raw.bisect.max_steps, "bisect.max_steps", 1, 64, i64::from(DEFAULT_BISECT_STEPS))
+                as u32,
+        };
         let ttl = sandbox.ttl;
         sandbox.ttl = Duration::ZERO;
         let mut plan = Plan {
@@ -143,6 +149,7 @@ impl Validator<'_> {
             metrics: Vec::new(),
             cost,
             rule,
+            bisect,
         };
         plan.metrics = self.metric_definitions(&plan, &raw.metrics);
         (plan.trials.max_pairs, plan.trials.gate) = self.adaptive(&plan, &raw.trials);

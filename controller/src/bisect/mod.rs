@@ -33,6 +33,12 @@ pub use search::{Outcome, Reading, Search};
 const COUNT_TOLERANCE: f64 = 0.0005;
 /// Medians of wall time that differ by no more than this (relative) are no change.
 const WALL_TOLERANCE: f64 = 0.01;
+/// Wall time: a commit between the ends takes up to this many times the phase's trials until its
+/// side is decided.
+const WALL_GROWTH: u32 = 3;
+/// Wall time: a commit's side is decided when its median is this many standard errors from the
+/// midpoint of the ends' medians.
+const WALL_Z: f64 = 2.0;
 /// The longest one phase of one commit may take.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -112,6 +118,9 @@ pub struct Visit {
     pub reading: Reading,
     /// Sandbox seconds it took, from create to removal.
     pub seconds: f64,
+    /// Wall time: every trial's value (the reading is their median).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<f64>,
 }
 
 /// `bisect.json`: written when the bisection begins and after every commit it measures (its
@@ -402,6 +411,8 @@ async fn walk(probe: &Probe<'_>, report: &mut BisectReport, job: &Job<'_>) -> an
     for visit in report.visits.iter().filter(|v| v.index != 0 && v.index != last) {
         search.record(visit.index, visit.reading.clone());
     }
+    let samples = |index: usize| report.visits.iter().find(|v| v.index == index).map(|v| v.samples.clone());
+    let ends = (samples(0).unwrap_or_default(), samples(last).unwrap_or_default());
     let mut stopped = None;
     while let Some(index) = search.next() {
         if report.visits.len() - 2 >= job.max_steps as usize {
@@ -414,7 +425,7 @@ async fn walk(probe: &Probe<'_>, report: &mut BisectReport, job: &Job<'_>) -> an
             stopped = Some("the budget was reached");
             break;
         }
-        let visit = probe.measure(index, &commits[index]).await?;
+        let visit = probe.measure(index, &commits[index], Some((&ends.0, &ends.1))).await?;
         search.record(index, visit.reading.clone());
         report.visits.push(visit);
         probe.save(report);
@@ -537,7 +548,7 @@ impl Probe<'_> {
     /// [`Probe::measure`] when `wanted`.
     async fn visit(&self, wanted: bool, index: usize, commit: &Commit) -> anyhow::Result<Option<Visit>> {
         match wanted {
-            true => self.measure(index, commit).await.map(Some),
+            true => self.measure(index, commit, None).await.map(Some),
             false => Ok(None),
         }
     }
@@ -558,7 +569,9 @@ impl Probe<'_> {
         }
     }
 
-    async fn measure(&self, index: usize, commit: &Commit) -> anyhow::Result<Visit> {
+    /// Measures `commit` in a sandbox of its own; under wall time, a commit between `ends`
+    /// (the good and bad ends' samples) takes trials until its side is decided.
+    async fn measure(&self, index: usize, commit: &Commit, ends: Option<(&[f64], &[f64])>) -> anyhow::Result<Visit> {
         let started = Instant::now();
         let short = crate::sanitize::prefix(&commit.commit, 8);
         eprintln!("[{short}] {}", crate::sanitize::terminal(&crate::sanitize::bounded(&commit.subject, 72)));
@@ -566,22 +579,63 @@ impl Probe<'_> {
         let request = self.station.plan_request(&format!("c{index}"), plan, self.shipping)?;
         let live = self.station.launch(request, Duration::from_secs(120)).await?;
         let agent_plan = self.target.narrow(plan.agent_plan(&commit.commit));
-        let ran = self.run_steps(&live.sandbox, &agent_plan).await;
+        let ran = match self.run_steps(&live.sandbox, &agent_plan).await {
+            Ok(Ok(())) => self.settle(&live.sandbox, &agent_plan, ends).await,
+            other => other.map(|r| r.map(|()| Vec::new())),
+        };
         let down = self.station.teardown(&live.sandbox).await;
         if let Some(err) = &down.removal_error {
             eprintln!("warning: {err}");
         }
         let record = self.record(&live.sandbox, &down);
         self.records.lock().unwrap_or_else(|e| e.into_inner()).push(record);
-        let reading = match ran? {
-            Err(why) => Reading::Skipped(why),
-            Ok(()) => self.read(&live.sandbox.id)?,
+        let (reading, samples) = match ran? {
+            Err(why) => (Reading::Skipped(why), Vec::new()),
+            Ok(samples) => match crate::stats::median(&samples) {
+                Some(v) => (Reading::Value(v), if self.target.lens == Lens::Wall { samples } else { Vec::new() }),
+                None => (Reading::Skipped("no value".into()), Vec::new()),
+            },
         };
         match &reading {
-            Reading::Value(v) => eprintln!("[{short}] {} = {v}", self.target.key),
+            Reading::Value(v) => eprintln!("[{short}] {} = {v} ({} runs)", self.target.key, samples.len().max(1)),
             Reading::Skipped(why) => eprintln!("[{short}] skipped: {}", crate::sanitize::terminal(why)),
         }
-        Ok(Visit { index, reading, seconds: started.elapsed().as_secs_f64().max(down.lifetime.as_secs_f64()) })
+        let seconds = started.elapsed().as_secs_f64().max(down.lifetime.as_secs_f64());
+        Ok(Visit { index, reading, seconds, samples })
+    }
+
+    /// The commit's samples once its steps ran: under wall time, between `ends`, one more trial
+    /// of the phase at a time until [`decided`] or [`WALL_GROWTH`] times the phase's trials.
+    async fn settle(
+        &self,
+        sandbox: &crate::provision::Sandbox,
+        agent_plan: &AgentPlan,
+        ends: Option<(&[f64], &[f64])>,
+    ) -> anyhow::Result<Result<Vec<f64>, String>> {
+        let first = self.target.steps(self.plan).iter().filter(|(p, _)| *p == self.target.phase).count() as u32;
+        let mut trial = first;
+        loop {
+            let samples = match self.read(&sandbox.id)? {
+                Ok(samples) => samples,
+                Err(why) => return Ok(Err(why)),
+            };
+            let Some((good, bad)) = ends.filter(|_| self.target.lens == Lens::Wall) else { return Ok(Ok(samples)) };
+            if decided(good, bad, &samples) || trial >= first * WALL_GROWTH {
+                return Ok(Ok(samples));
+            }
+            let mut cancel = self.cancel.clone();
+            let hub = self.station.hub();
+            let run = crate::sandbox::run_phase(&hub, &sandbox.id, agent_plan, self.target.phase, trial, PHASE_TIMEOUT);
+            let outcome = tokio::select! {
+                o = run => o?,
+                _ = cancel.wait_for(|c| *c) => bail!("canceled"),
+            };
+            if outcome.status != PhaseStatus::Ok {
+                // The trials so far stand; one that failed adds nothing.
+                return Ok(Ok(samples));
+            }
+            trial += 1;
+        }
     }
 
     /// A commit's sandbox as the ledger keeps it: its lifetime charged at the spec's rate card
@@ -634,8 +688,9 @@ impl Probe<'_> {
         Ok(Ok(()))
     }
 
-    /// The commit's value from the log: the count, or the median of the wall-time samples.
-    fn read(&self, sandbox_id: &str) -> anyhow::Result<Reading> {
+    /// The commit's values of the metric from the log (the count, or every wall-time trial), or
+    /// why there are none.
+    fn read(&self, sandbox_id: &str) -> anyhow::Result<Result<Vec<f64>, String>> {
         let events = read_events(&self.station.dir().join(crate::observations::store::OBSERVATIONS_FILE))?;
         let mut values = Vec::new();
         let mut errors = Vec::new();
@@ -653,10 +708,27 @@ impl Probe<'_> {
         if values.is_empty() {
             let why =
                 errors.first().map_or("it recorded no value".to_string(), |e| crate::sanitize::bounded(e, 300).into());
-            return Ok(Reading::Skipped(format!("{}: {why}", self.target.key)));
+            return Ok(Err(format!("{}: {why}", self.target.key)));
         }
-        Ok(crate::stats::median(&values).map_or(Reading::Skipped("no value".into()), Reading::Value))
+        Ok(Ok(values))
     }
+}
+
+/// Whether wall-time `samples` of a commit are on one side of the midpoint between the good and
+/// bad ends' medians by more than [`WALL_Z`] standard errors (each median's error from its
+/// samples' MAD; ends without samples, as from an older `bisect.json`, count as exact).
+pub fn decided(good: &[f64], bad: &[f64], samples: &[f64]) -> bool {
+    let centre = |x: &[f64]| crate::stats::median(x);
+    let (Some(g), Some(b), Some(c)) = (centre(good), centre(bad), centre(samples)) else { return true };
+    // The standard error of a median: 1.2533 σ/√n, σ from the MAD (1.4826 MAD).
+    let error = |x: &[f64], m: f64| {
+        let deviations: Vec<f64> = x.iter().map(|v| (v - m).abs()).collect();
+        let sigma = 1.4826 * crate::stats::median(&deviations).unwrap_or(0.0);
+        1.2533 * sigma / (x.len() as f64).sqrt()
+    };
+    let (eg, eb, ec) = (error(good, g), error(bad, b), error(samples, c));
+    let se = (ec * ec + (eg * eg + eb * eb) / 4.0).sqrt();
+    (c - (g + b) / 2.0).abs() > WALL_Z * se
 }
 
 /// The answer in one line, for the terminal and the comment: "`cold` regressed +8.00 %: first
@@ -777,7 +849,8 @@ mod tests {
         let commits: Vec<Commit> = (0..4)
             .map(|n| Commit { commit: format!("{n}{}", "a".repeat(39)), subject: format!("commit {n}") })
             .collect();
-        let visit = |index: usize, v: f64| Visit { index, reading: Reading::Value(v), seconds: 1.0 };
+        let visit =
+            |index: usize, v: f64| Visit { index, reading: Reading::Value(v), seconds: 1.0, samples: Vec::new() };
         BisectReport {
             id: "bisect-x".into(),
             spec: "demo".into(),
@@ -794,6 +867,20 @@ mod tests {
             cost_usd: 0.001,
             sandboxes: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_wall_time_commit_is_decided_only_when_clear_of_the_midpoint() {
+        let good = [1.00, 1.02, 0.98, 1.01, 0.99];
+        let bad = [1.10, 1.12, 1.08, 1.11, 1.09];
+        // Near either end: decided at once.
+        assert!(decided(&good, &bad, &[1.00, 1.01, 0.99]));
+        assert!(decided(&good, &bad, &[1.10, 1.09, 1.11]));
+        // At the midpoint, or too noisy to tell: more trials.
+        assert!(!decided(&good, &bad, &[1.05, 1.06, 1.04]));
+        assert!(!decided(&good, &bad, &[0.95, 1.07, 1.20]));
+        // Ends without samples (an older bisect.json) do not hold the search up.
+        assert!(decided(&[], &[], &[1.05]));
     }
 
     #[test]

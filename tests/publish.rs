@@ -461,6 +461,34 @@ async fn retries_are_bounded_and_refusals_are_not_retried() {
     assert!(err.contains("asks to wait 3600 s"), "{err}");
 }
 
+#[tokio::test]
+async fn a_refused_comment_still_sets_the_status_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = publication(tmp.path(), "20260101-100000-aaaaaa", 1);
+    // GitHub refuses the comment (422, e.g. a body over its limit): the status is set anyway.
+    let gh = StandIn::start(HEAD, &[]).await;
+    gh.fault("POST", POST_COMMENT, 422, &[], false);
+    let err = publish(&gh.github(), 7, &p, BOT, true).await.unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.starts_with("the comment was not posted; the commit status was set (success: completed"), "{text}");
+    assert!(text.contains("422") && text.contains("GitHub refused the content"), "{text}");
+    assert!(gh.comments().is_empty());
+    let statuses = gh.hub.lock().unwrap().statuses.clone();
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_eq!(statuses[0]["state"], "success");
+    let last = gh.seen().pop().unwrap();
+    assert_eq!((last.method.as_str(), last.path), ("POST", format!("/repos/o/r/statuses/{HEAD}")));
+
+    // An update refused the same way, and a status refused too: both said.
+    let ours = format!("{}older text\n", p.body);
+    let gh = StandIn::start(HEAD, &[(BOT, &ours)]).await;
+    gh.fault("PATCH", "/repos/o/r/issues/comments/", 422, &[], false);
+    gh.fault("POST", "/repos/o/r/statuses/", 422, &[], false);
+    let text = format!("{:#}", publish(&gh.github(), 7, &p, BOT, true).await.unwrap_err());
+    assert!(text.contains("the comment was not posted, and the commit status was not set either: POST"), "{text}");
+    assert!(text.contains("PATCH ") && text.contains("422"), "{text}");
+}
+
 /// The `sandbench` binary with a clean GitHub environment.
 fn sandbench(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"));

@@ -49,6 +49,8 @@ struct Hub {
     comments: Vec<(u64, String, String)>,
     next_id: u64,
     statuses: Vec<Value>,
+    /// The pull request's issue events (`labeled` ones, for the trust gate).
+    events: Vec<Value>,
     faults: VecDeque<Fault>,
     seen: Vec<Seen>,
     /// Other headers every request must carry, checked as they come.
@@ -218,6 +220,10 @@ fn route(hub: &mut Hub, method: &str, path: &str, body: Option<Value>) -> (u16, 
                 .map(|(id, login, body)| json!({"id": id, "user": {"login": login}, "body": body}))
                 .collect();
             (200, Value::Array(items))
+        }
+        ("GET", p) if p.starts_with("/repos/o/r/issues/7/events?per_page=100&page=") => {
+            let page: usize = p.rsplit('=').next().unwrap().parse().unwrap();
+            (200, Value::Array(hub.events.iter().skip((page - 1) * 100).take(100).cloned().collect()))
         }
         ("POST", "/repos/o/r/issues/7/comments") => {
             hub.next_id += 1;
@@ -624,6 +630,63 @@ async fn fork_code_is_refused_by_the_gate_and_the_comment_says_why() {
     assert_eq!(writes[1].body.as_ref().unwrap()["state"], "pending");
     let outputs = std::fs::read_to_string(&output).unwrap();
     assert!(outputs.contains("allowed=false\n") && outputs.contains(&format!("head={HEAD}\n")), "{outputs}");
+}
+
+/// The trust label applied to a fork's head at 12:00:05, the fork last pushed to at `pushed_at`.
+fn labeled_event(head: &str, pushed_at: &str) -> Value {
+    let mut e = event_at("CONTRIBUTOR", "mallory/r", head, BASE);
+    e["action"] = "labeled".into();
+    e["label"] = json!({"name": "sandbench:trusted"});
+    e["sender"] = json!({"login": "maint"});
+    e["pull_request"]["head"]["repo"]["pushed_at"] = pushed_at.into();
+    e
+}
+
+#[tokio::test]
+async fn a_label_on_an_older_head_is_refused_and_one_on_the_current_head_runs_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let event_path = tmp.path().join("event.json");
+    let output = tmp.path().join("output");
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo/bench.toml");
+    let label =
+        json!({"event": "labeled", "label": {"name": "sandbench:trusted"}, "created_at": "2026-03-02T12:00:05Z"});
+    let other = json!({"event": "labeled", "label": {"name": "bug"}, "created_at": "2026-03-02T13:00:00Z"});
+    // The label was applied to HEAD; the pull request has moved on to NEWER since.
+    std::fs::write(&event_path, labeled_event(HEAD, "2026-03-02T11:00:00Z").to_string()).unwrap();
+    let gh = StandIn::start(NEWER, &[]).await;
+    gh.hub.lock().unwrap().events = vec![other.clone(), label.clone()];
+    let out = ci(&gh, &event_path, &output, &[spec.to_str().unwrap(), "--gate-only"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "the sandbench:trusted label was applied to 222222222222, but the pull request's head is now 333333333333"
+        ),
+        "{stderr}"
+    );
+    let seen: Vec<String> = gh.seen().iter().map(|s| format!("{} {}", s.method, s.path)).collect();
+    assert!(seen.contains(&"GET /repos/o/r/issues/7/events?per_page=100&page=1".to_string()), "{seen:?}");
+    assert!(std::fs::read_to_string(&output).unwrap().contains("allowed=false\n"));
+
+    // The current head, labeled an hour after the fork's last push: allowed.
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "the fork's change"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let mut event = labeled_event(&head, "2026-03-02T11:00:00Z");
+    event["pull_request"]["base"]["sha"] = base.clone().into();
+    std::fs::write(&event_path, event.to_string()).unwrap();
+    let gh = StandIn::start(&head, &[]).await;
+    gh.hub.lock().unwrap().events = vec![label, other];
+    let checkout = repo.to_str().unwrap();
+    let out = ci(&gh, &event_path, &output, &[spec.to_str().unwrap(), "--checkout", checkout, "--gate-only"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("@maint applied the sandbench:trusted label to this head"), "{stderr}");
+    assert!(stderr.contains("3605 s after it was pushed"), "{stderr}");
 }
 
 /// `sandbench ci ARGS` as GitHub Actions runs it, against the stand-in.

@@ -49,6 +49,8 @@ struct Hub {
     comments: Vec<(u64, String, String)>,
     next_id: u64,
     statuses: Vec<Value>,
+    /// The pull request's issue events (`labeled` ones, for the trust gate).
+    events: Vec<Value>,
     faults: VecDeque<Fault>,
     seen: Vec<Seen>,
     /// Other headers every request must carry, checked as they come.
@@ -218,6 +220,10 @@ fn route(hub: &mut Hub, method: &str, path: &str, body: Option<Value>) -> (u16, 
                 .map(|(id, login, body)| json!({"id": id, "user": {"login": login}, "body": body}))
                 .collect();
             (200, Value::Array(items))
+        }
+        ("GET", p) if p.starts_with("/repos/o/r/issues/7/events?per_page=100&page=") => {
+            let page: usize = p.rsplit('=').next().unwrap().parse().unwrap();
+            (200, Value::Array(hub.events.iter().skip((page - 1) * 100).take(100).cloned().collect()))
         }
         ("POST", "/repos/o/r/issues/7/comments") => {
             hub.next_id += 1;
@@ -461,6 +467,34 @@ async fn retries_are_bounded_and_refusals_are_not_retried() {
     assert!(err.contains("asks to wait 3600 s"), "{err}");
 }
 
+#[tokio::test]
+async fn a_refused_comment_still_sets_the_status_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = publication(tmp.path(), "20260101-100000-aaaaaa", 1);
+    // GitHub refuses the comment (422, e.g. a body over its limit): the status is set anyway.
+    let gh = StandIn::start(HEAD, &[]).await;
+    gh.fault("POST", POST_COMMENT, 422, &[], false);
+    let err = publish(&gh.github(), 7, &p, BOT, true).await.unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.starts_with("the comment was not posted; the commit status was set (success: completed"), "{text}");
+    assert!(text.contains("422") && text.contains("GitHub refused the content"), "{text}");
+    assert!(gh.comments().is_empty());
+    let statuses = gh.hub.lock().unwrap().statuses.clone();
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_eq!(statuses[0]["state"], "success");
+    let last = gh.seen().pop().unwrap();
+    assert_eq!((last.method.as_str(), last.path), ("POST", format!("/repos/o/r/statuses/{HEAD}")));
+
+    // An update refused the same way, and a status refused too: both said.
+    let ours = format!("{}older text\n", p.body);
+    let gh = StandIn::start(HEAD, &[(BOT, &ours)]).await;
+    gh.fault("PATCH", "/repos/o/r/issues/comments/", 422, &[], false);
+    gh.fault("POST", "/repos/o/r/statuses/", 422, &[], false);
+    let text = format!("{:#}", publish(&gh.github(), 7, &p, BOT, true).await.unwrap_err());
+    assert!(text.contains("the comment was not posted, and the commit status was not set either: POST"), "{text}");
+    assert!(text.contains("PATCH ") && text.contains("422"), "{text}");
+}
+
 /// The `sandbench` binary with a clean GitHub environment.
 fn sandbench(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"));
@@ -596,6 +630,63 @@ async fn fork_code_is_refused_by_the_gate_and_the_comment_says_why() {
     assert_eq!(writes[1].body.as_ref().unwrap()["state"], "pending");
     let outputs = std::fs::read_to_string(&output).unwrap();
     assert!(outputs.contains("allowed=false\n") && outputs.contains(&format!("head={HEAD}\n")), "{outputs}");
+}
+
+/// The trust label applied to a fork's head at 12:00:05, the fork last pushed to at `pushed_at`.
+fn labeled_event(head: &str, pushed_at: &str) -> Value {
+    let mut e = event_at("CONTRIBUTOR", "mallory/r", head, BASE);
+    e["action"] = "labeled".into();
+    e["label"] = json!({"name": "sandbench:trusted"});
+    e["sender"] = json!({"login": "maint"});
+    e["pull_request"]["head"]["repo"]["pushed_at"] = pushed_at.into();
+    e
+}
+
+#[tokio::test]
+async fn a_label_on_an_older_head_is_refused_and_one_on_the_current_head_runs_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let event_path = tmp.path().join("event.json");
+    let output = tmp.path().join("output");
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo/bench.toml");
+    let label =
+        json!({"event": "labeled", "label": {"name": "sandbench:trusted"}, "created_at": "2026-03-02T12:00:05Z"});
+    let other = json!({"event": "labeled", "label": {"name": "bug"}, "created_at": "2026-03-02T13:00:00Z"});
+    // The label was applied to HEAD; the pull request has moved on to NEWER since.
+    std::fs::write(&event_path, labeled_event(HEAD, "2026-03-02T11:00:00Z").to_string()).unwrap();
+    let gh = StandIn::start(NEWER, &[]).await;
+    gh.hub.lock().unwrap().events = vec![other.clone(), label.clone()];
+    let out = ci(&gh, &event_path, &output, &[spec.to_str().unwrap(), "--gate-only"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "the sandbench:trusted label was applied to 222222222222, but the pull request's head is now 333333333333"
+        ),
+        "{stderr}"
+    );
+    let seen: Vec<String> = gh.seen().iter().map(|s| format!("{} {}", s.method, s.path)).collect();
+    assert!(seen.contains(&"GET /repos/o/r/issues/7/events?per_page=100&page=1".to_string()), "{seen:?}");
+    assert!(std::fs::read_to_string(&output).unwrap().contains("allowed=false\n"));
+
+    // The current head, labeled an hour after the fork's last push: allowed.
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "the fork's change"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let mut event = labeled_event(&head, "2026-03-02T11:00:00Z");
+    event["pull_request"]["base"]["sha"] = base.clone().into();
+    std::fs::write(&event_path, event.to_string()).unwrap();
+    let gh = StandIn::start(&head, &[]).await;
+    gh.hub.lock().unwrap().events = vec![label, other];
+    let checkout = repo.to_str().unwrap();
+    let out = ci(&gh, &event_path, &output, &[spec.to_str().unwrap(), "--checkout", checkout, "--gate-only"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("@maint applied the sandbench:trusted label to this head"), "{stderr}");
+    assert!(stderr.contains("3605 s after it was pushed"), "{stderr}");
 }
 
 /// `sandbench ci ARGS` as GitHub Actions runs it, against the stand-in.

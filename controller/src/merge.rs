@@ -343,7 +343,7 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>, ledger: Option<&Path>) -> any
     if out.exists() && std::fs::read_dir(&out).map(|mut d| d.next().is_some()).unwrap_or(true) {
         bail!("--out {}: exists and is not empty; name a new directory", out.display());
     }
-    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    crate::station::run_dir(&out)?;
     let mut report = merged_report(&shards, &run_id);
     write_files(&shards, &out)?;
     if let Some(path) = ledger

@@ -256,8 +256,30 @@ impl Station {
 }
 
 /// Makes the run directory and returns its absolute path (sockets are bind-mounted by path).
+///
+/// The directory is private to its owner (0700): it holds the agents' tokens and the product's
+/// output. It is created so (with any missing parent); one that exists is tightened to 0700 when
+/// it is ours, and refused when it belongs to another user.
 pub fn run_dir(dir: &Path) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let meta = std::fs::metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        bail!(
+            "the run directory {} belongs to uid {}, not to this user (uid {me}): name a directory of your own",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    if meta.mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private (0700)", dir.display()))?;
+    }
     dir.canonicalize().with_context(|| format!("cannot resolve {}", dir.display()))
 }
 
@@ -266,4 +288,40 @@ fn private_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("cannot restrict {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::run_dir;
+
+    fn mode(path: &std::path::Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_run_directory_is_private_to_its_owner() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Created so, with its missing parents.
+        let dir = run_dir(&tmp.path().join("runs/20260101-000000-ab")).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert!(dir.is_absolute());
+        // One that exists, ours, open to all: tightened.
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        run_dir(&open).unwrap();
+        assert_eq!(mode(&open), 0o700);
+        // Someone else's: refused, untouched (only root can give a directory away).
+        if rustix::process::geteuid().is_root() {
+            let theirs = tmp.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(4242), None).unwrap();
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let err = run_dir(&theirs).unwrap_err().to_string();
+            assert!(err.contains("belongs to uid 4242, not to this user (uid 0)"), "{err}");
+            assert_eq!((mode(&theirs), std::fs::metadata(&theirs).unwrap().uid()), (0o755, 4242));
+        }
+    }
 }

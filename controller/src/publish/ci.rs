@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::sync::watch;
 
-use super::gate::{self, Decision, Event, Policy};
+use super::gate::{self, Decision, Event, Facts, Policy};
 use super::{ForgeArgs, Publication, Target};
 
 const EVENTS: [&str; 2] = ["pull_request", "pull_request_target"];
@@ -37,6 +37,10 @@ pub struct CiArgs {
     /// The label a maintainer applies to allow one head of a fork ("" for none).
     #[arg(long, default_value = "sandbench:trusted")]
     pub trust_label: String,
+    /// A label counts only when applied at least this many seconds after the last push to the
+    /// fork (so that a push just before the click is not approved).
+    #[arg(long, value_name = "SECONDS", default_value_t = gate::LABEL_AFTER_PUSH.as_secs())]
+    pub trust_label_after_push: u64,
     /// Only decide: apply the gate, post the running or pending-trust notice, write the step outputs.
     #[arg(long, conflicts_with = "no_publish")]
     pub gate_only: bool,
@@ -110,8 +114,13 @@ pub async fn request(args: &CiArgs) -> anyhow::Result<Request> {
     let policy = Policy {
         associations: args.trust_associations.iter().map(|a| a.trim().to_ascii_uppercase()).collect(),
         label: Some(args.trust_label.clone()).filter(|l| !l.is_empty()),
+        label_after_push: Duration::from_secs(args.trust_label_after_push),
     };
-    let decision = gate::gate(&event, &policy);
+    let facts = match &policy.label {
+        Some(label) if gate::label_applied_now(&event, &policy) => label_facts(&args.forge, &event, label).await,
+        _ => Facts::NotRead,
+    };
+    let decision = gate::gate(&event, &policy, &facts);
     let pr = &event.pull_request;
     for (what, sha) in [("head", &pr.head.sha), ("base", &pr.base.sha)] {
         if sha.len() < 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -133,6 +142,29 @@ pub async fn request(args: &CiArgs) -> anyhow::Result<Request> {
         base: Some(base.clone()),
     };
     Ok(Request { head: pr.head.sha.clone(), base, decision, target, event })
+}
+
+/// What the API says about a label just applied: the pull request's head now, and when the label
+/// was last applied. Needs a token that can read the pull request (`pull-requests: read`).
+async fn label_facts(forge: &ForgeArgs, event: &Event, label: &str) -> Facts {
+    use super::forge::Forge;
+    if std::env::var("GITHUB_TOKEN").map_or(true, |t| t.trim().is_empty()) {
+        return Facts::Unreadable(
+            "GITHUB_TOKEN is not set, and checking a label's head needs a token that can read the pull request \
+             (pull-requests: read)"
+                .into(),
+        );
+    }
+    let github = match forge.github(&event.repository.full_name) {
+        Ok(github) => github,
+        Err(err) => return Facts::Unreadable(format!("{err:#}")),
+    };
+    let number = event.pull_request.number;
+    match (github.pull_request(number).await, github.labeled_at(number, label).await) {
+        (Ok(Some(pull)), Ok(Some(labeled_at))) => Facts::Read { current_head: pull.head, labeled_at },
+        (Err(err), _) | (_, Err(err)) => Facts::Unreadable(err.to_string()),
+        (Ok(None), _) | (_, Ok(None)) => Facts::Unreadable("the reads were not sent".into()),
+    }
 }
 
 fn env_number(name: &str) -> Option<u32> {

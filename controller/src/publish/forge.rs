@@ -69,4 +69,7 @@ pub trait Forge {
     async fn create_comment(&self, number: u64, body: &str) -> Result<(), ForgeError>;
     async fn update_comment(&self, id: u64, body: &str) -> Result<(), ForgeError>;
     async fn set_status(&self, commit: &str, status: &CommitStatus) -> Result<(), ForgeError>;
+    /// When `label` was last applied to the pull request (its latest `labeled` event); `Some(None)`
+    /// when it never was.
+    async fn labeled_at(&self, number: u64, label: &str) -> Result<Option<Option<jiff::Timestamp>>, ForgeError>;
 }

@@ -1,6 +1,6 @@
-//! The GitHub REST API as a [`Forge`]: pull request, issue comments and commit statuses, with a
-//! token from `GITHUB_TOKEN`, any API base (`GITHUB_API_URL`: github.com or GitHub Enterprise),
-//! bounded retries with backoff on 5xx and rate limits, and a dry run that prints the requests
+//! The GitHub REST API as a [`Forge`]: pull request, issue comments, label events and commit
+//! statuses, with a token from `GITHUB_TOKEN`, any API base (`GITHUB_API_URL`: github.com or
+//! GitHub Enterprise), bounded retries with backoff on 5xx and rate limits, and a dry run that prints the requests
 //! instead of sending them.
 
 use std::sync::Mutex;
@@ -244,6 +244,28 @@ impl Forge for GitHub {
     async fn update_comment(&self, id: u64, body: &str) -> Result<(), ForgeError> {
         let path = self.repo_path(&format!("issues/comments/{id}"));
         self.call(Method::PATCH, &path, Some(json!({ "body": body })), Repeat::Safe).await.map(drop)
+    }
+
+    async fn labeled_at(&self, number: u64, label: &str) -> Result<Option<Option<jiff::Timestamp>>, ForgeError> {
+        let mut latest: Option<jiff::Timestamp> = None;
+        for page in 1..=MAX_PAGES {
+            let path = self.repo_path(&format!("issues/{number}/events?per_page={PER_PAGE}&page={page}"));
+            let Some(answer) = self.call(Method::GET, &path, None, Repeat::Safe).await? else { return Ok(None) };
+            let items = answer
+                .as_array()
+                .ok_or_else(|| ForgeError::Failed(format!("GET {path}: expected a list of events")))?;
+            for item in items.iter().filter(|i| i["event"] == "labeled" && i["label"]["name"] == label) {
+                let at =
+                    item["created_at"].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()).ok_or_else(|| {
+                        ForgeError::Failed(format!("GET {path}: a labeled event without a readable created_at"))
+                    })?;
+                latest = latest.max(Some(at));
+            }
+            if items.len() < PER_PAGE {
+                break;
+            }
+        }
+        Ok(Some(latest))
     }
 
     async fn set_status(&self, commit: &str, status: &CommitStatus) -> Result<(), ForgeError> {

@@ -328,6 +328,12 @@ impl fmt::Display for Outcome {
 }
 
 /// Publishes to pull request `pr`: looks up the sticky comment, decides, writes.
+///
+/// The commit status is set even when writing the comment fails (GitHub refused it, or the
+/// answer never came): a pull request must not keep its "running" status for a run that ended.
+/// The error then says why the comment was not posted and that the status was set. When the
+/// comments cannot be read, nothing is written: whether a newer run of this head is already
+/// published is not known, and its status must not be overwritten.
 pub async fn publish<F: Forge>(
     forge: &F,
     pr: u64,
@@ -342,16 +348,32 @@ pub async fn publish<F: Forge>(
     let comments = comments.unwrap_or_default();
     let existing = sticky(&comments, bot, ours.spec.as_deref());
     let (action, status) = decide(ours, &publication.body, pull.as_ref(), existing.as_ref().map(|(c, m)| (*c, m)));
-    match &action {
-        Action::Create => create(forge, pr, publication, bot).await?,
-        Action::Update(id) => forge.update_comment(*id, &publication.body).await?,
-        Action::Unchanged(_) | Action::Refuse(_) => {}
-    }
+    let written = match &action {
+        Action::Create => create(forge, pr, publication, bot).await,
+        Action::Update(id) => forge.update_comment(*id, &publication.body).await.map_err(anyhow::Error::from),
+        Action::Unchanged(_) | Action::Refuse(_) => Ok(()),
+    };
     let status_set = status && set_status;
-    if status_set {
-        forge.set_status(&ours.head, &publication.status).await?;
+    let set = if status_set { forge.set_status(&ours.head, &publication.status).await } else { Ok(()) };
+    match (written, set) {
+        (Ok(()), Ok(())) => Ok(Outcome { action, status_set }),
+        (Ok(()), Err(e)) => Err(anyhow::Error::from(e).context("the commit status was not set")),
+        (Err(e), Ok(())) => {
+            let status = if status_set {
+                format!(
+                    "the commit status was set ({}: {})",
+                    publication.status.state.as_str(),
+                    publication.status.description
+                )
+            } else {
+                "no commit status was set".to_string()
+            };
+            Err(e.context(format!("the comment was not posted; {status}")))
+        }
+        (Err(e), Err(s)) => {
+            Err(e.context(format!("the comment was not posted, and the commit status was not set either: {s}")))
+        }
     }
-    Ok(Outcome { action, status_set })
 }
 
 /// Creates the comment; when the answer was lost (a 5xx), looks whether it exists before trying

@@ -212,11 +212,30 @@ fn five_hundred_metrics_and_500_long_warnings_fit_with_every_changed_row() {
             let row = format!("| A metric with a long title of some length, number {i} | ");
             assert!(md.contains(&row), "changed row {i} missing ({rule:?})");
         }
-        // Unchanged rows gave way first, then the details; warnings last, each counted.
-        assert!(md.contains(" unchanged rows left out") || md.contains(" rows of the full table left out"), "{md}");
-        assert!(md.contains("report.html has them"), "{md}");
-        assert!(md.contains(" of 500 warnings left out"), "{md}");
+        // Unchanged rows gave way first, all of them, then all the details; warnings last, some
+        // kept; each list says how many it left out and that report.html has them.
+        let unchanged = if rule == Rule::Paired { "rows of the full table" } else { "unchanged rows" };
+        let (gone, of) = left_out(&md, unchanged);
+        assert!(gone > 0 && gone == of, "{gone} of {of} {unchanged}");
+        let (gone, of) = left_out(&md, "lines of the methodology and samples");
+        assert!(gone > 0 && gone == of, "{gone} of {of} lines of the details");
+        let (gone, of) = left_out(&md, "warnings");
+        assert!(gone > 0 && gone < of && of == 500, "{gone} of {of} warnings");
+        assert!(md.contains("\n- warning 0: "), "the first warnings stay: {md}");
+        assert_eq!(md.matches("report.html has them._").count(), 3, "{md}");
     }
+}
+
+/// The counts of the note saying how many `noun` a comment left out (`_N of M noun left out …_`).
+fn left_out(md: &str, noun: &str) -> (usize, usize) {
+    let tail = format!(" {noun} left out to keep this comment within GitHub's limit of 65,536 characters");
+    let line = md
+        .lines()
+        .find(|l| l.starts_with('_') && l.contains(&tail))
+        .unwrap_or_else(|| panic!("no note for {noun}: {md}"));
+    let counts = line[1..line.find(&tail).unwrap()].replace(',', "");
+    let (gone, of) = counts.split_once(" of ").unwrap_or_else(|| panic!("{line}"));
+    (gone.parse().unwrap(), of.parse().unwrap())
 }
 
 #[test]

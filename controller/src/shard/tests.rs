@@ -191,6 +191,8 @@ async fn two_shards_merge_into_one_run_every_pair_once_one_ledger_entry() {
     let ledger_path = tmp.path().join("ledger.sqlite");
     let out = tmp.path().join("merged");
     let (report, dir) = merge::merge(&[two.clone(), one.clone()], Some(&out), Some(&ledger_path)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700, "the merged run is private");
     assert_eq!(dir, out);
     assert_eq!(report.status, Status::Completed, "{:?}", report.errors);
     assert_eq!(report.shards.iter().map(|p| p.shard.index).collect::<Vec<_>>(), [1, 2]);

@@ -198,7 +198,7 @@ async fn a_controller_killed_mid_run_leaves_its_ledger_row_unfinished_and_the_re
 
     // The next start or gc reconciles it: abandoned, its sandboxes (gone) charged from what its
     // run directory persisted, and its report says how to continue it.
-    let lines = sandbench::run::resume::reconcile(&provisioner, &ledger_path).await;
+    let lines = sandbench::run::reconcile::reconcile(&provisioner, &ledger_path).await;
     assert!(lines.iter().any(|l| l.contains(&killed.run_id) && l.contains("abandoned")), "{lines:?}");
     let (row, _) = Ledger::open(&ledger_path).unwrap().run(&killed.run_id).unwrap().unwrap();
     assert_eq!(row.status, "abandoned");

@@ -150,7 +150,7 @@ fn kill_mid_measure(out: &Path, out_arg: &str, run_args: &[&str]) -> (PathBuf, S
 /// sandboxes are reaped (only this run's: other tests run beside this one).
 async fn assert_abandoned_then_reaped(dir: &Path, run_id: &str, ledger_path: &Path) {
     let provisioner = DockerProvisioner::connect(1).await.unwrap();
-    let lines = sandbench::run::resume::reconcile(&provisioner, ledger_path).await;
+    let lines = sandbench::run::reconcile::reconcile(&provisioner, ledger_path).await;
     assert!(lines.iter().any(|l| l.contains(run_id) && l.contains("abandoned")), "{lines:?}");
     let (row, _) = Ledger::open(ledger_path).unwrap().run(run_id).unwrap().unwrap();
     assert_eq!(row.status, "abandoned");
@@ -162,7 +162,7 @@ async fn assert_abandoned_then_reaped(dir: &Path, run_id: &str, ledger_path: &Pa
     let markdown = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(markdown.contains("abandoned"), "{markdown}");
     // Reconciling again changes nothing.
-    assert!(sandbench::run::resume::reconcile(&provisioner, ledger_path).await.is_empty());
+    assert!(sandbench::run::reconcile::reconcile(&provisioner, ledger_path).await.is_empty());
     let reaped = remove_run_sandboxes(run_id).await;
     assert_eq!(reaped.len(), 2, "{reaped:?}");
 }
@@ -204,7 +204,7 @@ fn assert_only_missing_slots_ran(dir: &Path, run_id: &str, report: &Report) {
     // The trial completed before the kill completed once: it was not run again.
     let mut completions: BTreeMap<(String, String), u32> = BTreeMap::new();
     for (sandbox_id, command) in &done {
-        let side = sandbench::run::resume::side_of(run_id, sandbox_id).unwrap();
+        let side = sandbench::run::side_of(run_id, sandbox_id).unwrap();
         *completions.entry((side.as_str().to_string(), command.clone())).or_default() += 1;
     }
     assert_eq!(completions[&("base".to_string(), "measure-0".to_string())], 1);

@@ -274,7 +274,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if matches!(command, crate::sandboxes::SandboxCommand::Gc) {
                 // Dead runs are recorded as abandoned before their sandboxes are reaped.
                 let docker = crate::provision::DockerProvisioner::connect(1).await?;
-                for line in crate::run::resume::reconcile(&docker, &ledger_path).await {
+                for line in crate::run::reconcile::reconcile(&docker, &ledger_path).await {
                     println!("{}", crate::sanitize::terminal(&line));
                 }
             }

@@ -3,7 +3,7 @@
 //!
 //! A run is inserted as `running` when it starts and completed in one transaction when it ends;
 //! a controller killed in between leaves its row unfinished and everything else intact, until the
-//! next run or `gc` records it abandoned (`run::resume::reconcile`). WAL mode
+//! next run or `gc` records it abandoned (`run::reconcile::reconcile`). WAL mode
 //! and a busy timeout let concurrent runs write at once.
 //!
 //! A run merged from shards (`sandbench merge`) is one entry whose sandboxes are all the shards'

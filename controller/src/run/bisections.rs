@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::Display;
+use super::display::Display;
 use crate::bisect::{Job, Lens, Target};
 use crate::provision::{AgentShipping, Provisioner};
 use crate::report::{BisectLine, Report, Status};

@@ -6,17 +6,20 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::accounting::Resumed;
+use super::display::Display;
 use super::engine::Engine;
 use super::gate::{Gates, Stop, over_budget};
+use super::options::RunOptions;
 use super::output::collect;
-use super::schedule::{Side, label};
+use super::reconcile::reconcile;
+use super::schedule::Side;
 use super::usage::Meter;
-use super::walk::{Run, SideRun};
-use super::{Display, RunOptions};
+use super::walk::{self, Adapted, Adaptive, Run, SideRun, cpusets, measured};
 use crate::observations::server::HubConfig;
 use crate::provision::Provisioner;
 use crate::report::{self, Revision, SandboxRecord, Status};
@@ -32,7 +35,7 @@ pub(super) struct Setting<'a> {
     pub base: &'a Revision,
     pub head: &'a Revision,
     /// What an earlier attempt completed, when the run is resumed.
-    pub resumed: Option<&'a super::resume::Resumed>,
+    pub resumed: Option<&'a Resumed>,
     /// The report as it starts (an adaptive run's looks are analysed on it).
     pub skeleton: &'a report::Report,
 }
@@ -49,7 +52,7 @@ pub(super) struct Finished {
     /// that ended it before any sandbox).
     pub reason: Option<String>,
     /// How far an adaptive run went.
-    pub adapted: Option<super::adapt::Adapted>,
+    pub adapted: Option<Adapted>,
     /// The sandboxes' provisioner, when it was reached (`--bisect` goes on with it).
     pub provisioner: Option<Arc<dyn Provisioner>>,
 }
@@ -79,7 +82,7 @@ pub(super) async fn execute(
     // Runs of the ledger whose controller died are recorded as abandoned before any sandbox of
     // theirs is reaped below (their lifetimes are read from the engine while it has them).
     if let Some(ledger) = &opts.ledger {
-        for line in super::resume::reconcile(&*provisioner, ledger).await {
+        for line in reconcile(&*provisioner, ledger).await {
             display.line(&line);
         }
     }
@@ -110,26 +113,26 @@ pub(super) async fn execute(
         resumed: resumed.cloned(),
         engine,
         notes: Mutex::new(Vec::new()),
-        adaptive: super::adapt::Adaptive::new(skeleton, plan, opts.shard.is_some()),
+        adaptive: Adaptive::new(skeleton, plan, opts.shard.is_some()),
         round_times: Default::default(),
         started: Instant::now(),
+        cpusets: cpusets(pairs),
     };
-    let mut sides = side_runs(pairs, resumed.map_or(1, |r| r.attempt));
+    let mut sides = SideRun::all(pairs, resumed.map_or(1, |r| r.attempt));
     let watchers = watch_for_stops(&run, &sides, cancel);
-    let cpusets = cpusets(pairs);
-    let stop = run.drive(&mut sides, &cpusets).await;
+    let stop = walk::drive(&run, &mut sides).await;
     for watcher in watchers {
         watcher.abort();
     }
 
     // Teardown, whatever happened.
-    let (records, mut warnings) = teardown(&run, &sides).await;
+    let (records, mut warnings) = walk::teardown(&run, &sides).await;
     warnings.extend(run.station.close().await);
     warnings.splice(0..0, run.notes.lock().map(|n| n.clone()).unwrap_or_default());
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
-    let mut sides_data = collect(dir, &sides, resumed.map(|r| (run.station.run_id(), &r.accounting)))?;
-    record_cpus(&run, &sides, &cpusets, &mut sides_data);
+    let mut sides_data = collect(dir, &measured(&sides), resumed.map(|r| (run.station.run_id(), &r.accounting)))?;
+    record_cpus(&run, &sides, &mut sides_data);
     let any_ready = {
         let gates = run.gates();
         sides.iter().any(|s| gates.is_ready(s.pair, s.side))
@@ -139,30 +142,14 @@ pub(super) async fn execute(
         None => None,
     };
     let status = status_of(stop, any_ready, &mut errors);
-    let adapted = run.adaptive.as_ref().map(super::adapt::Adaptive::adapted);
+    let adapted = run.adaptive.as_ref().map(Adaptive::adapted);
     Ok(Finished { status, sides: sides_data, records, errors, warnings, reason, adapted, provisioner: Some(kept) })
 }
 
-/// Both sides of every pair, each with its sandbox's role in this attempt.
-fn side_runs(pairs: usize, attempt: u32) -> Vec<SideRun> {
-    (0..pairs)
-        .flat_map(|pair| {
-            Side::BOTH.map(|side| SideRun {
-                side,
-                label: super::resume::role(&label(side, pair, pairs), attempt),
-                pair,
-                live: None,
-                meter: Meter::new(),
-                renewal: Default::default(),
-            })
-        })
-        .collect()
-}
-
 /// The CPUs each sandbox was given, as provisioned (quota and pinning).
-fn record_cpus(run: &Run, sides: &[SideRun], cpusets: &[Option<String>], data: &mut BTreeMap<String, report::Side>) {
+fn record_cpus(run: &Run, sides: &[SideRun], data: &mut BTreeMap<String, report::Side>) {
     for side in sides.iter().filter(|s| s.live.is_some()) {
-        let cpuset = cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();
+        let cpuset = run.cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();
         let nano_cpus = (run.plan.sandbox.cpus * 1e9).round() as i64;
         if let Some(data) = data.get_mut(side.side.as_str()) {
             data.cpus.push(report::SandboxCpus::provisioned(&side.label, nano_cpus, &cpuset));
@@ -226,78 +213,4 @@ fn first_stop(halt: &mut Option<Stop>, stop: Stop) -> bool {
         *halt = Some(stop);
     }
     first
-}
-
-/// Ends every sandbox: its record (lifetime, cost) and what went wrong on the way.
-async fn teardown(run: &Run, sides: &[SideRun]) -> (Vec<SandboxRecord>, Vec<String>) {
-    let mut records = Vec::new();
-    let mut warnings = Vec::new();
-    for side in sides {
-        records.extend(side.ended_records());
-        let Some((live, meter)) = side.current_with_meter() else { continue };
-        let (record, problems) = run.end_sandbox(&side.label, &live.sandbox, &meter).await;
-        records.push(record);
-        warnings.extend(problems);
-    }
-    (records, warnings)
-}
-
-impl Run {
-    /// Ends one sandbox of the side `label`, metered by `meter`: its record and what went wrong.
-    pub(super) async fn end_sandbox(
-        &self,
-        label: &str,
-        sandbox: &crate::provision::Sandbox,
-        meter: &Meter,
-    ) -> (SandboxRecord, Vec<String>) {
-        let plan = &self.plan;
-        let mut warnings = Vec::new();
-        self.display.status(label, "teardown");
-        meter.mark(crate::cost::stretch::TEARDOWN);
-        let down = self.station.teardown(sandbox).await;
-        meter.stop_sampling();
-        let seconds = down.lifetime.as_secs_f64();
-        if let Some(err) = &down.removal_error {
-            warnings.push(format!("{label}: sandbox cleanup failed: {err}"));
-        }
-        let cost = crate::cost::sandbox_cost(
-            &plan.cost,
-            plan.allocation(),
-            meter.phases(),
-            down.removal_error.is_some(),
-            plan.sandbox.ttl.as_secs_f64(),
-        );
-        if down.log_path.is_none() {
-            warnings.push(format!("{label}: cannot collect the agent log"));
-        }
-        self.display.done(label, if down.removal_error.is_none() { "removed" } else { "removal failed" });
-        let record = SandboxRecord {
-            id: sandbox.id.clone(),
-            role: sandbox.role.clone(),
-            created_at: report::timestamp(sandbox.requested_at),
-            removed_at: down.removal_error.is_none().then(|| report::timestamp(SystemTime::now())),
-            seconds: cost.charged_seconds.max(seconds),
-            deleted: down.removal_error.is_none(),
-            estimated_usd: cost.allocation_usd,
-            peak_memory_bytes: meter.peak_memory_bytes(),
-            cost: Some(cost),
-        };
-        (record, warnings)
-    }
-}
-
-/// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.
-pub(super) fn cpusets(pairs: usize) -> Vec<Option<String>> {
-    if pairs <= 1 {
-        return vec![None];
-    }
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let per = (cpus / pairs).max(1);
-    (0..pairs)
-        .map(|p| {
-            let first = (p * per) % cpus;
-            let last = (first + per - 1).min(cpus - 1);
-            Some(if first == last { first.to_string() } else { format!("{first}-{last}") })
-        })
-        .collect()
 }

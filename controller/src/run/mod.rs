@@ -7,126 +7,72 @@
 //! budget and Ctrl-C/SIGTERM all end in the same teardown, and the report is written whatever
 //! happened.
 //!
-//! [`schedule`] is the order of the timed trials as a value and [`gate`] the rules each trial
-//! passes (both pure); `walk` and `trial` drive the sandboxes through them, `execute` sets up
-//! and tears down around the walk, and `output` writes what the run leaves. [`engine`] waits
-//! out an engine that stops answering, `renew` gives a side whose sandbox was lost with it a new
-//! one, and [`story`] is how the terminal ends the run.
+//! # Layers
+//!
+//! The modules form a one-way stack: each may use only the modules listed above it (a test,
+//! `layers_are_one_way`, reads this list and checks every `super::`/`crate::run::` path of the
+//! folder against it; test modules are left out).
+//!
+//! - `schedule`: the order of the timed trials as a value (pure).
+//! - `gate`: the rules each trial passes, and how a trial ended (pure).
+//! - `accounting`: how a sandbox is named, and which slots the log holds as complete (pure).
+//! - `display`: the terminal's lines and per-sandbox status.
+//! - `story`: how the terminal ends the run.
+//! - `usage`: each sandbox's phases and cgroup samples, for its cost.
+//! - `engine`: waits out an engine that stops answering.
+//! - `options`: what the run is asked for.
+//! - `output`: samples collected from the log (from plain data), the written reports.
+//! - `mark`: `controller.json`, who runs the run directory.
+//! - `reconcile`: a dead run's ledger entry recorded as abandoned.
+//! - `walk`: the walk through the schedule (its trials, renewal and adaptation are its children).
+//! - `execute`: sets up and tears down around the walk, and says how it ended.
+//! - `bisections`: the bisections `--bisect` asks for once the run is decided.
+//! - `conduct`: a run from its start to its written reports and ledger entry.
+//! - `resume`: `--resume`, a new attempt over the missing slots.
+//! - `mod.rs` (this module): the entry points.
 
-mod adapt;
+mod accounting;
 mod bisections;
+mod conduct;
 mod display;
 pub mod engine;
 mod execute;
 pub mod gate;
+mod mark;
+mod options;
 mod output;
-mod renew;
+pub mod reconcile;
 pub mod resume;
 pub mod schedule;
 pub mod story;
-mod trial;
 mod usage;
 mod walk;
 
 #[cfg(test)]
+mod layers;
+#[cfg(test)]
 mod tests;
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use anyhow::{Context, bail};
 use tokio::sync::watch;
 
+pub use accounting::side_of;
+pub use conduct::RunResult;
+pub(crate) use conduct::record_lens;
+use conduct::{Start, apply_options, conduct};
 pub use display::Display;
+use mark::Mark;
+pub use options::{RateOverrides, RunOptions};
 use output::skeleton;
 pub use output::{NoiseProfile, agent_warnings, rerender, write_reports};
 
-use crate::cost::ledger::Ledger;
-use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
-use crate::report::{self, Report, Revision, Status};
+use crate::provision::{DockerProvisioner, Provisioner};
+use crate::report::{self, Revision};
 use crate::spec::{Plan, SourceSettings};
-
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub spec: PathBuf,
-    pub base: String,
-    pub head: String,
-    pub out: PathBuf,
-    /// Overrides the measure, runtime and transport trial counts.
-    pub trials: Option<u32>,
-    pub pairs: u32,
-    pub budget_usd: Option<f64>,
-    pub run_timeout: Duration,
-    pub agent: Option<PathBuf>,
-    pub shipping: AgentShipping,
-    /// A noise profile from an A/A run (`noise.json`): its relative noise replaces the spec's
-    /// relative floors.
-    pub noise: Option<PathBuf>,
-    /// Rate card overrides (USD per vCPU-hour, per GiB-hour of memory, per GiB-hour of disk).
-    pub rates: RateOverrides,
-    /// The cost ledger to record the run in (None: no ledger).
-    pub ledger: Option<PathBuf>,
-    /// Run only this shard's share of the pairs (`--shard I/N`, see [`crate::shard`]).
-    pub shard: Option<crate::shard::Shard>,
-    /// How long to wait for an unreachable engine before the run fails (`--engine-wait`).
-    pub engine_wait: Duration,
-    /// Runs as if the plan needed valgrind (tests): every sandbox from the derived image.
-    pub force_valgrind: bool,
-    /// Bisects every regressed metric between base and head once the run is decided (`--bisect`).
-    pub bisect: bool,
-}
-
-impl RunOptions {
-    /// A run of `spec`, `base` against `head`, into `out`, every other option at its default:
-    /// one pair, the spec's trials, no budget, a 60-minute run timeout, the agent found beside
-    /// the controller and bind-mounted, no noise profile, the built-in rates, no ledger, no
-    /// shard, the default wait for the engine. Callers set what they need on top.
-    pub fn new(
-        spec: impl Into<PathBuf>,
-        base: impl Into<String>,
-        head: impl Into<String>,
-        out: impl Into<PathBuf>,
-    ) -> RunOptions {
-        RunOptions {
-            spec: spec.into(),
-            base: base.into(),
-            head: head.into(),
-            out: out.into(),
-            trials: None,
-            pairs: 1,
-            budget_usd: None,
-            run_timeout: Duration::from_secs(60 * 60),
-            agent: None,
-            shipping: AgentShipping::Bind,
-            noise: None,
-            rates: RateOverrides::default(),
-            ledger: None,
-            shard: None,
-            engine_wait: engine::DEFAULT_ENGINE_WAIT,
-            force_valgrind: false,
-            bisect: false,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RateOverrides {
-    pub cpu_usd_per_hour: Option<f64>,
-    pub memory_usd_per_gb_hour: Option<f64>,
-    pub disk_usd_per_gb_hour: Option<f64>,
-}
-
-pub struct RunResult {
-    pub status: Status,
-    pub dir: PathBuf,
-    pub report: Report,
-    /// The lines the terminal ended with (see [`story::ending`]).
-    pub ending: Vec<String>,
-}
-
-const MAX_ERRORS: usize = 30;
 
 /// Runs the comparison in Docker. Only errors before the run directory exists are returned as
 /// `Err`; everything after ends in a report.
@@ -150,317 +96,11 @@ pub async fn run_on(
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
     // Who runs the run directory, written before the ledger entry: a run whose controller is
     // gone is told from one still running, and can be resumed.
-    resume::Mark::new(&opts, &run_id, &base, &head, plan.hourly_usd()).write(&dir)?;
+    Mark::new(&opts, &run_id, &base, &head, plan.hourly_usd()).write(&dir)?;
     let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
     report.noise = noise;
     let start = Start { plan, notes, dir, report, base, head, resumed: None, earlier: Vec::new() };
     conduct(opts, start, cancel, connect).await
-}
-
-/// A run about to be walked: new, or resumed.
-struct Start {
-    plan: Plan,
-    notes: Vec<String>,
-    dir: PathBuf,
-    report: Report,
-    base: Revision,
-    head: Revision,
-    resumed: Option<resume::Resumed>,
-    /// The sandboxes of earlier attempts (a resumed run), charged already.
-    earlier: Vec<report::SandboxRecord>,
-}
-
-/// Walks a run from its start to its written reports and ledger entry.
-async fn conduct(
-    opts: RunOptions,
-    start: Start,
-    cancel: watch::Receiver<bool>,
-    connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
-) -> anyhow::Result<RunResult> {
-    let Start { plan, notes, dir, mut report, base, head, resumed, earlier } = start;
-    let run_id = report.run_id.clone();
-    if let Err(err) = crate::logging::to_file(&dir.join("controller.log")) {
-        tracing::warn!("cannot write {}: {err}", dir.join("controller.log").display());
-    }
-    tracing::info!(run = %run_id, spec = %plan.name, base = %opts.base, head = %opts.head, "run started");
-    let display = Display::new();
-    announce(&display, &opts, &plan, &report, &base, &head, resumed.as_ref(), &notes);
-    if let Some(shard) = opts.shard {
-        let part = record_shard(shard, &plan, &run_id, &base, &head, &dir)?;
-        display.line(&format!("shard {shard} runs the trials {}", describe_share(&part)));
-        report.shards = vec![part];
-    }
-    write_reports(&dir, &mut report)?;
-    // The ledger entry is made first, so a run killed from here on shows as unfinished.
-    let mut ledger = begin_ledger(&opts, &plan, &report, &dir, resumed.is_some())?;
-
-    let setting = execute::Setting {
-        plan: &plan,
-        opts: &opts,
-        dir: &dir,
-        display: &display,
-        base: &base,
-        head: &head,
-        resumed: resumed.as_ref(),
-        skeleton: &report,
-    };
-    let finished = match execute::execute(setting, cancel.clone(), connect).await {
-        Ok(finished) => finished,
-        Err(err) => execute::Finished::failed(format!("{err:#}")),
-    };
-    let provisioner = finished.provisioner.clone();
-    // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
-    let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
-    let reason = finished.reason.clone();
-    if let Some(adapted) = &finished.adapted {
-        grow_report(&mut report, &plan, adapted);
-    }
-    finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
-    report.sandboxes.splice(0..0, earlier);
-    if let Some(provisioner) = provisioner.filter(|_| opts.bisect) {
-        // The verdicts are written first: they stand whatever the bisections do.
-        write_reports(&dir, &mut report)?;
-        let at = bisections::Bisecting {
-            plan: &plan,
-            dir: &dir,
-            display: &display,
-            agent: opts.agent.clone(),
-            shipping: opts.shipping,
-        };
-        bisections::bisect_regressions(at, &mut report, provisioner, cancel).await;
-    }
-    if let Some(ledger) = ledger.as_mut() {
-        settle_ledger(ledger, &mut report);
-    }
-    write_reports(&dir, &mut report)?;
-    if base.commit == head.commit && report.status == Status::Completed {
-        let path = write_noise_profile(&report, &dir)?;
-        display.line(&format!("A/A run: noise profile written to {} (use it with --noise)", path.display()));
-    }
-    let ending = story::ending(&report, reason.as_deref(), &dir);
-    for line in &ending {
-        display.line(line);
-    }
-    tracing::info!(run = %run_id, status = report.status.as_str(), "run finished");
-    crate::logging::close_file();
-    Ok(RunResult { status: report.status, dir, report, ending })
-}
-
-/// The run's opening lines: what is compared, what a resume left to do, the notes and the
-/// noise profile's warning.
-#[allow(clippy::too_many_arguments)]
-fn announce(
-    display: &Display,
-    opts: &RunOptions,
-    plan: &Plan,
-    report: &Report,
-    base: &Revision,
-    head: &Revision,
-    resumed: Option<&resume::Resumed>,
-    notes: &[String],
-) {
-    display.line(&format!(
-        "run {}: {} — base {} ({}) vs head {} ({})",
-        report.run_id,
-        plan.name,
-        base.rev,
-        short(&base.commit),
-        head.rev,
-        short(&head.commit)
-    ));
-    if let Some(resumed) = resumed {
-        let stages = schedule::build_for(&plan.timed_phases(), opts.pairs as usize, opts.shard);
-        let total: usize = stages.iter().flat_map(|s| &s.lanes).map(Vec::len).sum();
-        let missing = resumed.accounting.missing(&stages).len();
-        display.line(&format!(
-            "resumed (attempt {}): {} of {total} trials done before, {missing} to run in new sandboxes",
-            resumed.attempt,
-            total - missing
-        ));
-    }
-    for note in notes {
-        display.line(note);
-    }
-    if let Some(warning) = report.noise.as_ref().and_then(|n| n.warning(plan.rule)) {
-        display.line(&warning);
-    }
-}
-
-/// Writes a shard's `shard.json` and returns its part of the run.
-fn record_shard(
-    shard: crate::shard::Shard,
-    plan: &Plan,
-    run_id: &str,
-    base: &Revision,
-    head: &Revision,
-    dir: &Path,
-) -> anyhow::Result<crate::shard::ShardPart> {
-    let part = crate::shard::ShardPart::new(shard, run_id, &plan.timed_phases());
-    let record = crate::shard::ShardRecord {
-        part: part.clone(),
-        spec: plan.name.clone(),
-        base: base.clone(),
-        head: head.clone(),
-    };
-    record.save(dir)?;
-    Ok(part)
-}
-
-/// Closes the run's ledger entry; a failure becomes a warning of the report.
-fn settle_ledger(ledger: &mut Ledger, report: &mut Report) {
-    let finished_at = report.finished_at.clone().unwrap_or_default();
-    let recorded = ledger
-        .finish_run(&report.run_id, report.status.as_str(), &finished_at, &report.sandboxes)
-        .and_then(|()| record_lens(ledger, report));
-    if let Err(err) = recorded {
-        report.warnings.push(format!("cannot record the run in the ledger {}: {err:#}", ledger.path().display()));
-    }
-}
-
-/// The instruction lens's sandbox seconds and cost in the run's ledger row, when it ran.
-pub(crate) fn record_lens(ledger: &Ledger, report: &Report) -> anyhow::Result<()> {
-    match &report.lens {
-        Some(lens) => ledger.record_lens(&report.run_id, lens.seconds, report.lens_cost_usd().unwrap_or(0.0)),
-        None => Ok(()),
-    }
-}
-
-/// An A/A run's noise profile, `noise.json` beside the report; its path.
-fn write_noise_profile(report: &Report, dir: &Path) -> anyhow::Result<PathBuf> {
-    let path = dir.join("noise.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&NoiseProfile::from_report(report))?)?;
-    Ok(path)
-}
-
-/// Applies the command line to the plan, checking each value; returns notes for the report and
-/// the noise profile asked for.
-fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Result<(Vec<String>, Option<NoiseProfile>)> {
-    if let Some(n) = opts.trials {
-        if !(1..=100).contains(&n) {
-            bail!("--trials must be from 1 to 100, got {n}");
-        }
-        plan.trials.measure = n;
-        plan.trials.runtime = n;
-        if plan.trials.transport > 0 {
-            plan.trials.transport = n;
-        }
-    }
-    // The sandboxes expire after the longest this run can take: the plan's worst case with the
-    // trials asked for here, or the run timeout (the run is halted then), and the margin for
-    // teardown. The spec's ttl is at least the worst case (`check` refuses less).
-    plan.sandbox.ttl = crate::spec::default_ttl(plan.worst_case().min(opts.run_timeout));
-    plan.check_host()?;
-    if opts.pairs == 0 || opts.pairs > 8 {
-        bail!("--pairs must be from 1 to 8, got {}", opts.pairs);
-    }
-    if let Some(b) = opts.budget_usd {
-        if !(b.is_finite() && b > 0.0) {
-            bail!("--budget must be a positive number of USD, got {b}");
-        }
-        plan.cost.budget_usd = Some(b);
-    }
-    for (value, field, name) in [
-        (opts.rates.cpu_usd_per_hour, &mut plan.cost.cpu_usd_per_hour, "--cpu-usd-per-hour"),
-        (opts.rates.memory_usd_per_gb_hour, &mut plan.cost.memory_usd_per_gb_hour, "--memory-usd-per-gb-hour"),
-        (opts.rates.disk_usd_per_gb_hour, &mut plan.cost.disk_usd_per_gb_hour, "--disk-usd-per-gb-hour"),
-    ] {
-        if let Some(v) = value {
-            if !(v.is_finite() && v >= 0.0) {
-                bail!("{name} must be a non-negative number, got {v}");
-            }
-            *field = v;
-        }
-    }
-    let mut noise = None;
-    if let Some(path) = &opts.noise {
-        let profile = NoiseProfile::load(path)?;
-        if profile.spec != plan.name {
-            bail!("the noise profile {} was measured for spec {:?}, not {:?}", path.display(), profile.spec, plan.name);
-        }
-        noise = Some(profile);
-    }
-    let mut notes = Vec::new();
-    if opts.shard.is_some() && report::Sequential::for_plan(plan).is_some() {
-        notes.push(format!(
-            "adaptive pairs are off in a sharded run (each shard sees only its share): the planned {} pairs are run, not up to trials.max_pairs ({})",
-            plan.trials.measure.max(plan.trials.runtime),
-            plan.trials.max_pairs
-        ));
-    }
-    let install = schedule::sharded_install_trials(plan.trials.install, opts.pairs as usize, opts.shard);
-    if install != plan.trials.install {
-        let shards = opts.shard.map(|s| format!(" of each of the {} shards", s.count)).unwrap_or_default();
-        notes.push(format!(
-            "install trials raised from {} to {install}: each of the {} pairs{shards} needs its own first installation",
-            plan.trials.install, opts.pairs
-        ));
-        plan.trials.install = install;
-    }
-    Ok((notes, noise))
-}
-
-/// Opens the ledger, if any, and records the run as begun.
-/// A resumed run's entry, when the ledger has it, is put back to running.
-fn begin_ledger(
-    opts: &RunOptions,
-    plan: &Plan,
-    report: &Report,
-    dir: &Path,
-    resumed: bool,
-) -> anyhow::Result<Option<Ledger>> {
-    let Some(path) = &opts.ledger else { return Ok(None) };
-    let ledger = Ledger::open(path)?;
-    if resumed && ledger.reopen_run(&report.run_id)? {
-        return Ok(Some(ledger));
-    }
-    let repository = match &plan.source {
-        SourceSettings::Local { repository } => {
-            repository.canonicalize().unwrap_or(repository.clone()).display().to_string()
-        }
-        SourceSettings::Url { url } => url.clone(),
-        SourceSettings::None => String::new(),
-    };
-    ledger.begin_run(&report.run_start(&plan.name, repository, dir))?;
-    Ok(Some(ledger))
-}
-
-/// Puts what the run ended with into the report.
-fn finish(report: &mut Report, finished: execute::Finished, notes: Vec<String>, dir: &Path) {
-    let execute::Finished { status, mut sides, records, mut errors, warnings, .. } = finished;
-    errors.truncate(MAX_ERRORS);
-    report.status = status;
-    report.errors = errors;
-    report.warnings = notes.into_iter().chain(warnings).collect();
-    report.warnings.extend(output::agent_warnings(dir));
-    report.sandboxes = records;
-    let conditions = report::conditions::collect(dir, &report.sandboxes);
-    report.add_conditions(conditions);
-    report.lens = report::instructions::collect(dir, &report.sandboxes);
-    report.finished_at = Some(report::timestamp(SystemTime::now()));
-    if let Some(side) = sides.remove(sandbench_proto::Side::Base.as_str()) {
-        report.base_side = side;
-    }
-    if let Some(side) = sides.remove(sandbench_proto::Side::Head.as_str()) {
-        report.head_side = side;
-    }
-    // A shard keeps its own trials only (every shard measures the once-per-sandbox metrics).
-    report.retain_owned();
-    if report.status == Status::Completed && !report.complete() {
-        report.status = Status::Partial;
-    }
-}
-
-/// An adaptive run's report: analysed at its last look, each grown phase's metrics expecting
-/// the trials it grew to.
-fn grow_report(report: &mut Report, plan: &Plan, adapted: &adapt::Adapted) {
-    report.sequential = Some(adapted.sequential.clone());
-    for (name, trials) in &adapted.trials {
-        for key in plan.metrics_of_phase(name) {
-            if key != sandbench_proto::metric::DISK {
-                report.expected.insert(key, *trials);
-            }
-        }
-    }
 }
 
 async fn resolve_revisions(plan: &Plan, base: &str, head: &str) -> anyhow::Result<(Revision, Revision)> {
@@ -489,17 +129,4 @@ pub(crate) fn run_id() -> String {
     let mut random = [0u8; 3];
     rand::fill(&mut random);
     format!("{stamp}-{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>())
-}
-
-/// `measure 0, 2, 4; runtime 0, 2` — a shard's trials per phase.
-fn describe_share(part: &crate::shard::ShardPart) -> String {
-    let phases = part.trials.iter().map(|(phase, trials)| {
-        let list: Vec<String> = trials.iter().map(u32::to_string).collect();
-        format!("{phase} {}", if list.is_empty() { "none".to_string() } else { list.join(", ") })
-    });
-    phases.collect::<Vec<_>>().join("; ")
-}
-
-fn short(commit: &str) -> &str {
-    crate::sanitize::prefix(commit, 8)
 }

@@ -7,7 +7,8 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 
-use super::walk::SideRun;
+use super::accounting::{Accounting, side_of};
+use crate::observations::server::HelloInfo;
 use crate::observations::store::StoredBody;
 use crate::report::{self, Report, Revision, Sample, Side, Status};
 use crate::spec::Plan;
@@ -20,22 +21,30 @@ const MAX_TRIAL: u32 = 100_000;
 /// Runs a trial's metric may have (a repeated command runs at most 10,000 times).
 const MAX_SAMPLE: u32 = 10_000;
 
+/// A sandbox of this attempt as its samples are collected: its id and side, and what it said at
+/// Hello when it is a side's first sandbox of a pair (the side's facts are the first one's).
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub id: String,
+    pub side: sandbench_proto::Side,
+    pub hello: Option<HelloInfo>,
+}
+
 /// Samples per side and metric from the run's event log (read as a stream: only the samples
-/// are kept), and each side's facts. A resumed run (`resumed`: its id and what its earlier
-/// attempts completed) also takes the samples of earlier attempts' sandboxes, only those each
-/// slot's first completion counts ([`Accounting::counts`](super::resume::Accounting::counts));
-/// this attempt's sandboxes count for the slots they ran.
-pub(super) fn collect(
+/// are kept), and each side's facts, for the sandboxes of this attempt (`sandboxes`, in pair
+/// order). A resumed run (`resumed`: its id and what its earlier attempts completed) also takes
+/// the samples of earlier attempts' sandboxes, only those each slot's first completion counts
+/// ([`Accounting::counts`]); this attempt's sandboxes count for the slots they ran.
+pub fn collect(
     dir: &Path,
-    sides: &[SideRun],
-    resumed: Option<(&str, &super::resume::Accounting)>,
+    sandboxes: &[Measured],
+    resumed: Option<(&str, &Accounting)>,
 ) -> anyhow::Result<BTreeMap<String, Side>> {
-    let mut role_of: BTreeMap<String, &str> =
-        sides.iter().flat_map(|s| s.sandbox_ids().into_iter().map(|id| (id, s.side.as_str()))).collect();
+    let mut role_of: BTreeMap<String, &str> = sandboxes.iter().map(|s| (s.id.clone(), s.side.as_str())).collect();
     let current: std::collections::BTreeSet<String> = role_of.keys().cloned().collect();
     if let Some((run_id, accounting)) = resumed {
         for id in accounting.sandboxes() {
-            if let Some(side) = super::resume::side_of(run_id, id) {
+            if let Some(side) = side_of(run_id, id) {
                 role_of.entry(id.clone()).or_insert(side.as_str());
             }
         }
@@ -82,17 +91,17 @@ pub(super) fn collect(
             }
         }
     }
-    record_facts(dir, sides, &mut out);
+    record_facts(dir, sandboxes, &mut out);
     Ok(out)
 }
 
 /// Each side's facts: the machine its first live sandbox reported at Hello, and the tool
 /// versions the agent found while preparing.
-fn record_facts(dir: &Path, sides: &[SideRun], out: &mut BTreeMap<String, Side>) {
-    for side in sides {
-        if let Some(live) = &side.live {
-            let f = &live.hello.facts;
-            let facts = &mut out.entry(side.side.as_str().to_string()).or_default().facts;
+fn record_facts(dir: &Path, sandboxes: &[Measured], out: &mut BTreeMap<String, Side>) {
+    for sandbox in sandboxes {
+        if let Some(hello) = &sandbox.hello {
+            let f = &hello.facts;
+            let facts = &mut out.entry(sandbox.side.as_str().to_string()).or_default().facts;
             if facts.is_empty() {
                 *facts = BTreeMap::from([
                     ("kernel".to_string(), f.kernel.clone()),
@@ -100,10 +109,10 @@ fn record_facts(dir: &Path, sides: &[SideRun], out: &mut BTreeMap<String, Side>)
                     ("cpus".to_string(), f.cpus.to_string()),
                     ("memory_bytes".to_string(), f.memory_bytes.to_string()),
                     ("os".to_string(), f.os_release.clone()),
-                    ("agent".to_string(), live.hello.agent_version.clone()),
+                    ("agent".to_string(), hello.agent_version.clone()),
                 ]);
                 // Tool versions the agent found while preparing.
-                let tools = dir.join("sandboxes").join(&live.sandbox.id).join("facts.json");
+                let tools = dir.join("sandboxes").join(&sandbox.id).join("facts.json");
                 if let Ok(bytes) = std::fs::read(tools)
                     && let Ok(tools) = serde_json::from_slice::<BTreeMap<String, String>>(&bytes)
                 {
@@ -145,7 +154,7 @@ pub fn agent_warnings(dir: &Path) -> Vec<String> {
     out
 }
 
-pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Report {
+pub fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Report {
     let mut expected = BTreeMap::new();
     for (name, n) in std::iter::once((sandbench_proto::phase::PREPARE, 1)).chain(plan.timed_phases()) {
         for m in plan.metrics_of_phase(name) {

@@ -410,8 +410,8 @@ async fn a_run_decided_at_its_first_look_adds_no_pairs() {
     assert_eq!(outcome(report, "cold"), Outcome::NoClearChange);
     // A sharded run never adapts: each shard sees only its share of the pairs.
     let skeleton = super::output::skeleton(&plan, "x", report.base.clone(), report.head.clone());
-    assert!(super::adapt::Adaptive::new(&skeleton, &plan, true).is_none());
-    assert!(super::adapt::Adaptive::new(&skeleton, &plan, false).is_some());
+    assert!(super::walk::Adaptive::new(&skeleton, &plan, true).is_none());
+    assert!(super::walk::Adaptive::new(&skeleton, &plan, false).is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,77 @@
+//! What a run is asked for: the options of `sandbench run` as the run takes them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::engine;
+use crate::provision::AgentShipping;
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub spec: PathBuf,
+    pub base: String,
+    pub head: String,
+    pub out: PathBuf,
+    /// Overrides the measure, runtime and transport trial counts.
+    pub trials: Option<u32>,
+    pub pairs: u32,
+    pub budget_usd: Option<f64>,
+    pub run_timeout: Duration,
+    pub agent: Option<PathBuf>,
+    pub shipping: AgentShipping,
+    /// A noise profile from an A/A run (`noise.json`): its relative noise replaces the spec's
+    /// relative floors.
+    pub noise: Option<PathBuf>,
+    /// Rate card overrides (USD per vCPU-hour, per GiB-hour of memory, per GiB-hour of disk).
+    pub rates: RateOverrides,
+    /// The cost ledger to record the run in (None: no ledger).
+    pub ledger: Option<PathBuf>,
+    /// Run only this shard's share of the pairs (`--shard I/N`, see [`crate::shard`]).
+    pub shard: Option<crate::shard::Shard>,
+    /// How long to wait for an unreachable engine before the run fails (`--engine-wait`).
+    pub engine_wait: Duration,
+    /// Runs as if the plan needed valgrind (tests): every sandbox from the derived image.
+    pub force_valgrind: bool,
+    /// Bisects every regressed metric between base and head once the run is decided (`--bisect`).
+    pub bisect: bool,
+}
+
+impl RunOptions {
+    /// A run of `spec`, `base` against `head`, into `out`, every other option at its default:
+    /// one pair, the spec's trials, no budget, a 60-minute run timeout, the agent found beside
+    /// the controller and bind-mounted, no noise profile, the built-in rates, no ledger, no
+    /// shard, the default wait for the engine. Callers set what they need on top.
+    pub fn new(
+        spec: impl Into<PathBuf>,
+        base: impl Into<String>,
+        head: impl Into<String>,
+        out: impl Into<PathBuf>,
+    ) -> RunOptions {
+        RunOptions {
+            spec: spec.into(),
+            base: base.into(),
+            head: head.into(),
+            out: out.into(),
+            trials: None,
+            pairs: 1,
+            budget_usd: None,
+            run_timeout: Duration::from_secs(60 * 60),
+            agent: None,
+            shipping: AgentShipping::Bind,
+            noise: None,
+            rates: RateOverrides::default(),
+            ledger: None,
+            shard: None,
+            engine_wait: engine::DEFAULT_ENGINE_WAIT,
+            force_valgrind: false,
+            bisect: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateOverrides {
+    pub cpu_usd_per_hour: Option<f64>,
+    pub memory_usd_per_gb_hour: Option<f64>,
+    pub disk_usd_per_gb_hour: Option<f64>,
+}

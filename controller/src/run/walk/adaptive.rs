@@ -1,0 +1,89 @@
+//! An adaptive run's state: how far it went (the design, the last look, the trials grown to) and
+//! how long a round of each phase took. The looking itself is [`super::adapt`].
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sandbench_proto::plan::phase;
+
+use crate::report::{Report, Sequential};
+
+/// The phases that grow with the pairs.
+const GROWN: [&str; 2] = [phase::MEASURE, phase::RUNTIME];
+
+/// An adaptive run's state: the report skeleton its looks are analysed on, and how far it went.
+pub struct Adaptive {
+    pub skeleton: Report,
+    state: Mutex<Adapted>,
+}
+
+/// How far an adaptive run went.
+#[derive(Debug, Clone)]
+pub struct Adapted {
+    /// The design and the last look taken, with why the run stopped adding pairs.
+    pub sequential: Sequential,
+    /// Measure and runtime's trials at the end (the planned counts unless grown).
+    pub trials: BTreeMap<&'static str, u32>,
+}
+
+impl Adaptive {
+    /// The adaptive state of a run of `skeleton`'s plan, when it may add pairs: the plan allows
+    /// more pairs than it starts with and the run is not a shard.
+    pub fn new(skeleton: &Report, plan: &crate::spec::Plan, shard: bool) -> Option<Adaptive> {
+        let sequential = Sequential::for_plan(plan).filter(|_| !shard)?;
+        let trials = BTreeMap::from([(phase::MEASURE, plan.trials.measure), (phase::RUNTIME, plan.trials.runtime)]);
+        Some(Adaptive { skeleton: skeleton.clone(), state: Mutex::new(Adapted { sequential, trials }) })
+    }
+
+    pub fn adapted(&self) -> Adapted {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    pub fn update(&self, change: impl FnOnce(&mut Adapted)) {
+        change(&mut self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+}
+
+/// How long one slot (one side's trial) of each phase took, from the stages walked so far:
+/// what growing a phase is expected to cost.
+#[derive(Debug, Default)]
+pub struct RoundTimes(Mutex<BTreeMap<&'static str, Duration>>);
+
+impl RoundTimes {
+    /// Records a stage of `phase` whose longest lane ran `slots` slots in `took`.
+    pub fn record(&self, phase: &'static str, slots: usize, took: Duration) {
+        if slots > 0 {
+            let per = took / u32::try_from(slots).unwrap_or(u32::MAX);
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(phase, per);
+        }
+    }
+
+    /// How long `rounds` rounds (a base and a head slot each) of `phase` are expected to take.
+    pub fn rounds(&self, phase: &str, rounds: u32) -> Duration {
+        let per = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(phase).copied();
+        per.unwrap_or_default() * 2 * rounds
+    }
+}
+
+/// The phases to grow to `pairs` trials for the `undecided` metrics: those of [`GROWN`] that
+/// record one of them (a `.cpu` companion counts as its metric) and have fewer trials, with
+/// their current count.
+pub fn phases_to_grow(
+    plan: &crate::spec::Plan,
+    trials: &BTreeMap<&'static str, u32>,
+    undecided: &[String],
+    pairs: u32,
+) -> Vec<(&'static str, u32)> {
+    GROWN
+        .into_iter()
+        .filter(|name| {
+            let metrics = plan.metrics_of_phase(name);
+            undecided.iter().any(|key| {
+                let stem = key.strip_suffix(crate::report::CPU_SUFFIX).unwrap_or(key);
+                metrics.iter().any(|m| m == stem)
+            })
+        })
+        .filter_map(|name| trials.get(name).filter(|n| **n < pairs).map(|n| (name, *n)))
+        .collect()
+}

@@ -1,0 +1,128 @@
+//! A run being walked: what every layer of the walk reads (plan, station, engine, gates, the
+//! halt) and its own small methods. The layers above take it as `&Run`.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use sandbench_proto::plan::{AgentPlan, phase};
+use tokio::sync::watch;
+
+use super::super::accounting::Resumed;
+use super::super::display::Display;
+use super::super::engine::Engine;
+use super::super::gate::{Gates, Stop, TrialResult};
+use super::super::options::RunOptions;
+use super::super::schedule::{Side, Slot};
+use super::adaptive::{Adaptive, RoundTimes};
+use super::side::lock;
+use crate::provision::{Resources, labels};
+use crate::spec::Plan;
+use crate::station::Station;
+
+/// The most errors a report keeps.
+pub const MAX_ERRORS: usize = 30;
+
+/// A run being walked.
+pub struct Run {
+    pub plan: Plan,
+    pub opts: RunOptions,
+    pub station: Station,
+    pub agent_plans: BTreeMap<Side, AgentPlan>,
+    pub display: Display,
+    pub errors: Mutex<Vec<String>>,
+    pub gates: Mutex<Gates>,
+    /// Set once the run must stop: canceled, out of time or out of budget.
+    pub halt: watch::Sender<Option<Stop>>,
+    /// What an earlier attempt completed, when the run is resumed.
+    pub resumed: Option<Resumed>,
+    /// The engine under the run, waited for when it does not answer.
+    pub engine: Engine,
+    /// What the report's warnings say of the walk (retried slots).
+    pub notes: Mutex<Vec<String>>,
+    /// When the run may add pairs ([`super::adapt`]).
+    pub adaptive: Option<Adaptive>,
+    /// How long a round of each phase took, for the adaptive projection.
+    pub round_times: RoundTimes,
+    /// When the walk began.
+    pub started: std::time::Instant,
+    /// The CPUs each pair's sandboxes are pinned to ([`cpusets`]).
+    pub cpusets: Vec<Option<String>>,
+}
+
+impl Run {
+    pub fn error(&self, text: String) {
+        tracing::warn!("{text}");
+        self.display.line(&format!("error: {text}"));
+        if let Ok(mut errors) = self.errors.lock()
+            && errors.len() < MAX_ERRORS
+        {
+            errors.push(text.chars().take(500).collect());
+        }
+    }
+
+    /// Keeps a line for the report's warnings.
+    pub fn note(&self, text: String) {
+        tracing::warn!("{text}");
+        lock(&self.notes).push(text);
+    }
+
+    pub fn gates(&self) -> MutexGuard<'_, Gates> {
+        self.gates.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The stop, once the run must stop.
+    pub fn check(&self) -> Option<Stop> {
+        self.halt.borrow().clone()
+    }
+
+    /// A slot completed by an earlier attempt: how it ended.
+    pub fn done_before(&self, slot: &Slot) -> Option<TrialResult> {
+        self.resumed.as_ref()?.accounting.result(slot)
+    }
+
+    /// A trial's step timeout: every step at its own timeout, plus room for the agent's work.
+    pub fn phase_timeout(&self, name: &str) -> Duration {
+        let margin = match name {
+            phase::PREPARE => 600.0,
+            phase::MEASURE => 180.0,
+            _ => 120.0,
+        };
+        Duration::from_secs_f64(self.plan.phase_limit_s(name) + margin)
+    }
+
+    /// The request for a sandbox of this run with this role, for pair `pair`'s CPUs.
+    pub fn sandbox_request(&self, role: &str, pair: usize) -> anyhow::Result<crate::provision::SandboxRequest> {
+        let sandbox = &self.plan.sandbox;
+        let cpuset = self.cpusets.get(pair).cloned().flatten();
+        // The station's image: the spec's, or the one derived from it with valgrind.
+        let mut request = self.station.request(role, self.station.image().unwrap_or(&sandbox.image))?;
+        request.resources = Resources {
+            cpus: sandbox.cpus,
+            cpuset: cpuset.or(sandbox.cpuset.clone()),
+            memory_bytes: sandbox.memory_bytes,
+            pids_limit: sandbox.pids_limit,
+        };
+        request.network = sandbox.network;
+        request.ttl = sandbox.ttl;
+        request.shipping = self.opts.shipping;
+        request.labels = [(labels::USD_PER_HOUR.to_string(), format!("{:.6}", self.plan.hourly_usd()))].into();
+        Ok(request)
+    }
+}
+
+/// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.
+pub fn cpusets(pairs: usize) -> Vec<Option<String>> {
+    if pairs <= 1 {
+        return vec![None];
+    }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let per = (cpus / pairs).max(1);
+    (0..pairs)
+        .map(|p| {
+            let first = (p * per) % cpus;
+            let last = (first + per - 1).min(cpus - 1);
+            Some(if first == last { first.to_string() } else { format!("{first}-{last}") })
+        })
+        .collect()
+}

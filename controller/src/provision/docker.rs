@@ -918,6 +918,32 @@ impl Provisioner for DockerProvisioner {
     fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(async move { Ok(DockerProvisioner::ping(self).await?) })
     }
+
+    fn log_lines(&self, id: &str, tail: Option<usize>, follow: bool) -> BoxStream<'static, anyhow::Result<String>> {
+        DockerProvisioner::log_lines(self, id, tail, follow).map(|item| item.map_err(anyhow::Error::from)).boxed()
+    }
+
+    fn terminal<'a>(
+        &'a self,
+        id: &'a str,
+        cmd: Vec<String>,
+        rows: u16,
+        cols: u16,
+    ) -> BoxFuture<'a, anyhow::Result<super::Terminal>> {
+        Box::pin(async move {
+            let ExecSession { id, output, input } = self.exec_terminal(id, cmd, rows, cols).await?;
+            let output = output.map(|chunk| Ok(chunk?.into_bytes().to_vec())).boxed();
+            Ok(super::Terminal { id, output, input })
+        })
+    }
+
+    fn resize_terminal<'a>(&'a self, terminal: &'a str, rows: u16, cols: u16) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move { Ok(DockerProvisioner::resize_terminal(self, terminal, rows, cols).await?) })
+    }
+
+    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(async move { Ok(self.exec_exit_code(terminal).await?) })
+    }
 }
 
 /// The last `n` lines of `text`.

@@ -220,6 +220,8 @@ pub struct FakeProvisioner {
     engine: Engine,
     /// The image of every sandbox created, in order.
     images: Mutex<Vec<String>>,
+    /// The terminals started ([`Provisioner::terminal`]), by id.
+    terminals: Mutex<BTreeSet<String>>,
 }
 
 /// Until when the fake engine is unreachable.
@@ -235,6 +237,7 @@ impl FakeProvisioner {
             sandboxes: Mutex::default(),
             engine: Engine::default(),
             images: Mutex::default(),
+            terminals: Mutex::default(),
         }
     }
 
@@ -262,6 +265,15 @@ impl FakeProvisioner {
 
     fn sandboxes(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, FakeSandbox>> {
         self.sandboxes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks a created sandbox as running without an agent, as a sandbox kept by `sandbench
+    /// debug --keep` is to the by-hand commands.
+    pub fn keep_running(&self, id: &str) -> anyhow::Result<()> {
+        let sandboxes = self.sandboxes();
+        let sandbox = sandboxes.get(id).with_context(|| format!("no fake sandbox {id}"))?;
+        sandbox.alive.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Ends a sandbox's agent at once, as SIGKILL would.
@@ -415,29 +427,24 @@ impl Provisioner for FakeProvisioner {
             let id = id.to_string();
             return futures_util::stream::once(async move { Err(anyhow::anyhow!("no fake sandbox {id}")) }).boxed();
         };
-        // Polls the log: what was added since the last look, until the agent has ended.
-        futures_util::stream::unfold((0usize, false), move |(sent, ended)| {
-            let (log, alive) = (log.clone(), alive.clone());
-            async move {
-                if ended {
-                    return None;
-                }
-                loop {
-                    let finished = !alive.load(Ordering::SeqCst);
-                    let text = log.lock().unwrap_or_else(PoisonError::into_inner)[sent..].to_string();
-                    if !text.is_empty() || finished {
-                        return Some((Ok(text.clone()), (sent + text.len(), finished)));
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        })
-        .filter(|chunk| std::future::ready(!matches!(chunk, Ok(text) if text.is_empty())))
-        .boxed()
+        follow_log(log, alive, 0)
     }
 
-    fn exec<'a>(&'a self, id: &'a str, _cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>> {
-        async move { bail!("cannot run a command in {id}: fake sandboxes run no commands") }.boxed()
+    /// Runs `echo ARGS` (its arguments, a line) and `false` (exit 1); any other command is not
+    /// found (exit 127).
+    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>> {
+        async move {
+            self.engine_reachable()?;
+            if !self.sandboxes().get(id).is_some_and(FakeSandbox::running) {
+                bail!("cannot run a command in {id}: it is not running");
+            }
+            Ok(match cmd.split_first() {
+                Some((name, args)) if name == "echo" => (0, format!("{}\n", args.join(" "))),
+                Some((name, [])) if name == "false" => (1, String::new()),
+                _ => (127, format!("fake: {}: not found\n", cmd.join(" "))),
+            })
+        }
+        .boxed()
     }
 
     fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>> {
@@ -454,9 +461,12 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
+    /// Removes the sandbox named `id`, or whose container id it is (as the engine takes either).
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
-            if let Some(sandbox) = self.sandboxes().remove(id) {
+            let mut sandboxes = self.sandboxes();
+            let name = sandboxes.values().find(|s| s.sandbox.container_id == id).map(|s| s.sandbox.id.clone());
+            if let Some(sandbox) = sandboxes.remove(name.as_deref().unwrap_or(id)) {
                 if let Some(agent) = sandbox.agent {
                     agent.abort();
                 }
@@ -496,6 +506,111 @@ impl Provisioner for FakeProvisioner {
         }
         .boxed()
     }
+
+    /// The log's lines, each stamped with the sandbox's creation time.
+    fn log_lines(&self, id: &str, tail: Option<usize>, follow: bool) -> BoxStream<'static, anyhow::Result<String>> {
+        let source = self.sandboxes().get(id).map(|s| {
+            let text = s.log.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            (s.log.clone(), s.alive.clone(), text, s.created_unix)
+        });
+        let Some((log, alive, text, created)) = source else {
+            let id = id.to_string();
+            return futures_util::stream::once(async move { Err(anyhow::anyhow!("no fake sandbox {id}")) }).boxed();
+        };
+        let stamp = jiff::Timestamp::from_second(created).unwrap_or_default().to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        let kept = lines[tail.map_or(0, |n| lines.len().saturating_sub(n))..].join("\n");
+        let first = futures_util::stream::once(std::future::ready(Ok(stamped(&kept, &stamp))));
+        let rest = match follow {
+            true => follow_log(log, alive, text.len()).map(move |chunk| Ok(stamped(&chunk?, &stamp))).boxed(),
+            false => futures_util::stream::empty().boxed(),
+        };
+        first.chain(rest).filter(|chunk| std::future::ready(!matches!(chunk, Ok(text) if text.is_empty()))).boxed()
+    }
+
+    /// A terminal that echoes the keys typed until Ctrl-D, then exits 0.
+    fn terminal<'a>(
+        &'a self,
+        id: &'a str,
+        _cmd: Vec<String>,
+        _rows: u16,
+        _cols: u16,
+    ) -> BoxFuture<'a, anyhow::Result<super::Terminal>> {
+        async move {
+            self.engine_reachable()?;
+            if !self.sandboxes().get(id).is_some_and(FakeSandbox::running) {
+                bail!("cannot start a terminal in {id}: it is not running");
+            }
+            let (input, keys) = tokio::io::duplex(4096);
+            let mut terminals = self.terminals.lock().unwrap_or_else(PoisonError::into_inner);
+            let terminal = format!("fake-terminal-{}", terminals.len());
+            terminals.insert(terminal.clone());
+            Ok(super::Terminal { id: terminal, output: echo_terminal(keys), input: Box::pin(input) })
+        }
+        .boxed()
+    }
+
+    fn resize_terminal<'a>(&'a self, terminal: &'a str, _rows: u16, _cols: u16) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move { self.terminal_exit_code(terminal).await.map(drop) }.boxed()
+    }
+
+    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, anyhow::Result<i64>> {
+        async move {
+            match self.terminals.lock().unwrap_or_else(PoisonError::into_inner).contains(terminal) {
+                true => Ok(0),
+                false => bail!("no fake terminal {terminal}"),
+            }
+        }
+        .boxed()
+    }
+}
+
+/// A fake log from byte `sent` on, polled: what was added since the last look, until the agent
+/// has ended.
+fn follow_log(
+    log: Arc<Mutex<String>>,
+    alive: Arc<AtomicBool>,
+    sent: usize,
+) -> BoxStream<'static, anyhow::Result<String>> {
+    futures_util::stream::unfold((sent, false), move |(sent, ended)| {
+        let (log, alive) = (log.clone(), alive.clone());
+        async move {
+            if ended {
+                return None;
+            }
+            loop {
+                let finished = !alive.load(Ordering::SeqCst);
+                let text = log.lock().unwrap_or_else(PoisonError::into_inner)[sent..].to_string();
+                if !text.is_empty() || finished {
+                    return Some((Ok(text.clone()), (sent + text.len(), finished)));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    })
+    .filter(|chunk| std::future::ready(!matches!(chunk, Ok(text) if text.is_empty())))
+    .boxed()
+}
+
+/// Each line of `text` prefixed with `stamp`, as an engine stamps a container's log.
+fn stamped(text: &str, stamp: &str) -> String {
+    text.lines().map(|line| format!("{stamp} {line}\n")).collect()
+}
+
+/// What a fake terminal shows: the keys typed, echoed, until Ctrl-D.
+fn echo_terminal(keys: tokio::io::DuplexStream) -> BoxStream<'static, anyhow::Result<Vec<u8>>> {
+    futures_util::stream::unfold(Some(keys), |keys| async move {
+        use tokio::io::AsyncReadExt;
+        let mut keys = keys?;
+        let mut buf = vec![0u8; 1024];
+        let n = keys.read(&mut buf).await.ok().filter(|n| *n > 0)?;
+        buf.truncate(n);
+        match buf.iter().position(|b| *b == 0x04) {
+            Some(end) => Some((Ok(buf[..end].to_vec()), None)),
+            None => Some((Ok(buf), Some(keys))),
+        }
+    })
+    .boxed()
 }
 
 fn info(s: &FakeSandbox) -> ContainerInfo {

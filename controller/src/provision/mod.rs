@@ -107,6 +107,37 @@ pub trait Provisioner: Send + Sync {
     fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// The agent's log, each line prefixed with the time the backend took it (RFC 3339): the
+    /// last `tail` lines (all when None), then, with `follow`, the new ones until the sandbox
+    /// ends. Chunks need not end at line ends.
+    fn log_lines(&self, id: &str, tail: Option<usize>, follow: bool) -> BoxStream<'static, anyhow::Result<String>>;
+
+    /// Starts `cmd` in the sandbox with a terminal of `rows` × `cols`, attached to this process
+    /// (`sandbench shell`).
+    fn terminal<'a>(
+        &'a self,
+        id: &'a str,
+        cmd: Vec<String>,
+        rows: u16,
+        cols: u16,
+    ) -> BoxFuture<'a, anyhow::Result<Terminal>>;
+
+    /// Sets the size of a [`Terminal`], named by its id.
+    fn resize_terminal<'a>(&'a self, terminal: &'a str, rows: u16, cols: u16) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// The exit code of a [`Terminal`]'s command, -1 until the backend has recorded it.
+    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, anyhow::Result<i64>>;
+}
+
+/// A command running in a sandbox with a terminal, attached to this process.
+pub struct Terminal {
+    /// What [`Provisioner::resize_terminal`] and [`Provisioner::terminal_exit_code`] name it by.
+    pub id: String,
+    /// What the terminal shows, until the command ends.
+    pub output: BoxStream<'static, anyhow::Result<Vec<u8>>>,
+    /// The keys typed into it.
+    pub input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
 }
 
 /// What a sandbox uses at one moment, from its cgroup.

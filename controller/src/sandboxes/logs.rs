@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use super::find;
 use super::phase::describe_event;
 use crate::observations::store::{Data, OBSERVATIONS_FILE, StoredBody, StoredEvent};
-use crate::provision::{DockerProvisioner, labels};
+use crate::provision::{Provisioner, labels};
 
 /// How the agent stamps its lines: `sandbox-agent SECONDS.MILLIS message`.
 const AGENT_PREFIX: &str = "sandbox-agent ";
@@ -22,7 +22,18 @@ type Line = (i64, String);
 
 /// Prints the sandbox's log (the last `lines` lines when given); with `follow`, keeps printing
 /// until the sandbox is gone.
-pub async fn logs(provisioner: &DockerProvisioner, id: &str, lines: Option<usize>, follow: bool) -> anyhow::Result<()> {
+pub async fn logs(provisioner: &dyn Provisioner, id: &str, lines: Option<usize>, follow: bool) -> anyhow::Result<()> {
+    logs_to(provisioner, id, lines, follow, &mut std::io::stdout()).await
+}
+
+/// [`logs`], written to `out`.
+pub(super) async fn logs_to(
+    provisioner: &dyn Provisioner,
+    id: &str,
+    lines: Option<usize>,
+    follow: bool,
+    out: &mut (impl Write + Send),
+) -> anyhow::Result<()> {
     let c = find(provisioner, id).await?;
     // A kept debug sandbox's events are in the directory of its debug session's control socket.
     let events = c
@@ -46,13 +57,12 @@ pub async fn logs(provisioner: &DockerProvisioner, id: &str, lines: Option<usize
     all.extend(events.read_new(lines));
     all.sort_by_key(|(at, _)| *at);
     let skip = lines.map_or(0, |n| all.len().saturating_sub(n));
-    let mut stdout = std::io::stdout();
     for (_, text) in &all[skip..] {
-        let _ = writeln!(stdout, "{}", crate::sanitize::terminal(text));
+        let _ = writeln!(out, "{}", crate::sanitize::terminal(text));
     }
-    let _ = stdout.flush();
+    let _ = out.flush();
     if follow {
-        follow_both(provisioner, &c.name, seen, &mut events).await?;
+        follow_both(provisioner, &c.name, seen, &mut events, out).await?;
     }
     Ok(())
 }
@@ -60,16 +70,16 @@ pub async fn logs(provisioner: &DockerProvisioner, id: &str, lines: Option<usize
 /// Prints new lines of the container's log (after the `seen` first ones) and of the events as
 /// they come, until the container stops.
 async fn follow_both(
-    provisioner: &DockerProvisioner,
+    provisioner: &dyn Provisioner,
     name: &str,
     seen: usize,
     events: &mut EventTail,
+    out: &mut (impl Write + Send),
 ) -> anyhow::Result<()> {
     let mut stream = std::pin::pin!(provisioner.log_lines(name, None, true));
     let mut split = LineSplitter::default();
     let mut skip = seen;
     let mut poll = tokio::time::interval(Duration::from_millis(250));
-    let mut stdout = std::io::stdout();
     loop {
         let lines: Vec<Line> = tokio::select! {
             chunk = stream.next() => match chunk {
@@ -83,7 +93,7 @@ async fn follow_both(
                     let mut last: Vec<Line> = split.finish().into_iter().skip(skip).map(|l| parse_line(&l)).collect();
                     last.extend(events.read_new(None));
                     for (_, text) in last {
-                        let _ = writeln!(stdout, "{}", crate::sanitize::terminal(&text));
+                        let _ = writeln!(out, "{}", crate::sanitize::terminal(&text));
                     }
                     return Ok(());
                 }
@@ -91,9 +101,9 @@ async fn follow_both(
             _ = poll.tick() => events.read_new(None),
         };
         for (_, text) in lines {
-            let _ = writeln!(stdout, "{}", crate::sanitize::terminal(&text));
+            let _ = writeln!(out, "{}", crate::sanitize::terminal(&text));
         }
-        let _ = stdout.flush();
+        let _ = out.flush();
     }
 }
 

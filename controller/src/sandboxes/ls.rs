@@ -3,8 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::provision::docker::ContainerInfo;
-use crate::provision::{DockerProvisioner, labels};
+use crate::provision::{ContainerInfo, Provisioner, labels};
 
 fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
@@ -54,7 +53,7 @@ pub fn table(containers: &[ContainerInfo], now: i64) -> String {
 }
 
 /// `sandbench ls`.
-pub async fn ls(provisioner: &DockerProvisioner) -> anyhow::Result<String> {
+pub async fn ls(provisioner: &dyn Provisioner) -> anyhow::Result<String> {
     let mut all = provisioner.list(None).await?;
     all.sort_by(|a, b| a.name.cmp(&b.name));
     if all.is_empty() {

@@ -6,6 +6,8 @@ mod ls;
 mod phase;
 mod rm;
 mod shell;
+#[cfg(test)]
+mod tests;
 
 use std::process::ExitCode;
 
@@ -18,8 +20,7 @@ pub use phase::{describe_event, phase};
 pub use rm::{gc, rm};
 pub use shell::{shell, shell_command};
 
-use crate::provision::DockerProvisioner;
-use crate::provision::docker::ContainerInfo;
+use crate::provision::{ContainerInfo, DockerProvisioner, Provisioner};
 
 /// The by-hand commands, as the command line names them.
 #[derive(Debug, Subcommand)]
@@ -116,7 +117,7 @@ fn print_removed(lines: impl Iterator<Item = String>) {
 }
 
 /// The sandbox an id names: its name, a prefix of it, or of its container id.
-pub async fn find(provisioner: &DockerProvisioner, id: &str) -> anyhow::Result<ContainerInfo> {
+pub async fn find(provisioner: &dyn Provisioner, id: &str) -> anyhow::Result<ContainerInfo> {
     let all = provisioner.list(None).await?;
     let matches: Vec<&ContainerInfo> = all
         .iter()

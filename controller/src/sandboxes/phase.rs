@@ -8,7 +8,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::find;
 use crate::observations::store::{Data, StoredBody, StoredEvent};
-use crate::provision::{DockerProvisioner, labels};
+use crate::provision::{Provisioner, labels};
 
 /// One line of a phase's output as a person reads it, safe for a terminal (escape sequences and
 /// control characters from the sandbox removed).
@@ -36,7 +36,7 @@ fn describe_raw(event: &StoredEvent) -> Option<String> {
 
 /// `sandbench phase ID PHASE [--trial N]`: asks the debug session keeping the sandbox to rerun
 /// one phase, and shows its output and observations as they come. Returns the phase's status.
-pub async fn phase(provisioner: &DockerProvisioner, id: &str, phase: &str, trial: u32) -> anyhow::Result<bool> {
+pub async fn phase(provisioner: &dyn Provisioner, id: &str, phase: &str, trial: u32) -> anyhow::Result<bool> {
     let c = find(provisioner, id).await?;
     let Some(control) = c.labels.get(labels::CONTROL) else {
         bail!("sandbox {} is not kept by `sandbench debug --keep`, so no controller takes phases for it", c.name);

@@ -4,12 +4,11 @@
 use anyhow::bail;
 
 use super::find;
-use crate::provision::docker::ContainerInfo;
-use crate::provision::{DockerProvisioner, labels};
+use crate::provision::{ContainerInfo, Provisioner, labels};
 
 /// Removes one sandbox, a run's, or all; returns the names removed.
 pub async fn rm(
-    provisioner: &DockerProvisioner,
+    provisioner: &dyn Provisioner,
     id: Option<&str>,
     run: Option<&str>,
     all: bool,
@@ -36,6 +35,6 @@ pub async fn rm(
 
 /// `sandbench gc`: removes what the reaper finds (expired, or its controller gone); returns a
 /// line per sandbox removed.
-pub async fn gc(provisioner: &DockerProvisioner) -> anyhow::Result<Vec<String>> {
+pub async fn gc(provisioner: &dyn Provisioner) -> anyhow::Result<Vec<String>> {
     Ok(provisioner.reap().await?.into_iter().map(|r| format!("{} ({})", r.name, r.reason)).collect())
 }

@@ -18,8 +18,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::find;
-use crate::provision::DockerProvisioner;
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
+use crate::provision::{Provisioner, Terminal};
 
 /// Root's terminal: a login bash when the image has one, else a login sh.
 const ROOT_SHELL: &str = "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi";
@@ -44,7 +44,7 @@ pub fn shell_command(user: Option<&str>, command: &[String]) -> Vec<String> {
 /// `sandbench shell ID [--user U] [-- CMD...]`: a command runs to its end and gives its exit
 /// code; without one, an interactive terminal that follows the local terminal's size.
 pub async fn shell(
-    provisioner: &DockerProvisioner,
+    provisioner: &dyn Provisioner,
     id: &str,
     user: Option<&str>,
     command: &[String],
@@ -55,18 +55,18 @@ pub async fn shell(
     }
     let cmd = shell_command(user, command);
     if !command.is_empty() {
-        let (code, output) = provisioner.exec_capture(&c.name, cmd).await?;
+        let (code, output) = provisioner.exec(&c.name, cmd).await?;
         print!("{output}");
         return Ok(i32::try_from(code).unwrap_or(1));
     }
     let (rows, cols) = terminal_size().unwrap_or((24, 80));
-    let session = provisioner.exec_terminal(&c.name, cmd, rows, cols).await?;
+    let session = provisioner.terminal(&c.name, cmd, rows, cols).await?;
     let exec_id = session.id.clone();
     // Engines before API 1.42 ignore the size given at create: set it once the command runs.
     set_size_at_start(provisioner, &exec_id, rows, cols).await;
     let raw = RawMode::enter();
     let keys = KeyReader::start().context("cannot read the terminal")?;
-    let forwarded = forward(provisioner, &exec_id, session, keys.receiver).await;
+    let forwarded = forward(provisioner, session, keys.receiver, &mut tokio::io::stdout()).await;
     keys.stop.stop();
     drop(raw);
     forwarded?;
@@ -75,22 +75,20 @@ pub async fn shell(
 
 /// Copies keys to the remote terminal and its output here, and passes on size changes, until
 /// the remote side ends.
-async fn forward(
-    provisioner: &DockerProvisioner,
-    exec_id: &str,
-    session: crate::provision::docker::ExecSession,
+pub(super) async fn forward(
+    provisioner: &dyn Provisioner,
+    session: Terminal,
     mut keys: mpsc::Receiver<Vec<u8>>,
+    stdout: &mut (impl tokio::io::AsyncWrite + Unpin),
 ) -> anyhow::Result<()> {
-    let mut input = session.input;
-    let mut output = session.output;
+    let Terminal { id: exec_id, mut input, mut output } = session;
     let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
-    let mut stdout = tokio::io::stdout();
     let mut keys_open = true;
     loop {
         tokio::select! {
             chunk = output.next() => match chunk {
                 Some(Ok(out)) => {
-                    stdout.write_all(&out.into_bytes()).await?;
+                    stdout.write_all(&out).await?;
                     stdout.flush().await?;
                 }
                 _ => return Ok(()),
@@ -105,7 +103,7 @@ async fn forward(
             },
             Some(()) = async { match winch.as_mut() { Some(w) => w.recv().await, None => std::future::pending().await } } => {
                 if let Some((rows, cols)) = terminal_size() {
-                    let _ = provisioner.resize_terminal(exec_id, rows, cols).await;
+                    let _ = provisioner.resize_terminal(&exec_id, rows, cols).await;
                 }
             }
         }
@@ -113,7 +111,7 @@ async fn forward(
 }
 
 /// Sets the remote terminal's size, retrying briefly while the engine is still starting it.
-async fn set_size_at_start(provisioner: &DockerProvisioner, exec_id: &str, rows: u16, cols: u16) {
+async fn set_size_at_start(provisioner: &dyn Provisioner, exec_id: &str, rows: u16, cols: u16) {
     for attempt in 0..10u32 {
         if provisioner.resize_terminal(exec_id, rows, cols).await.is_ok() {
             return;
@@ -123,14 +121,14 @@ async fn set_size_at_start(provisioner: &DockerProvisioner, exec_id: &str, rows:
 }
 
 /// The remote command's exit code, once the engine has recorded it.
-async fn exit_code(provisioner: &DockerProvisioner, exec_id: &str) -> anyhow::Result<i64> {
-    let mut code = provisioner.exec_exit_code(exec_id).await?;
+pub(super) async fn exit_code(provisioner: &dyn Provisioner, exec_id: &str) -> anyhow::Result<i64> {
+    let mut code = provisioner.terminal_exit_code(exec_id).await?;
     for _ in 0..40 {
         if code != -1 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
-        code = provisioner.exec_exit_code(exec_id).await?;
+        code = provisioner.terminal_exit_code(exec_id).await?;
     }
     Ok(code)
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sandbench::observations::server::{Hub, HubConfig};
 use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::provision::AgentShipping;
-use sandbench::sandbox::LiveSandbox;
+use sandbench::station::sandbox::LiveSandbox;
 use sandbench_proto::v1::{Command, PhaseStatus, RunPhase, command};
 use support::{Harness, NODE_IMAGE, SCRATCH_IMAGE, quick_heartbeats, with_harness};
 

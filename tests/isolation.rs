@@ -12,7 +12,7 @@ use std::time::Duration;
 use sandbench::observations::server::HubConfig;
 use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::provision::AgentShipping;
-use sandbench::sandbox;
+use sandbench::station::sandbox;
 use sandbench_proto::plan::phase;
 use sandbench_proto::v1::PhaseStatus;
 use support::with_harness;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sandbench::observations::server::HubConfig;
 use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::provision::{AgentShipping, Resources};
-use sandbench::sandbox;
+use sandbench::station::sandbox;
 use sandbench_proto::plan::phase;
 use sandbench_proto::v1::PhaseStatus;
 use support::{NODE_IMAGE, with_harness};

@@ -13,7 +13,7 @@ use sandbench_proto::v1::{Command, RunPhase, command};
 use crate::observations::server::HubConfig;
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
 use crate::provision::{AgentShipping, DockerProvisioner};
-use crate::sandbox::LiveSandbox;
+use crate::station::sandbox::LiveSandbox;
 use crate::station::{Station, StationOptions};
 
 #[derive(Debug, Clone, clap::Args)]

@@ -89,7 +89,7 @@ pub enum Command {
     },
     // The by-hand commands: ls, shell, logs, phase, rm, gc.
     #[command(flatten)]
-    Sandbox(crate::sandboxes::SandboxCommand),
+    Sandbox(crate::by_hand::SandboxCommand),
     /// What runs cost: every run, runs grouped, or one run by sandbox and phase.
     Cost(CostArgs),
     /// Measure the backbone: provision-to-Hello against a bare container, observation
@@ -271,14 +271,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Sandbox(command) => {
-            if matches!(command, crate::sandboxes::SandboxCommand::Gc) {
+            if matches!(command, crate::by_hand::SandboxCommand::Gc) {
                 // Dead runs are recorded as abandoned before their sandboxes are reaped.
                 let docker = crate::provision::DockerProvisioner::connect(1).await?;
                 for line in crate::run::reconcile::reconcile(&docker, &ledger_path).await {
                     println!("{}", crate::sanitize::terminal(&line));
                 }
             }
-            crate::sandboxes::run(command).await
+            crate::by_hand::run(command).await
         }
         Command::Cost(args) => {
             // Spec names and repositories are anyone's text.

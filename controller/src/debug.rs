@@ -15,12 +15,12 @@ use sandbench_proto::v1::PhaseStatus;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
+use crate::by_hand::describe_event;
 use crate::observations::server::{Hub, HubConfig};
 use crate::observations::store::StoredBody;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, labels};
-use crate::sandbox::{self, LiveSandbox};
-use crate::sandboxes::describe_event;
 use crate::spec::{Plan, SourceSettings};
+use crate::station::sandbox::{self, LiveSandbox};
 use crate::station::{Station, StationOptions};
 
 #[derive(Debug, Clone)]

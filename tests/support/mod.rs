@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sandbench::observations::server::{Hub, HubConfig};
 use sandbench::provision::{AgentShipping, DockerProvisioner, Resources, Sandbox, SandboxRequest, labels};
-use sandbench::sandbox::{LiveSandbox, Teardown};
+use sandbench::station::sandbox::{LiveSandbox, Teardown};
 use sandbench::station::{Station, StationOptions};
 
 /// An image with nothing in it but empty folders: the agent brings everything it needs.

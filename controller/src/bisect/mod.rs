@@ -26,7 +26,7 @@ use crate::observations::store::{StoredBody, read_events};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::{Revision, Status};
 use crate::spec::{Plan, SourceSettings};
-use crate::station::{Station, StationOptions};
+use crate::station::{Station, StationOptions, sandbox};
 pub use search::{Outcome, Reading, Search};
 
 /// Counts that differ by no more than this (relative) are the same count.
@@ -625,7 +625,7 @@ impl Probe<'_> {
             }
             let mut cancel = self.cancel.clone();
             let hub = self.station.hub();
-            let run = crate::sandbox::run_phase(&hub, &sandbox.id, agent_plan, self.target.phase, trial, PHASE_TIMEOUT);
+            let run = sandbox::run_phase(&hub, &sandbox.id, agent_plan, self.target.phase, trial, PHASE_TIMEOUT);
             let outcome = tokio::select! {
                 o = run => o?,
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
@@ -640,7 +640,7 @@ impl Probe<'_> {
 
     /// A commit's sandbox as the ledger keeps it: its lifetime charged at the spec's rate card
     /// as one stretch, `bisect` (its usage is not sampled: the usage figure is 0).
-    fn record(&self, sandbox: &crate::provision::Sandbox, down: &crate::sandbox::Teardown) -> SandboxRecord {
+    fn record(&self, sandbox: &crate::provision::Sandbox, down: &sandbox::Teardown) -> SandboxRecord {
         let seconds = down.lifetime.as_secs_f64();
         let stretch =
             crate::cost::PhaseUsage { phase: "bisect".into(), seconds, cpu_seconds: 0.0, memory_gib_seconds: 0.0 };
@@ -671,14 +671,14 @@ impl Probe<'_> {
         agent_plan: &AgentPlan,
     ) -> anyhow::Result<Result<(), String>> {
         let provisioner = &**self.station.provisioner();
-        if let Err(err) = crate::sandbox::deliver_source(provisioner, self.plan, sandbox, agent_plan).await {
+        if let Err(err) = sandbox::deliver_source(provisioner, self.plan, sandbox, agent_plan).await {
             return Ok(Err(format!("its source could not be delivered: {err:#}")));
         }
         let hub = self.station.hub();
         for (name, trial) in self.target.steps(self.plan) {
             let mut cancel = self.cancel.clone();
             let outcome = tokio::select! {
-                o = crate::sandbox::run_phase(&hub, &sandbox.id, agent_plan, name, trial, PHASE_TIMEOUT) => o?,
+                o = sandbox::run_phase(&hub, &sandbox.id, agent_plan, name, trial, PHASE_TIMEOUT) => o?,
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
             };
             if outcome.status != PhaseStatus::Ok {

@@ -34,7 +34,7 @@ use tokio::sync::watch;
 
 use super::gate::{Decision, Stop, TrialResult};
 use super::schedule::{self, Slot, remaining_after};
-use crate::sandbox;
+use crate::station::sandbox;
 pub use adaptive::{Adapted, Adaptive};
 use renew::renew;
 pub use side::{SideRun, measured};

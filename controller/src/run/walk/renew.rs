@@ -18,7 +18,7 @@ use super::side::{SideRun, lock};
 use super::state::Run;
 use super::teardown::end_sandbox;
 use super::trial::{trial, wait_phase};
-use crate::sandbox;
+use crate::station::sandbox;
 
 /// Retries `slot`, whose sandbox was lost (`cause`), once in a new sandbox for its side when
 /// the loss came with the engine (an outage since the sandbox last ran a trial, or a restart

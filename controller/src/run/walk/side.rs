@@ -9,7 +9,7 @@ use super::super::output::Measured;
 use super::super::schedule::{Side, label};
 use super::super::usage::Meter;
 use crate::report::SandboxRecord;
-use crate::sandbox::LiveSandbox;
+use crate::station::sandbox::LiveSandbox;
 
 /// One sandbox of a pair and what it went through.
 pub struct SideRun {

@@ -10,7 +10,7 @@ use super::super::gate::{Stop, TrialResult};
 use super::super::schedule::Slot;
 use super::side::SideRun;
 use super::state::Run;
-use crate::sandbox;
+use crate::station::sandbox;
 
 /// How often the engine is pinged while a trial runs.
 const ENGINE_PING: Duration = Duration::from_millis(250);

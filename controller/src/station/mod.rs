@@ -3,6 +3,13 @@
 //! reaped and the image present at opening, the agent located), the run directory with its hub
 //! and gRPC server, one socket folder per sandbox (`sock/<role>/agent.sock`, so a sandbox can
 //! reach no other sandbox's socket), and the teardown of each sandbox and of the whole station.
+//! One sandbox's life within it is [`sandbox`].
+//!
+//! "Sandbox" in the crate: [`crate::provision`] is where sandboxes live (the backends: Docker,
+//! the fake); this module is a run's sandboxes at run time; [`crate::by_hand`] is the commands a
+//! person runs on the sandboxes of this machine (`ls`, `shell`, `logs`, `phase`, `rm`, `gc`).
+
+pub mod sandbox;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
@@ -14,8 +21,8 @@ use anyhow::{Context, bail};
 
 use crate::observations::server::{Hub, HubConfig, ServerHandle};
 use crate::provision::{AgentShipping, Provisioner, Resources, Sandbox, SandboxRequest, labels};
-use crate::sandbox::{self, LiveSandbox, Teardown};
 use crate::spec::Plan;
+use sandbox::{LiveSandbox, Teardown};
 
 /// The folder of the per-sandbox socket folders, in the run directory.
 pub const SOCKETS_DIR: &str = "sock";

@@ -897,9 +897,12 @@ impl Provisioner for DockerProvisioner {
         Box::pin(async move { Ok(DockerProvisioner::reap(self).await?) })
     }
 
-    fn lost_cause<'a>(&'a self, id: &'a str) -> BoxFuture<'a, String> {
+    fn lost_cause<'a>(&'a self, id: &'a str) -> BoxFuture<'a, super::Lost> {
         Box::pin(async move {
-            DockerProvisioner::lost_cause(self, id).await.unwrap_or_else(|err| format!("stopped ({err})"))
+            match self.container_state(id).await {
+                Ok(state) => super::Lost::of(&state, engine_started_at()),
+                Err(err) => super::Lost::unknown(err),
+            }
         })
     }
 

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 
-use super::{ContainerInfo, Provisioner, Reaped, Sandbox, SandboxRequest, Usage, labels};
+use super::{ContainerInfo, LostCause, Provisioner, Reaped, Sandbox, SandboxRequest, Usage, labels};
 use crate::spec::Plan;
 
 /// How a fake sandbox answers one phase command. Every rule that matches a command applies, in
@@ -42,6 +42,9 @@ pub enum Answer {
     /// The sandbox dies once the phase has started: no observation, no `PhaseDone`, and it no
     /// longer runs.
     Die,
+    /// As [`Answer::Die`], the engine naming why ([`Provisioner::lost_cause`]): a restart too
+    /// short for the run to see the engine down, say.
+    DieOf(LostCause),
     /// The phase takes this long before it answers.
     Delay(Duration),
     /// The engine becomes unreachable for this long as the phase starts (a restart): the
@@ -93,6 +96,8 @@ pub struct PhaseAnswer {
     /// The failure cause, if the phase fails.
     pub error: Option<String>,
     pub die: bool,
+    /// Why the engine says the sandbox died, when it names it.
+    pub lost: Option<LostCause>,
     pub delay: Duration,
     /// The engine is unreachable for this long as the phase starts.
     pub outage: Option<Duration>,
@@ -135,8 +140,14 @@ impl Script {
     pub fn answer(&self, role: &str, phase: &str, trial: u32) -> PhaseAnswer {
         let mut factor = 1.0;
         let mut values = BTreeMap::new();
-        let mut answer =
-            PhaseAnswer { observations: Vec::new(), error: None, die: false, delay: Duration::ZERO, outage: None };
+        let mut answer = PhaseAnswer {
+            observations: Vec::new(),
+            error: None,
+            die: false,
+            lost: None,
+            delay: Duration::ZERO,
+            outage: None,
+        };
         let rules = self
             .rules
             .iter()
@@ -149,6 +160,10 @@ impl Script {
                 }
                 Answer::Fail(cause) => answer.error = Some(cause.clone()),
                 Answer::Die => answer.die = true,
+                Answer::DieOf(cause) => {
+                    answer.die = true;
+                    answer.lost = Some(cause.clone());
+                }
                 Answer::Delay(d) => answer.delay += *d,
                 Answer::EngineOutage { down, survive } => {
                     answer.outage = Some(*down);
@@ -205,6 +220,8 @@ struct FakeSandbox {
     agent: Option<tokio::task::JoinHandle<()>>,
     alive: Arc<AtomicBool>,
     log: Arc<Mutex<String>>,
+    /// Why it died, when its script names it.
+    lost: Arc<Mutex<Option<LostCause>>>,
 }
 
 impl FakeSandbox {
@@ -342,6 +359,7 @@ impl Provisioner for FakeProvisioner {
                 agent: None,
                 alive: Arc::new(AtomicBool::new(false)),
                 log: Arc::default(),
+                lost: Arc::default(),
             };
             sandboxes.insert(id, fake);
             self.images.lock().unwrap_or_else(PoisonError::into_inner).push(request.image.clone());
@@ -363,6 +381,7 @@ impl Provisioner for FakeProvisioner {
                 script: self.script.clone(),
                 engine: self.engine.clone(),
                 log: sandbox.log.clone(),
+                lost: sandbox.lost.clone(),
                 done: BTreeSet::new(),
                 installed: false,
                 seq: 0,
@@ -457,6 +476,16 @@ impl Provisioner for FakeProvisioner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .push_str(&format!("received {} bytes\n", tar.len()));
             Ok(())
+        }
+        .boxed()
+    }
+
+    /// Why the sandbox died when its script names it; else unknown (`stopped`).
+    fn lost_cause<'a>(&'a self, id: &'a str) -> BoxFuture<'a, super::Lost> {
+        async move {
+            let cause =
+                self.sandboxes().get(id).and_then(|s| s.lost.lock().unwrap_or_else(PoisonError::into_inner).clone());
+            super::Lost { cause, detail: String::new() }
         }
         .boxed()
     }
@@ -640,6 +669,8 @@ struct FakeAgent {
     script: Arc<Script>,
     engine: Engine,
     log: Arc<Mutex<String>>,
+    /// Why the engine says the sandbox died.
+    lost: Arc<Mutex<Option<LostCause>>>,
     /// Commands answered (a repeated command id is not run again).
     done: BTreeSet<String>,
     /// An installation succeeded (the real agent's measure user exists).
@@ -741,6 +772,7 @@ impl FakeAgent {
             tokio::time::sleep(answer.delay).await;
         }
         if answer.die {
+            *self.lost.lock().unwrap_or_else(PoisonError::into_inner) = answer.lost;
             return Ok(true);
         }
         let mut bodies = vec![event::Body::Log(Log {

@@ -138,15 +138,50 @@ impl fmt::Display for LostCause {
     }
 }
 
+/// Why a sandbox stopped as far as its backend can tell ([`super::Provisioner::lost_cause`]),
+/// with the engine's own error when it gave one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Lost {
+    /// None when the backend cannot tell.
+    pub cause: Option<LostCause>,
+    /// The engine's error for the container, or why the backend could not tell; empty when none.
+    pub detail: String,
+}
+
+impl Lost {
+    /// Why the container in `state` stopped ([`classify`]), with the engine's error.
+    pub fn of(state: &ContainerState, engine_started_at: Option<Timestamp>) -> Lost {
+        Lost { cause: Some(classify(state, engine_started_at)), detail: state.error.trim().to_string() }
+    }
+
+    /// The backend could not tell, for this reason.
+    pub fn unknown(why: impl fmt::Display) -> Lost {
+        Lost { cause: None, detail: why.to_string() }
+    }
+
+    /// Whether the sandbox did not survive a restart of its engine.
+    pub fn with_engine_restart(&self) -> bool {
+        matches!(self.cause, Some(LostCause::EngineRestarted(_)))
+    }
+}
+
+impl fmt::Display for Lost {
+    /// The cause as a sentence part (`stopped` when unknown), the detail in parentheses.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.cause {
+            Some(cause) if self.detail.is_empty() || matches!(cause, LostCause::Running | LostCause::Removed) => {
+                write!(f, "{cause}")
+            }
+            Some(cause) => write!(f, "{cause} ({})", self.detail),
+            None if self.detail.is_empty() => write!(f, "stopped"),
+            None => write!(f, "stopped ({})", self.detail),
+        }
+    }
+}
+
 /// The cause as a sentence part, with the engine's own error when it gave one.
 pub fn describe(state: &ContainerState, engine_started_at: Option<Timestamp>) -> String {
-    let cause = classify(state, engine_started_at);
-    let error = state.error.trim();
-    if error.is_empty() || matches!(cause, LostCause::Running | LostCause::Removed) {
-        cause.to_string()
-    } else {
-        format!("{cause} ({error})")
-    }
+    Lost::of(state, engine_started_at).to_string()
 }
 
 #[cfg(test)]
@@ -228,5 +263,17 @@ mod tests {
         let state = ContainerState { error: "OCI runtime exec failed".into(), ..exited(127) };
         assert_eq!(describe(&state, None), "exited 127 (OCI runtime exec failed)");
         assert_eq!(describe(&exited(137), None), "killed by signal 9 (SIGKILL)");
+    }
+
+    #[test]
+    fn a_loss_the_backend_cannot_tell_reads_as_stopped_and_only_a_restart_is_the_engine_s() {
+        assert_eq!(Lost::default().to_string(), "stopped");
+        assert_eq!(Lost::unknown("inspect failed").to_string(), "stopped (inspect failed)");
+        let engine = at("2026-03-01T10:06:00Z");
+        assert!(Lost::of(&exited(0), Some(engine)).with_engine_restart());
+        assert!(!Lost::of(&exited(0), None).with_engine_restart());
+        assert!(!Lost::unknown("the Docker engine restarted").with_engine_restart());
+        let removed = ContainerState { error: "gone".into(), ..Default::default() };
+        assert_eq!(Lost::of(&removed, None).to_string(), "its container was removed");
     }
 }

@@ -16,6 +16,7 @@ use futures_util::stream::BoxStream;
 
 pub use docker::{DockerProvisioner, ProvisionError};
 pub use fake::FakeProvisioner;
+pub use lost::{Lost, LostCause};
 pub use valgrind::{ValgrindError, ValgrindProbe};
 
 /// What orchestration (run, debug, bench) needs from where sandboxes live. Every sandbox is named
@@ -88,8 +89,8 @@ pub trait Provisioner: Send + Sync {
 
     /// Why a sandbox that is no longer running stopped (killed by a signal, exited, the agent
     /// lost its controller, the engine restarted, OOM-killed), as far as the backend can tell.
-    fn lost_cause<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, String> {
-        Box::pin(async { "stopped".to_string() })
+    fn lost_cause<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Lost> {
+        Box::pin(async { Lost::default() })
     }
 
     /// When a sandbox that exists but no longer runs stopped (the engine's `State.FinishedAt`);

@@ -15,6 +15,7 @@ use super::display::Display;
 use super::execute::{self, Finished, Setting};
 use super::options::RunOptions;
 use super::output::{self, NoiseProfile, write_reports};
+use super::schedule::Side;
 use super::walk::{Adapted, MAX_ERRORS};
 use super::{bisections, schedule, story};
 use crate::cost::ledger::Ledger;
@@ -310,10 +311,10 @@ fn finish(report: &mut Report, finished: Finished, notes: Vec<String>, dir: &Pat
     report.add_conditions(conditions);
     report.lens = report::instructions::collect(dir, &report.sandboxes);
     report.finished_at = Some(report::timestamp(SystemTime::now()));
-    if let Some(side) = sides.remove(sandbench_proto::Side::Base.as_str()) {
+    if let Some(side) = sides.remove(&Side::Base) {
         report.base_side = side;
     }
-    if let Some(side) = sides.remove(sandbench_proto::Side::Head.as_str()) {
+    if let Some(side) = sides.remove(&Side::Head) {
         report.head_side = side;
     }
     // A shard keeps its own trials only (every shard measures the once-per-sandbox metrics).

@@ -43,8 +43,8 @@ pub(super) struct Setting<'a> {
 /// What `execute` ends with.
 pub(super) struct Finished {
     pub status: Status,
-    /// Samples and facts per side (`base`, `head`).
-    pub sides: BTreeMap<String, report::Side>,
+    /// Samples and facts per side.
+    pub sides: BTreeMap<Side, report::Side>,
     pub records: Vec<SandboxRecord>,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
@@ -147,11 +147,11 @@ pub(super) async fn execute(
 }
 
 /// The CPUs each sandbox was given, as provisioned (quota and pinning).
-fn record_cpus(run: &Run, sides: &[SideRun], data: &mut BTreeMap<String, report::Side>) {
+fn record_cpus(run: &Run, sides: &[SideRun], data: &mut BTreeMap<Side, report::Side>) {
     for side in sides.iter().filter(|s| s.live.is_some()) {
         let cpuset = run.cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();
         let nano_cpus = (run.plan.sandbox.cpus * 1e9).round() as i64;
-        if let Some(data) = data.get_mut(side.side.as_str()) {
+        if let Some(data) = data.get_mut(&side.side) {
             data.cpus.push(report::SandboxCpus::provisioned(&side.label, nano_cpus, &cpuset));
         }
     }

@@ -39,28 +39,29 @@ pub fn collect(
     dir: &Path,
     sandboxes: &[Measured],
     resumed: Option<(&str, &Accounting)>,
-) -> anyhow::Result<BTreeMap<String, Side>> {
-    let mut role_of: BTreeMap<String, &str> = sandboxes.iter().map(|s| (s.id.clone(), s.side.as_str())).collect();
-    let current: std::collections::BTreeSet<String> = role_of.keys().cloned().collect();
+) -> anyhow::Result<BTreeMap<sandbench_proto::Side, Side>> {
+    let mut side_of_id: BTreeMap<String, sandbench_proto::Side> =
+        sandboxes.iter().map(|s| (s.id.clone(), s.side)).collect();
+    let current: std::collections::BTreeSet<String> = side_of_id.keys().cloned().collect();
     if let Some((run_id, accounting)) = resumed {
         for id in accounting.sandboxes() {
             if let Some(side) = side_of(run_id, id) {
-                role_of.entry(id.clone()).or_insert(side.as_str());
+                side_of_id.entry(id.clone()).or_insert(side);
             }
         }
     }
-    let mut out: BTreeMap<String, Side> =
-        BTreeMap::from(sandbench_proto::Side::BOTH.map(|s| (s.as_str().to_string(), Side::default())));
+    let mut out: BTreeMap<sandbench_proto::Side, Side> =
+        BTreeMap::from(sandbench_proto::Side::BOTH.map(|s| (s, Side::default())));
     let log = dir.join(crate::observations::store::OBSERVATIONS_FILE);
     // The sandbox each (side, metric, trial) was last measured in: a slot measured again in a
     // new sandbox (retried after an engine restart) replaces all of its runs, not only those
     // the retry got to.
-    let mut measured_in: BTreeMap<(&str, String, u32), String> = BTreeMap::new();
+    let mut measured_in: BTreeMap<(sandbench_proto::Side, String, u32), String> = BTreeMap::new();
     if log.exists() {
         for event in crate::observations::store::events(&log)? {
             let event = event?;
-            let (Some(role), StoredBody::Observation { command_id, metric, trial, value, error, sample, .. }) =
-                (role_of.get(&event.sandbox), event.body)
+            let (Some(&which), StoredBody::Observation { command_id, metric, trial, value, error, sample, .. }) =
+                (side_of_id.get(&event.sandbox), event.body)
             else {
                 continue;
             };
@@ -69,7 +70,7 @@ pub fn collect(
             {
                 continue;
             }
-            let side = out.entry(role.to_string()).or_default();
+            let side = out.entry(which).or_default();
             // Bounded whatever the log holds: no plan has more metrics or trials.
             if trial > MAX_TRIAL
                 || sample > MAX_SAMPLE
@@ -78,7 +79,7 @@ pub fn collect(
                 continue;
             }
             let samples = side.metrics.entry(metric.clone()).or_default();
-            let slot = measured_in.entry((*role, metric, trial)).or_insert_with(|| event.sandbox.clone());
+            let slot = measured_in.entry((which, metric, trial)).or_insert_with(|| event.sandbox.clone());
             if *slot != event.sandbox {
                 samples.retain(|s| s.trial != trial);
                 *slot = event.sandbox.clone();
@@ -97,11 +98,11 @@ pub fn collect(
 
 /// Each side's facts: the machine its first live sandbox reported at Hello, and the tool
 /// versions the agent found while preparing.
-fn record_facts(dir: &Path, sandboxes: &[Measured], out: &mut BTreeMap<String, Side>) {
+fn record_facts(dir: &Path, sandboxes: &[Measured], out: &mut BTreeMap<sandbench_proto::Side, Side>) {
     for sandbox in sandboxes {
         if let Some(hello) = &sandbox.hello {
             let f = &hello.facts;
-            let facts = &mut out.entry(sandbox.side.as_str().to_string()).or_default().facts;
+            let facts = &mut out.entry(sandbox.side).or_default().facts;
             if facts.is_empty() {
                 *facts = BTreeMap::from([
                     ("kernel".to_string(), f.kernel.clone()),

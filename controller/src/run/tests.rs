@@ -265,6 +265,41 @@ async fn a_sandbox_lost_with_the_engine_is_replaced_once_and_its_slot_retried() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_the_engine_names_lost_with_a_restart_is_replaced_though_no_outage_was_seen() {
+    let (_dir, plan, opts) = setup(1);
+    let restarted: jiff::Timestamp = "2026-03-01T10:06:00Z".parse().unwrap();
+    let lost = Answer::DieOf(crate::provision::LostCause::EngineRestarted(restarted));
+    let script = Script::for_plan(&plan).on("head", "measure", Some(1), lost);
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    assert_eq!(trials(report, true, "cold"), [0, 1, 2, 3]);
+    let retried = report.warnings.iter().find(|w| w.contains("retried")).expect("the retried slot is named");
+    assert!(retried.contains("the Docker engine restarted (at 2026-03-01T10:06:00Z)"), "{retried}");
+    let roles: Vec<&str> = report.sandboxes.iter().map(|s| s.role.as_str()).collect();
+    assert_eq!(roles, ["base", "head", "head-r1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_killed_by_a_signal_is_not_replaced() {
+    let (_dir, plan, opts) = setup(1);
+    let script =
+        Script::for_plan(&plan).on("head", "measure", Some(1), Answer::DieOf(crate::provision::LostCause::Signal(9)));
+    let fake = Arc::new(FakeProvisioner::new(script));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Partial, "errors: {:?}", report.errors);
+    assert!(
+        report.errors.iter().any(|e| e.ends_with("stopped during measure trial 1: killed by signal 9 (SIGKILL)")),
+        "{:?}",
+        report.errors
+    );
+    assert!(report.warnings.iter().all(|w| !w.contains("retried")), "{:?}", report.warnings);
+    assert_eq!(report.sandboxes.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_loss_on_the_same_side_is_not_retried_again() {
     let (_dir, plan, opts) = setup(1);
     let outage = Answer::EngineOutage { down: Duration::from_secs(2), survive: false };

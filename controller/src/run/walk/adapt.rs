@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::super::gate::over_budget;
 use super::super::output::collect;
-use super::super::schedule::{self, Stage};
+use super::super::schedule::{self, Side, Stage};
 use super::adaptive::{Adapted, Adaptive, phases_to_grow};
 use super::side::{SideRun, measured};
 use super::state::Run;
@@ -89,8 +89,8 @@ fn look_at(run: &Run, skeleton: &Report, sequential: &Sequential, sides: &[SideR
     let resumed = run.resumed.as_ref().map(|r| (run.station.run_id(), &r.accounting));
     let mut data = collect(run.station.dir(), &measured(sides), resumed)?;
     let mut report = skeleton.clone();
-    report.base_side = data.remove(sandbench_proto::Side::Base.as_str()).unwrap_or_default();
-    report.head_side = data.remove(sandbench_proto::Side::Head.as_str()).unwrap_or_default();
+    report.base_side = data.remove(&Side::Base).unwrap_or_default();
+    report.head_side = data.remove(&Side::Head).unwrap_or_default();
     report.sequential = Some(sequential.clone());
     Ok(report.next_look(sequential.look as usize).unwrap_or(Next::Decided))
 }

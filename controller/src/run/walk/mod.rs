@@ -175,9 +175,9 @@ async fn run_slot(run: &Run, sides: &[SideRun], slot: &Slot) -> Result<Option<Tr
         Decision::Stop(stop) => return Err(stop),
     }
     let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) else { return Ok(None) };
-    let mut result = trial(run, side, slot).await;
+    let (mut result, lost) = trial(run, side, slot).await;
     if let TrialResult::Failed { cause, lost: true } = &result
-        && let Some(retried) = renew(run, side, slot, cause).await
+        && let Some(retried) = renew(run, side, slot, cause, lost.as_ref()).await
     {
         result = retried;
     }

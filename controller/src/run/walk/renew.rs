@@ -18,14 +18,16 @@ use super::side::{SideRun, lock};
 use super::state::Run;
 use super::teardown::end_sandbox;
 use super::trial::{trial, wait_phase};
+use crate::provision::Lost;
 use crate::station::sandbox;
 
-/// Retries `slot`, whose sandbox was lost (`cause`), once in a new sandbox for its side when
-/// the loss came with the engine (an outage since the sandbox last ran a trial, or a restart
-/// the engine names) and the side had no retry yet: the retried slot's result, or None.
-pub async fn renew(run: &Run, side: &SideRun, slot: &Slot, cause: &str) -> Option<TrialResult> {
+/// Retries `slot`, whose sandbox was lost (`cause`, and `lost` when its backend named why), once
+/// in a new sandbox for its side when the loss came with the engine (an outage since the sandbox
+/// last ran a trial, or a restart the engine names) and the side had no retry yet: the retried
+/// slot's result, or None.
+pub async fn renew(run: &Run, side: &SideRun, slot: &Slot, cause: &str, lost: Option<&Lost>) -> Option<TrialResult> {
     let with_engine =
-        run.engine.outages() > side.renewal.epoch.load(Ordering::SeqCst) || cause.contains("Docker engine restarted");
+        run.engine.outages() > side.renewal.epoch.load(Ordering::SeqCst) || lost.is_some_and(Lost::with_engine_restart);
     if !with_engine || side.renewal.retried.swap(true, Ordering::SeqCst) {
         return None;
     }
@@ -40,7 +42,7 @@ pub async fn renew(run: &Run, side: &SideRun, slot: &Slot, cause: &str) -> Optio
     lock(&run.notes).extend(warnings);
     let result = match replace(run, side, slot).await {
         Ok(id) => {
-            let result = trial(run, side, slot).await;
+            let (result, _) = trial(run, side, slot).await;
             let outcome = match &result {
                 TrialResult::Ok => "it succeeded".to_string(),
                 TrialResult::Failed { cause, .. } => format!("it failed: {cause}"),

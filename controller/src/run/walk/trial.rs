@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use sandbench_proto::v1::PhaseStatus;
 
 use super::super::gate::{Stop, TrialResult};
 use super::super::schedule::Slot;
 use super::side::SideRun;
 use super::state::Run;
+use crate::provision::Lost;
 use crate::station::sandbox;
 
 /// How often the engine is pinged while a trial runs.
@@ -17,15 +18,26 @@ const ENGINE_PING: Duration = Duration::from_millis(250);
 /// Every how many pings the trial's sandbox is inspected (every 2 s).
 const INSPECT_EVERY: u32 = 8;
 
-/// Runs one timed trial; a failure says whether its sandbox is lost.
-pub async fn trial(run: &Run, side: &SideRun, slot: &Slot) -> TrialResult {
+/// A sandbox found stopped while a phase ran in it, and why as far as its backend can tell.
+#[derive(Debug, thiserror::Error)]
+#[error("sandbox {id} stopped during {phase} trial {trial}: {lost}")]
+pub struct Stopped {
+    id: String,
+    phase: String,
+    trial: u32,
+    lost: Lost,
+}
+
+/// Runs one timed trial; a failure says whether its sandbox is lost, and why when its backend
+/// named it.
+pub async fn trial(run: &Run, side: &SideRun, slot: &Slot) -> (TrialResult, Option<Lost>) {
     let id = side.current().map(|l| l.sandbox.id).unwrap_or_default();
     // Between trials too: an unreachable engine is waited for, and a sandbox that stopped
     // meanwhile gets no trial.
     if runs(run, &id).await == Some(false) {
-        let cause = run.station.provisioner().lost_cause(&id).await;
-        let cause = format!("sandbox {id} stopped before {} trial {}: {cause}", slot.phase, slot.trial);
-        return TrialResult::Failed { cause, lost: true };
+        let lost = run.station.provisioner().lost_cause(&id).await;
+        let cause = format!("sandbox {id} stopped before {} trial {}: {lost}", slot.phase, slot.trial);
+        return (TrialResult::Failed { cause, lost: true }, Some(lost));
     }
     run.display.status(&side.label, &format!("{} trial {}", slot.phase, slot.trial));
     let result = wait_phase(run, side, slot.phase, slot.trial, run.phase_timeout(slot.phase)).await;
@@ -35,8 +47,11 @@ pub async fn trial(run: &Run, side: &SideRun, slot: &Slot) -> TrialResult {
         errors.retain(|e| !e.split_once(": ").is_some_and(|(key, _)| sandbench_proto::lens::is_counted(key)));
         (status, error, errors)
     });
+    let mut named = None;
     let cause = match result {
-        Ok((PhaseStatus::Ok, _, observation_errors)) if observation_errors.is_empty() => return TrialResult::Ok,
+        Ok((PhaseStatus::Ok, _, observation_errors)) if observation_errors.is_empty() => {
+            return (TrialResult::Ok, None);
+        }
         Ok((_, error, observation_errors)) => {
             if error.is_empty() {
                 observation_errors.join("; ")
@@ -44,10 +59,13 @@ pub async fn trial(run: &Run, side: &SideRun, slot: &Slot) -> TrialResult {
                 error
             }
         }
-        Err(err) => format!("{err:#}"),
+        Err(err) => {
+            named = err.downcast_ref::<Stopped>().map(|stopped| stopped.lost.clone());
+            format!("{err:#}")
+        }
     };
     let lost = runs(run, &id).await == Some(false);
-    TrialResult::Failed { cause, lost }
+    (TrialResult::Failed { cause, lost }, named)
 }
 
 /// Whether the sandbox runs. When the engine does not answer, waits for it (up to its
@@ -116,8 +134,8 @@ pub async fn wait_phase(
                     continue;
                 }
                 if runs(run, &id).await == Some(false) {
-                    let cause = run.station.provisioner().lost_cause(&id).await;
-                    bail!("sandbox {id} stopped during {name} trial {trial}: {cause}");
+                    let lost = run.station.provisioner().lost_cause(&id).await;
+                    return Err(Stopped { id: id.clone(), phase: name.to_string(), trial, lost }.into());
                 }
             }
         }

@@ -189,8 +189,9 @@ pub struct RunArgs {
     /// The sandbox-agent executable to ship (default: beside this one).
     #[arg(long, env = crate::agent_binary::AGENT_ENV)]
     pub agent: Option<std::path::PathBuf>,
-    /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors.
-    #[arg(long)]
+    /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors; `none`:
+    /// the spec's floors. Default: the ledger's latest A/A profile of this spec, image and machine.
+    #[arg(long, value_name = "PATH|none")]
     pub noise: Option<std::path::PathBuf>,
     /// USD per vCPU-hour (overrides the spec's rate card).
     #[arg(long)]
@@ -354,7 +355,8 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
         agent: args.agent,
         shipping: args.shipping.into(),
-        noise: args.noise,
+        noise_from_ledger: args.noise.is_none(),
+        noise: args.noise.filter(|p| p.as_os_str() != "none"),
         ledger: Some(ledger),
         rates: crate::run::RateOverrides {
             cpu_usd_per_hour: args.cpu_usd_per_hour,

@@ -498,8 +498,9 @@ fn paired_method(report: &Report) -> Vec<String> {
     let confidence = 100.0 * (1.0 - report.alpha());
     let floors = match &report.noise {
         Some(p) => format!(
-            "Floors come from the A/A noise profile of run `{}` where it has at least {} pairs of a metric (the farther end of its 95% interval), else from the metric's relative floor or its absolute floor over the base median, capped at {:.0}%.",
+            "Floors come from the A/A noise profile of run `{}`{} where it has at least {} pairs of a metric (the farther end of its 95% interval), else from the metric's relative floor or its absolute floor over the base median, capped at {:.0}%.",
             escape(&p.run_id),
+            p.found.as_deref().map_or(String::new(), |f| format!(" ({}; `--noise none` opts out)", escape(f))),
             super::decide::MIN_PROFILE_PAIRS,
             super::decide::FLOOR_CAP * 100.0
         ),

@@ -43,7 +43,7 @@ pub use display::Display;
 use output::skeleton;
 pub use output::{NoiseProfile, agent_warnings, rerender, write_reports};
 
-use crate::cost::ledger::Ledger;
+use crate::cost::ledger::{Ledger, StoredNoise, this_machine};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::{self, Report, Revision, Status};
 use crate::spec::{Plan, SourceSettings};
@@ -64,6 +64,9 @@ pub struct RunOptions {
     /// A noise profile from an A/A run (`noise.json`): its relative noise replaces the spec's
     /// relative floors.
     pub noise: Option<PathBuf>,
+    /// With no `noise`, use the ledger's latest A/A noise profile of this spec, image and machine
+    /// (`--noise none` turns it off).
+    pub noise_from_ledger: bool,
     /// Rate card overrides (USD per vCPU-hour, per GiB-hour of memory, per GiB-hour of disk).
     pub rates: RateOverrides,
     /// The cost ledger to record the run in (None: no ledger).
@@ -101,6 +104,7 @@ impl RunOptions {
             agent: None,
             shipping: AgentShipping::Bind,
             noise: None,
+            noise_from_ledger: false,
             rates: RateOverrides::default(),
             ledger: None,
             shard: None,
@@ -144,10 +148,16 @@ pub async fn run_on(
     run_id: String,
 ) -> anyhow::Result<RunResult> {
     let mut plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (notes, noise) = apply_options(&mut plan, &opts)?;
+    let (mut notes, mut noise) = apply_options(&mut plan, &opts)?;
     let (base, head) = resolve_revisions(&plan, &opts.base, &opts.head).await?;
     let dir = crate::station::run_dir(&opts.out.join(&run_id))?;
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
+    let mut opts = opts;
+    if noise.is_none() && opts.noise_from_ledger && base.commit != head.commit {
+        noise = noise_from_ledger(&opts, &plan, &dir, &mut notes);
+        // A resume reads the same profile, from the run directory.
+        opts.noise = noise.as_ref().map(|_| dir.join(NOISE_USED));
+    }
     // Who runs the run directory, written before the ledger entry: a run whose controller is
     // gone is told from one still running, and can be resumed.
     resume::Mark::new(&opts, &run_id, &base, &head, plan.hourly_usd()).write(&dir)?;
@@ -235,7 +245,11 @@ async fn conduct(
     write_reports(&dir, &mut report)?;
     if base.commit == head.commit && report.status == Status::Completed {
         let path = write_noise_profile(&report, &dir)?;
-        display.line(&format!("A/A run: noise profile written to {} (use it with --noise)", path.display()));
+        let kept = match &ledger {
+            Some(ledger) => keep_noise_profile(ledger, &report, &path),
+            None => "use it with --noise".to_string(),
+        };
+        display.line(&format!("A/A run: noise profile written to {} ({kept})", path.display()));
     }
     let ending = story::ending(&report, reason.as_deref(), &dir);
     for line in &ending {
@@ -281,6 +295,13 @@ fn announce(
     for note in notes {
         display.line(note);
     }
+    if let Some(noise) = report.noise.as_ref().filter(|n| n.found.is_some()) {
+        display.line(&format!(
+            "floors from the noise profile of A/A run {} ({}); --noise none uses the spec's floors",
+            noise.run_id,
+            noise.found.as_deref().unwrap_or_default()
+        ));
+    }
     if let Some(warning) = report.noise.as_ref().and_then(|n| n.warning(plan.rule)) {
         display.line(&warning);
     }
@@ -322,6 +343,57 @@ pub(crate) fn record_lens(ledger: &Ledger, report: &Report) -> anyhow::Result<()
     match &report.lens {
         Some(lens) => ledger.record_lens(&report.run_id, lens.seconds, report.lens_cost_usd().unwrap_or(0.0)),
         None => Ok(()),
+    }
+}
+
+/// Where a run keeps the noise profile it found in the ledger (a resume reads it there).
+const NOISE_USED: &str = "noise-used.json";
+
+/// The ledger's latest A/A noise profile of this spec, image and machine, kept in `dir` as
+/// [`NOISE_USED`]; a note says which it is, or why none could be read.
+fn noise_from_ledger(opts: &RunOptions, plan: &Plan, dir: &Path, notes: &mut Vec<String>) -> Option<NoiseProfile> {
+    let path = opts.ledger.as_ref()?;
+    let found = Ledger::open(path).and_then(|l| l.latest_noise(&plan.name, &plan.sandbox.image, &this_machine()));
+    let stored = match found {
+        Ok(stored) => stored?,
+        Err(err) => {
+            notes.push(format!("no noise profile from the ledger: {err:#}"));
+            return None;
+        }
+    };
+    let mut profile: NoiseProfile = match serde_json::from_str(&stored.profile) {
+        Ok(profile) => profile,
+        Err(err) => {
+            notes.push(format!("the ledger's noise profile of A/A run {} cannot be read: {err}", stored.run_id));
+            return None;
+        }
+    };
+    profile.found =
+        Some(format!("the ledger's latest A/A run of this spec, image and machine, {}", stored.recorded_at));
+    let kept = serde_json::to_vec_pretty(&profile).map_err(anyhow::Error::from);
+    if let Err(err) = kept.and_then(|json| Ok(std::fs::write(dir.join(NOISE_USED), json)?)) {
+        notes.push(format!("the noise profile found in the ledger cannot be kept in the run directory: {err:#}"));
+        return None;
+    }
+    Some(profile)
+}
+
+/// Keeps an A/A run's profile in the ledger for later runs of its spec, image and machine; says
+/// where it went.
+fn keep_noise_profile(ledger: &Ledger, report: &Report, path: &Path) -> String {
+    let stored = std::fs::read_to_string(path).map_err(anyhow::Error::from).and_then(|profile| {
+        ledger.record_noise(&StoredNoise {
+            run_id: report.run_id.clone(),
+            spec: report.spec_name.clone(),
+            image: report.image.clone(),
+            machine: this_machine(),
+            recorded_at: report.finished_at.clone().unwrap_or_default(),
+            profile,
+        })
+    });
+    match stored {
+        Ok(()) => "kept in the ledger: later runs of this spec on this machine use it; --noise none opts out".into(),
+        Err(err) => format!("not kept in the ledger: {err:#}; use it with --noise"),
     }
 }
 

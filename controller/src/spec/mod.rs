@@ -122,7 +122,17 @@ pub struct Plan {
     pub cost: RateCard,
     /// The rule that decides each metric (`[report] rule`).
     pub rule: Rule,
+    /// Metrics a side of the run may have (`[report] max_metrics`); the rest are dropped with
+    /// a warning.
+    pub max_metrics: usize,
+    /// The largest source archive uploaded into a sandbox (`[source] max_mb`).
+    pub source_max_bytes: u64,
 }
+
+/// Metrics a side may have by default (`[report] max_metrics`): far beyond any plan's.
+pub const DEFAULT_MAX_METRICS: i64 = 4096;
+/// The largest source archive by default, in MB (`[source] max_mb`).
+pub const DEFAULT_SOURCE_MAX_MB: f64 = 512.0;
 
 /// Which rule decides each metric (`[report] rule`); the report applies it ([`crate::report`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

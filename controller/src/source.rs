@@ -87,7 +87,8 @@ pub async fn archive(repo: &Path, commit: &str, dest: &str, max_bytes: u64) -> a
     let stdout = child.stdout.take().context("git archive has no stdout")?;
     let stderr = child.stderr.take().context("git archive has no stderr")?;
     let failure = Failure::default();
-    let reading = Reading { child, stdout, stderr, sent: 0, max_bytes, what: format!("{tree} from {}", repo.display()) };
+    let reading =
+        Reading { child, stdout, stderr, sent: 0, max_bytes, what: format!("{tree} from {}", repo.display()) };
     let tar = futures_util::stream::unfold(Some(reading), {
         let failure = failure.clone();
         move |state| {
@@ -148,13 +149,18 @@ impl Reading {
     /// The next chunk of tar; None at its end (git succeeded), or why it cannot go on.
     async fn next(&mut self) -> Result<Option<bytes::Bytes>, String> {
         let mut chunk = vec![0u8; CHUNK_BYTES];
-        let n = self.stdout.read(&mut chunk).await.map_err(|e| format!("cannot read git archive of {}: {e}", self.what))?;
+        let n =
+            self.stdout.read(&mut chunk).await.map_err(|e| format!("cannot read git archive of {}: {e}", self.what))?;
         if n == 0 {
             let mut stderr = Vec::new();
             let _ = (&mut self.stderr).take(MAX_STDERR_BYTES).read_to_end(&mut stderr).await;
             let status = self.child.wait().await.map_err(|e| format!("git archive of {}: {e}", self.what))?;
             if !status.success() {
-                return Err(format!("git archive of {} failed: {}", self.what, String::from_utf8_lossy(&stderr).trim()));
+                return Err(format!(
+                    "git archive of {} failed: {}",
+                    self.what,
+                    String::from_utf8_lossy(&stderr).trim()
+                ));
             }
             return Ok(None);
         }

@@ -453,7 +453,11 @@ impl Provisioner for FakeProvisioner {
             }
             let sandboxes = self.sandboxes();
             let sandbox = sandboxes.get(id).with_context(|| format!("cannot upload into {id}: no such sandbox"))?;
-            sandbox.log.lock().unwrap_or_else(PoisonError::into_inner).push_str(&format!("received {received} bytes\n"));
+            sandbox
+                .log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_str(&format!("received {received} bytes\n"));
             Ok(())
         }
         .boxed()

@@ -340,7 +340,10 @@ fn warn_dropped(ctx: &PhaseContext, script: &Script, trial: u32, dropped: u64) {
         ctx.command_id, script.name, script.max_results
     );
     ctx.note(&text);
-    ctx.file(&format!("warnings/{}-results-{}-{trial}.txt", ctx.command_id, script.name), format!("{text}\n").as_bytes());
+    ctx.file(
+        &format!("warnings/{}-results-{}-{trial}.txt", ctx.command_id, script.name),
+        format!("{text}\n").as_bytes(),
+    );
 }
 
 /// Sends a script's reported values and companions, or `failure` on each of its metrics (and

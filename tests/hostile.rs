@@ -101,7 +101,8 @@ fn has_escape(bytes: &[u8]) -> bool {
     bytes.contains(&0x1b) || bytes.contains(&0x07) || String::from_utf8_lossy(bytes).contains('\u{9b}')
 }
 
-/// A finished `sandbench run`: how it ended, what it printed, what the watcher saw on the host.
+/// A finished `sandbench run`: how it ended, what it printed, what the watcher saw on the host,
+/// the controller's peak resident memory, and what a flood of the head's socket met.
 struct Ran {
     out: tempfile::TempDir,
     code: Option<i32>,
@@ -109,11 +110,18 @@ struct Ran {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     host: Vec<String>,
+    peak_rss_kib: u64,
+    flood: Option<Flood>,
 }
 
 /// Runs `sandbench run` on `base` against `head`, watching the host side while it goes (planted
 /// files may be gone by the end); killed after [`RUN_LIMIT`].
 fn run_watched(repo: &Path, base: &str, head: &str) -> Ran {
+    run_spec(repo, "bench.toml", base, head, false)
+}
+
+/// [`run_watched`] with `spec`; with `flood`, the head's socket is flooded while the run goes.
+fn run_spec(repo: &Path, spec: &str, base: &str, head: &str, flood: bool) -> Ran {
     let out = tempfile::tempdir().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
@@ -133,7 +141,7 @@ fn run_watched(repo: &Path, base: &str, head: &str) -> Ran {
     };
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sandbench"))
-        .args(["run", "bench.toml", "--base", base, "--head", head, "--timeout-minutes", "15", "--out"])
+        .args(["run", spec, "--base", base, "--head", head, "--timeout-minutes", "15", "--out"])
         .arg(out.path())
         .current_dir(repo)
         .env("SANDBENCH_LEDGER", out.path().join("ledger.sqlite"))
@@ -152,7 +160,23 @@ fn run_watched(repo: &Path, base: &str, head: &str) -> Ran {
     };
     let stdout = read(Box::new(child.stdout.take().unwrap()));
     let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let peak = {
+        let (stop, pid) = (stop.clone(), child.id());
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(Ordering::Relaxed) {
+                peak = peak.max(high_water_kib(pid).unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peak
+        })
+    };
+    let flooder = flood.then(|| {
+        let (stop, out) = (stop.clone(), out.path().to_path_buf());
+        std::thread::spawn(move || flood_head(&out, &stop))
+    });
     let status = loop {
+        // The peak as late as it can be read: the process is a zombie once it ends.
         if let Some(status) = child.try_wait().unwrap() {
             break Some(status);
         }
@@ -172,8 +196,69 @@ fn run_watched(repo: &Path, base: &str, head: &str) -> Ran {
         stdout: stdout.join().unwrap(),
         stderr: stderr.join().unwrap(),
         host,
+        peak_rss_kib: peak.join().unwrap(),
+        flood: flooder.map(|f| f.join().unwrap()),
         out,
     }
+}
+
+/// The peak resident memory of process `pid` so far (`VmHWM`), in KiB.
+fn high_water_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// What flooding the head's socket met, round after round.
+#[derive(Debug, Default)]
+struct Flood {
+    rounds: u32,
+    /// Per round: of 1,000 connections, how many opened and how many of those the server closed
+    /// within half a second (none open once the run has ended).
+    closed_at_once: Vec<(usize, usize)>,
+    /// Per round: the 1,000 streams of one connection, as the server answered them.
+    streams: Vec<support::flood::Streams>,
+}
+
+/// Floods the head's socket once its agent is connected, until `stop`: rounds of 1,000
+/// streams on one connection, then 1,000 silent connections.
+fn flood_head(out: &Path, stop: &AtomicBool) -> Flood {
+    let mut flood = Flood::default();
+    let socket = loop {
+        if stop.load(Ordering::Relaxed) {
+            return flood;
+        }
+        let dir = run_dir(out);
+        let log = std::fs::read_to_string(dir.join("observations.jsonl")).unwrap_or_default();
+        let head = std::fs::read_dir(dir.join("sock"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .find(|role| role.starts_with("head"));
+        // The head's agent is in (its events are logged): the flood comes after it.
+        if let Some(role) = head
+            && log.contains(&format!("-{role}\""))
+        {
+            let socket = dir.join("sock").join(role).join("agent.sock");
+            if socket.exists() {
+                break socket;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    while !stop.load(Ordering::Relaxed) && socket.exists() {
+        flood.rounds += 1;
+        if let Ok(seen) = support::flood::open_streams(&socket, 1000, Duration::from_secs(1)) {
+            flood.streams.push(seen);
+        }
+        let conns = support::flood::idle_connections(&socket, 1000);
+        let closed = support::flood::closed_by_server(&conns, Duration::from_millis(500));
+        flood.closed_at_once.push((conns.len(), closed));
+        drop(conns);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    flood
 }
 
 /// The containers of a run still there (removed now, so none outlives the test).
@@ -320,6 +405,92 @@ fn a_hostile_pull_request_changes_nothing_outside_its_sandboxes() {
         );
     }
 
+    assert!(failures.is_empty(), "{} failure(s):\n- {}", failures.len(), failures.join("\n- "));
+}
+
+/// A pull request that floods the intake: a 1 GiB file of zeros in its source (streamed into the
+/// sandbox within `source.max_mb`, so the controller never holds it), 100,000 `RESULT` lines
+/// (past `max_results_per_script`), and, from the host side of the head's socket as root in the
+/// sandbox could, rounds of 1,000 HTTP/2 streams on one connection and 1,000 silent connections
+/// for as long as the run goes. Both sides complete, the flood is dropped with a warning, the
+/// socket keeps its bounds, and the controller's peak memory stays small.
+#[test]
+fn a_pull_request_flooding_the_intake_is_held_to_its_bounds() {
+    let repo = hostile_repo();
+    let git = |args: &str| support::git(repo.path(), args);
+    std::fs::write(repo.path().join("attacks/mode"), "intake\n").unwrap();
+    // Sparse here; 1 GiB in the archive.
+    std::fs::File::create(repo.path().join("zeros.bin")).unwrap().set_len(1 << 30).unwrap();
+    git("add -A");
+    git("commit -q -m intake");
+    git("tag intake");
+    std::fs::remove_file(repo.path().join("zeros.bin")).unwrap();
+
+    let ran = run_spec(repo.path(), "intake.toml", "none", "intake", true);
+    let dir = run_dir(ran.out.path());
+    let terminal = format!("{}{}", String::from_utf8_lossy(&ran.stdout), String::from_utf8_lossy(&ran.stderr));
+    let mut failures: Vec<String> = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            failures.push(what);
+        }
+    };
+    let report: Option<Report> =
+        std::fs::read(dir.join("report.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let status = report.as_ref().map(|r| r.status);
+    check(
+        ran.code == Some(0) && status == Some(Status::Completed),
+        format!("the run ended with {:?} ({status:?}) after {:?}:\n{terminal}", ran.code, ran.took),
+    );
+    let left = containers_left(&dir);
+    check(left.is_empty(), format!("containers left behind: {left:?}"));
+    check(ran.host.is_empty(), format!("the host was touched:\n  {}", ran.host.join("\n  ")));
+    if let Some(report) = &report {
+        for head in [false, true] {
+            let taken = metric(report, head, "results_flood");
+            check(
+                taken.len() == 2 && taken.iter().all(|(v, e)| *v == Some(1.0) && e.is_none()),
+                format!("results_flood (head: {head}): {taken:?}"),
+            );
+        }
+        let said = "printed 99000 RESULT lines past its bound of 1000 (max_results_per_script)";
+        let warned = report.warnings.iter().filter(|w| w.contains(said)).count();
+        check(warned == 2, format!("one warning per head trial saying {said:?}: {:?}", report.warnings));
+    }
+    // The journal took at most the bound of the flood's lines per trial.
+    let log = std::fs::read_to_string(dir.join("observations.jsonl")).unwrap_or_default();
+    let observed = log.lines().filter(|l| l.contains("\"metric\":\"results_flood\"")).count();
+    check((2..=2 * 1000 + 2).contains(&observed), format!("{observed} results_flood observations"));
+    check(log.len() < 16 << 20, format!("observations.jsonl holds {} bytes", log.len()));
+
+    // The socket held its bounds all along: streams past the limit refused, connections past it
+    // closed at once, rounds after rounds.
+    let flood = ran.flood.unwrap_or_default();
+    let streams = sandbench::observations::server::MAX_STREAMS_PER_CONNECTION;
+    let slots = sandbench::observations::server::MAX_CONNECTIONS_PER_SOCKET;
+    check(flood.rounds >= 2, format!("only {} rounds of flood: {flood:?}", flood.rounds));
+    check(
+        !flood.streams.is_empty() && flood.streams.iter().all(|s| s.reset >= 1000 - streams),
+        format!("streams: {:?}", flood.streams),
+    );
+    check(
+        flood.closed_at_once.iter().any(|&(opened, _)| opened == 1000)
+            && flood.closed_at_once.iter().all(|&(opened, closed)| closed + slots >= opened),
+        format!("connections closed at once: {:?}", flood.closed_at_once),
+    );
+    // Neither the 1 GiB source nor the flood is held in memory.
+    eprintln!(
+        "controller peak RSS {} MiB over {:?}; {} flood rounds; streams {:?}; closed at once {:?}",
+        ran.peak_rss_kib / 1024,
+        ran.took,
+        flood.rounds,
+        flood.streams.iter().map(|s| s.reset).collect::<Vec<_>>(),
+        flood.closed_at_once
+    );
+    check(
+        ran.peak_rss_kib > 0 && ran.peak_rss_kib < 256 << 10,
+        format!("the controller's peak RSS was {} KiB", ran.peak_rss_kib),
+    );
     assert!(failures.is_empty(), "{} failure(s):\n- {}", failures.len(), failures.join("\n- "));
 }
 

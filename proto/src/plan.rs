@@ -232,6 +232,17 @@ pub struct Script {
     /// Run once more per trial under the instruction lens, untimed (`script.<name>.instructions`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub instructions: bool,
+    /// `RESULT` lines taken from one run; the agent drops the rest and says how many.
+    #[serde(default = "default_max_results")]
+    pub max_results: u32,
+}
+
+/// `RESULT` lines taken from one run of a script by default (`max_results_per_script`): far
+/// more than a bench reports, few enough that a flood costs the journal nothing.
+pub const DEFAULT_MAX_RESULTS: u32 = 1000;
+
+fn default_max_results() -> u32 {
+    DEFAULT_MAX_RESULTS
 }
 
 /// How a scenario talks to its child.

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod flood;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -429,11 +429,12 @@ impl DockerProvisioner {
         Ok(sandbox)
     }
 
-    /// Unpacks a tar into the container's file system at `/` (paths inside the tar say where).
-    pub async fn upload(&self, name: &str, tar: Vec<u8>) -> Result<(), ProvisionError> {
+    /// Unpacks a tar into the container's file system at `/` (paths inside the tar say where),
+    /// streamed to the engine as it is read.
+    pub async fn upload(&self, name: &str, tar: super::TarStream) -> Result<(), ProvisionError> {
         let options = UploadToContainerOptions { path: "/".to_string(), ..Default::default() };
         self.docker
-            .upload_to_container(name, Some(options), bollard::body_full(tar.into()))
+            .upload_to_container(name, Some(options), bollard::body_try_stream(tar.0))
             .await
             .map_err(|cause| ProvisionError::Upload { name: name.to_string(), cause: cause.into() })
     }
@@ -881,7 +882,7 @@ impl Provisioner for DockerProvisioner {
         Box::pin(async move { Ok(self.exec_capture(id, cmd).await?) })
     }
 
-    fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn upload<'a>(&'a self, id: &'a str, tar: super::TarStream) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move { Ok(DockerProvisioner::upload(self, id, tar).await?) })
     }
 

@@ -74,8 +74,8 @@ pub trait Provisioner: Send + Sync {
     /// Runs a command in the sandbox to its end: its exit code and output.
     fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>>;
 
-    /// Unpacks a tar archive at the sandbox's root.
-    fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>>;
+    /// Unpacks a tar archive at the sandbox's root, sent as it is read.
+    fn upload<'a>(&'a self, id: &'a str, tar: TarStream) -> BoxFuture<'a, anyhow::Result<()>>;
 
     /// Removes the sandbox, running or not, with its volumes. Absent is fine.
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
@@ -106,6 +106,17 @@ pub trait Provisioner: Send + Sync {
     /// Whether the engine answers now (an error when it cannot be reached).
     fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(async { Ok(()) })
+    }
+}
+
+/// A tar archive as a stream of chunks, sent as it is read: never held whole (a source archive
+/// may be as large as `[source] max_mb`). An error item ends the upload.
+pub struct TarStream(pub BoxStream<'static, std::io::Result<bytes::Bytes>>);
+
+impl From<Vec<u8>> for TarStream {
+    /// A tar already in memory (the agent, test fixtures).
+    fn from(bytes: Vec<u8>) -> TarStream {
+        TarStream(Box::pin(futures_util::stream::once(async move { Ok(bytes::Bytes::from(bytes)) })))
     }
 }
 

@@ -176,7 +176,7 @@ impl Run {
     /// Look `sequential.look` on the samples the run directory holds so far.
     fn look_at(&self, skeleton: &Report, sequential: &Sequential, sides: &[SideRun]) -> anyhow::Result<Next> {
         let resumed = self.resumed.as_ref().map(|r| (self.station.run_id(), &r.accounting));
-        let mut data = collect(self.station.dir(), sides, resumed)?;
+        let (mut data, _) = collect(self.station.dir(), sides, resumed, self.plan.max_metrics)?;
         let mut report = skeleton.clone();
         report.base_side = data.remove(sandbench_proto::Side::Base.as_str()).unwrap_or_default();
         report.head_side = data.remove(sandbench_proto::Side::Head.as_str()).unwrap_or_default();

@@ -128,7 +128,9 @@ pub(super) async fn execute(
     warnings.splice(0..0, run.notes.lock().map(|n| n.clone()).unwrap_or_default());
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
-    let mut sides_data = collect(dir, &sides, resumed.map(|r| (run.station.run_id(), &r.accounting)))?;
+    let (mut sides_data, dropped) =
+        collect(dir, &sides, resumed.map(|r| (run.station.run_id(), &r.accounting)), plan.max_metrics)?;
+    warnings.extend(dropped);
     record_cpus(&run, &sides, &cpusets, &mut sides_data);
     let any_ready = {
         let gates = run.gates();

@@ -14,8 +14,8 @@ use crate::spec::Plan;
 
 pub use crate::report::NoiseProfile;
 
-/// Metrics and trials a side's samples may have (far beyond any plan's).
-const MAX_METRICS: usize = 4096;
+/// Trials a side's samples may have (far beyond any plan's); metrics are bounded by the spec's
+/// `[report] max_metrics`.
 const MAX_TRIAL: u32 = 100_000;
 /// Runs a trial's metric may have (a repeated command runs at most 10,000 times).
 const MAX_SAMPLE: u32 = 10_000;
@@ -24,12 +24,14 @@ const MAX_SAMPLE: u32 = 10_000;
 /// are kept), and each side's facts. A resumed run (`resumed`: its id and what its earlier
 /// attempts completed) also takes the samples of earlier attempts' sandboxes, only those each
 /// slot's first completion counts ([`Accounting::counts`](super::resume::Accounting::counts));
-/// this attempt's sandboxes count for the slots they ran.
+/// this attempt's sandboxes count for the slots they ran. A side takes at most `max_metrics`
+/// metrics; the warning says how many more were dropped.
 pub(super) fn collect(
     dir: &Path,
     sides: &[SideRun],
     resumed: Option<(&str, &super::resume::Accounting)>,
-) -> anyhow::Result<BTreeMap<String, Side>> {
+    max_metrics: usize,
+) -> anyhow::Result<(BTreeMap<String, Side>, Option<String>)> {
     let mut role_of: BTreeMap<String, &str> =
         sides.iter().flat_map(|s| s.sandbox_ids().into_iter().map(|id| (id, s.side.as_str()))).collect();
     let current: std::collections::BTreeSet<String> = role_of.keys().cloned().collect();
@@ -47,6 +49,7 @@ pub(super) fn collect(
     // new sandbox (retried after an engine restart) replaces all of its runs, not only those
     // the retry got to.
     let mut measured_in: BTreeMap<(&str, String, u32), String> = BTreeMap::new();
+    let mut dropped: BTreeMap<&str, std::collections::BTreeSet<String>> = BTreeMap::new();
     if log.exists() {
         for event in crate::observations::store::events(&log)? {
             let event = event?;
@@ -61,11 +64,15 @@ pub(super) fn collect(
                 continue;
             }
             let side = out.entry(role.to_string()).or_default();
-            // Bounded whatever the log holds: no plan has more metrics or trials.
-            if trial > MAX_TRIAL
-                || sample > MAX_SAMPLE
-                || (!side.metrics.contains_key(&metric) && side.metrics.len() >= MAX_METRICS)
-            {
+            // Bounded whatever the log holds: no plan has more trials, and metrics as the spec says.
+            if trial > MAX_TRIAL || sample > MAX_SAMPLE {
+                continue;
+            }
+            if !side.metrics.contains_key(&metric) && side.metrics.len() >= max_metrics {
+                let names = dropped.entry(role).or_default();
+                if names.len() < MAX_DROPPED_COUNTED {
+                    names.insert(metric);
+                }
                 continue;
             }
             let samples = side.metrics.entry(metric.clone()).or_default();
@@ -83,7 +90,28 @@ pub(super) fn collect(
         }
     }
     record_facts(dir, sides, &mut out);
-    Ok(out)
+    Ok((out, dropped_warning(&dropped, max_metrics)))
+}
+
+/// Distinct metrics past the bound counted per side (the count says "at least" beyond).
+const MAX_DROPPED_COUNTED: usize = 100_000;
+
+/// The warning about metrics dropped past `[report] max_metrics`, if any were.
+fn dropped_warning(dropped: &BTreeMap<&str, std::collections::BTreeSet<String>>, max_metrics: usize) -> Option<String> {
+    if dropped.is_empty() {
+        return None;
+    }
+    let sides: Vec<String> = dropped
+        .iter()
+        .map(|(side, names)| {
+            let at_least = if names.len() >= MAX_DROPPED_COUNTED { "at least " } else { "" };
+            format!("{at_least}{} more on the {side} side", names.len())
+        })
+        .collect();
+    Some(format!(
+        "the sandboxes sent more metrics than report.max_metrics ({max_metrics}): {} were dropped",
+        sides.join(", ")
+    ))
 }
 
 /// Each side's facts: the machine its first live sandbox reported at Hello, and the tool

@@ -474,3 +474,17 @@ async fn an_a_a_runs_noise_profile_is_kept_in_the_ledger_and_used_by_the_next_ru
     let none = run(RunOptions { ledger, noise_from_ledger: false, ..opts }, "20260101-000002-c").await;
     assert!(none.report.noise.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_past_the_specs_bound_are_dropped_with_a_warning() {
+    let spec = format!("{}\n[report]\nmax_metrics = 3\n", spec_toml());
+    let (_dir, plan, opts) = setup_spec(1, &spec);
+    assert!(plan.metrics.len() > 3, "the plan records more metrics than the bound");
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake, not_canceled()).await;
+    let report = &result.report;
+    assert_eq!((report.base_side.metrics.len(), report.head_side.metrics.len()), (3, 3));
+    let warning = report.warnings.iter().find(|w| w.contains("report.max_metrics (3)"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning: {:?}", report.warnings));
+    assert!(warning.contains("more on the base side") && warning.contains("more on the head side"), "{warning}");
+}

@@ -124,6 +124,11 @@ pub struct Plan {
     pub rule: Rule,
     /// `[bisect]`: what `run --bisect` may spend.
     pub bisect: BisectSettings,
+    /// Metrics a side of the run may have (`[report] max_metrics`); the rest are dropped with
+    /// a warning.
+    pub max_metrics: usize,
+    /// The largest source archive uploaded into a sandbox (`[source] max_mb`).
+    pub source_max_bytes: u64,
 }
 
 /// `[bisect]` of a spec.
@@ -138,6 +143,11 @@ impl Default for BisectSettings {
         BisectSettings { max_steps: validate::DEFAULT_BISECT_STEPS }
     }
 }
+
+/// Metrics a side may have by default (`[report] max_metrics`): far beyond any plan's.
+pub const DEFAULT_MAX_METRICS: i64 = 4096;
+/// The largest source archive by default, in MB (`[source] max_mb`).
+pub const DEFAULT_SOURCE_MAX_MB: f64 = 512.0;
 
 /// Which rule decides each metric (`[report] rule`); the report applies it ([`crate::report`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

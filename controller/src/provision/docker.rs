@@ -120,6 +120,9 @@ pub struct ContainerSettings {
     pub privileged: bool,
     pub security_opt: Vec<String>,
     pub binds: Vec<String>,
+    /// The log driver and its options.
+    pub log_config: (String, HashMap<String, String>),
+    pub storage_opt: HashMap<String, String>,
 }
 
 pub struct DockerProvisioner {
@@ -633,6 +636,11 @@ impl DockerProvisioner {
             privileged: host.privileged.unwrap_or_default(),
             security_opt: host.security_opt.unwrap_or_default(),
             binds: host.binds.unwrap_or_default(),
+            log_config: host
+                .log_config
+                .map(|l| (l.typ.unwrap_or_default(), l.config.unwrap_or_default()))
+                .unwrap_or_default(),
+            storage_opt: host.storage_opt.unwrap_or_default(),
         })
     }
 
@@ -788,6 +796,17 @@ impl DockerProvisioner {
     pub async fn lost_cause(&self, name: &str) -> Result<String, ProvisionError> {
         let state = self.container_state(name).await?;
         Ok(super::lost::describe(&state, engine_started_at()))
+    }
+
+    /// Where the engine keeps the container's log on its host (json-file; rotated files add
+    /// `.1`, `.2`, … to it).
+    pub async fn log_path(&self, name: &str) -> Result<String, ProvisionError> {
+        let info = self
+            .docker
+            .inspect_container(name, None)
+            .await
+            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause })?;
+        Ok(info.log_path.unwrap_or_default())
     }
 
     /// Whether the container exists (running or not).

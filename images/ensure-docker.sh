@@ -7,10 +7,13 @@
 # (setsid), so it outlives the shell or CI step that started it. Its data root is a file system
 # that bounds a container's disk (`--storage-opt size`), made in a sparse image file and mounted
 # loop: XFS with project quotas (`pquota`) under overlay2, where the kernel has XFS quotas (a
-# write past the bound fails with ENOSPC); else btrfs with quota groups under the btrfs driver (a
-# write past the bound fails with EDQUOT, "Disk quota exceeded"). Where neither can be made (no
-# loop device, neither file system), dockerd starts on a plain data root and the controller warns
-# that disk_gb is not enforced.
+# write past the bound fails with ENOSPC); else btrfs with simple quotas (Linux 6.7+) under the
+# btrfs driver (a write past the bound fails with EDQUOT, "Disk quota exceeded"). Simple quotas
+# count what a container writes, not the image it shares, and stay exact when containers are
+# removed; btrfs's full quota groups lose count there (the kernel marks them inconsistent and
+# stops enforcing), so they are not used. Where neither can be made (no loop device, neither file
+# system), dockerd starts on a plain data root and the controller warns that disk_gb is not
+# enforced.
 #
 # Idempotent. An engine this script started (its pid file below, or the command line of the
 # earlier version of this script) whose data root cannot bound a disk is restarted on the new
@@ -46,13 +49,30 @@ say() { echo "ensure-docker: $*" >&2; }
 answers() { docker info >/dev/null 2>&1; }
 
 # The storage driver that bounds a container's disk on the file system holding folder $1:
-# overlay2 on XFS mounted with project quotas, btrfs on btrfs; fails on any other.
+# overlay2 on XFS mounted with project quotas, btrfs on btrfs with simple quotas; fails on any
+# other.
 bounding_driver() {
-  local fs
+  local fs uuid
   fs=$(findmnt -n -o FSTYPE,OPTIONS -T "$1" 2>/dev/null) || return 1
   if [[ $fs == xfs\ * && $fs =~ [[:space:],](prjquota|pquota)(,|$) ]]; then echo overlay2; return 0; fi
-  if [[ $fs == btrfs\ * ]]; then echo btrfs; return 0; fi
+  uuid=$(findmnt -n -o UUID -T "$1" 2>/dev/null) || return 1
+  if [[ $fs == btrfs\ * && $(cat "/sys/fs/btrfs/$uuid/qgroups/mode" 2>/dev/null) == squota ]]; then
+    echo btrfs
+    return 0
+  fi
   return 1
+}
+
+# Turns on btrfs simple quotas on the file system mounted at $1 (btrfs-progs 6.7 knows
+# `quota enable --simple`; older ones do not, then the ioctl is made directly).
+simple_quotas() {
+  btrfs quota enable --simple "$1" 2>/dev/null && return 0
+  python3 - "$1" <<'PY'
+import fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+# BTRFS_IOC_QUOTA_CTL: _IOWR(0x94, 40, {u64 cmd; u64 status}); cmd 4: enable simple quotas.
+fcntl.ioctl(fd, (3 << 30) | (16 << 16) | (0x94 << 8) | 40, struct.pack("QQ", 4, 0))
+PY
 }
 
 # Whether the running engine can bound a container's disk: overlay2 on XFS with project quotas,
@@ -103,6 +123,16 @@ make_image() {
     say "mkfs.$fs failed: $out"
     rm -f "$state/docker.$fs.new"
     return 1
+  fi
+  if [ "$fs" = btrfs ]; then
+    mkdir -p "$bounded_root"
+    if ! { mount -o loop "$state/docker.$fs.new" "$bounded_root" && out=$(simple_quotas "$bounded_root" 2>&1); }; then
+      say "cannot turn on btrfs simple quotas (Linux 6.7 or later): ${out:-mount failed}"
+      umount "$bounded_root" 2>/dev/null || true
+      rm -f "$state/docker.$fs.new"
+      return 1
+    fi
+    umount "$bounded_root"
   fi
   mv "$state/docker.$fs.new" "$state/docker.$fs"
 }

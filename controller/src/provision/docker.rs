@@ -417,7 +417,7 @@ impl DockerProvisioner {
             host_config: Some(host_config),
             ..Default::default()
         };
-        let container_id = self.create_bounded(&name, body, &request.image, request.resources.disk_bytes).await?;
+        let container_id = self.create_bounded(&name, body, request.resources.disk_bytes).await?;
         let sandbox = Sandbox {
             id: name.clone(),
             container_id,
@@ -450,17 +450,11 @@ impl DockerProvisioner {
         &self,
         name: &str,
         mut body: ContainerCreateBody,
-        image: &str,
         disk_bytes: Option<u64>,
     ) -> Result<String, ProvisionError> {
         let storage = match disk_bytes {
             Some(bytes) if !matches!(self.disk_bound(), DiskBound::Unenforced(_)) => {
-                let image_bytes = match self.docker.inspect_image(image).await {
-                    Ok(info) => u64::try_from(info.size.unwrap_or(0)).unwrap_or(0),
-                    Err(_) => 0,
-                };
-                let size = super::disk::size_for(&self.storage_driver().await, bytes, image_bytes);
-                Some(HashMap::from([("size".to_string(), size.to_string())]))
+                Some(HashMap::from([("size".to_string(), bytes.to_string())]))
             }
             _ => None,
         };
@@ -526,7 +520,7 @@ impl DockerProvisioner {
             host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
             ..Default::default()
         };
-        let created = self.create_bounded(&name, body, image, Some(1 << 30)).await;
+        let created = self.create_bounded(&name, body, Some(1 << 30)).await;
         if created.is_ok()
             && let Err(err) = self.remove(&name).await
         {

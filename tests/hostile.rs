@@ -443,6 +443,13 @@ fn a_build_past_disk_gb_fails_on_a_full_disk_and_the_host_loses_at_most_the_boun
         root.display(),
         report.resources.disk_gb
     );
+    // The agent wrote its journal on the same full disk: it gave back its reserve, said so, and
+    // carried on (the step's failure above came through).
+    let mut files = Vec::new();
+    walk(&dir, &mut files);
+    let note = "the sandbox's disk is full; output and files are no longer recorded";
+    let noted = files.iter().any(|f| std::fs::read(f).is_ok_and(|b| String::from_utf8_lossy(&b).contains(note)));
+    assert!(noted, "no note of the full disk in {}", dir.display());
     assert!(left.is_empty(), "containers left behind: {left:?}");
     assert!(ran.host.is_empty(), "the host was touched: {:?}", ran.host);
 }

@@ -506,7 +506,9 @@ impl DockerProvisioner {
         if self.disk_bound() != DiskBound::Unknown {
             return self.disk_bound();
         }
-        let name = format!("sandbench-disk-probe-{}", std::process::id());
+        static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("sandbench-disk-probe-{}-{n}", std::process::id());
         let body = ContainerCreateBody {
             image: Some(image.to_string()),
             entrypoint: Some(vec!["/sandbench-never-started".to_string()]),

@@ -80,7 +80,7 @@ PY
 engine_bounds() {
   local driver root
   read -r driver root < <(docker info --format '{{.Driver}} {{.DockerRootDir}}')
-  [ "$(bounding_driver "$root" || true)" = "$driver" ]
+  [ -n "$driver" ] && [ "$(bounding_driver "$root" || true)" = "$driver" ]
 }
 
 # The pid of the dockerd of this socket (from its pid file), if it runs.

@@ -10,8 +10,14 @@
 //! a sandbox user's on the host (a watcher scans the run folder while it goes), no token
 //! anywhere in the run folder or the output, the run folder small, report.md with its three
 //! markers only and no live tag, report.html and the terminal output without escape sequences,
-//! every probe metric 0, no container left. The clean side measures everything; `disk_gb` is
-//! held or said not to be.
+//! every probe metric 0, no container left. The clean side measures everything; `disk_gb` holds
+//! the disk flood.
+//!
+//! Then the host's disk: a build writing five times `disk_gb` (`tests/hostile/disk`) fails on a
+//! full disk, saying so, and the engine's file system loses no more than the bound; root in a
+//! sandbox flooding the container log (the agent's stdout and stderr) leaves it within its cap,
+//! and teardown reads a bounded amount of it. An engine that cannot bound a sandbox's disk fails
+//! these tests, saying so (`images/ensure-docker.sh` starts one that can).
 
 mod support;
 
@@ -22,7 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sandbench::provision::{DockerProvisioner, labels};
+use sandbench::provision::docker::LOG_READ_BYTES;
+use sandbench::provision::{AgentShipping, DockerProvisioner, labels};
 use sandbench::report::{Report, Status};
 
 /// How long the whole run may take before the test gives up on it.
@@ -391,13 +398,12 @@ fn a_hostile_pull_request_changes_nothing_outside_its_sandboxes() {
             let head = metric(report, true, key);
             check(!head.is_empty(), format!("the hostile head never ran its probe ({key}): {head:?}"));
         }
-        // The disk flood: held by disk_gb, or the report says disk_gb is not enforced.
+        // The disk flood: held by disk_gb, which the engine must enforce.
+        check(report.resources.disk_enforced == Some(true), unbounded(report));
         let limit = report.resources.disk_gb * 1e9;
         let written = metric(report, true, "disk_written");
-        let held = written.iter().all(|(v, _)| v.is_none_or(|v| v <= limit));
-        let said =
-            report.warnings.iter().chain(&report.errors).any(|w| w.contains("disk_gb") && w.contains("not enforced"));
-        check(held || said, format!("the disk flood wrote {written:?} bytes past disk_gb ({limit}) unsaid"));
+        let held = !written.is_empty() && written.iter().all(|(v, _)| v.is_some_and(|v| v <= limit));
+        check(held, format!("the disk flood wrote {written:?} bytes, past disk_gb ({limit})"));
         // The injected RESULT key and error text are reported (escaped, as checked above).
         check(
             report.all_errors().iter().any(|e| e.contains("does not declare")),
@@ -520,4 +526,155 @@ fn a_revision_of_any_script_gets_a_clear_error() {
         let left: Vec<_> = std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert!(left.iter().all(|name| name.to_string_lossy().starts_with("ledger.sqlite")), "{left:?}");
     }
+}
+
+/// Why a run's sandboxes had no disk bound, for a failure message.
+fn unbounded(report: &Report) -> String {
+    let said: Vec<&String> = report.warnings.iter().filter(|w| w.contains("disk_gb")).collect();
+    format!(
+        "the engine at {} does not bound a sandbox's disk (disk_enforced = {:?}; {said:?}): these tests need one that \
+         does, as images/ensure-docker.sh starts",
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into()),
+        report.resources.disk_enforced
+    )
+}
+
+/// The engine's data root (`docker info`): the file system sandboxes write to.
+fn engine_data_root() -> PathBuf {
+    let out = Command::new("docker").args(["info", "--format", "{{.DockerRootDir}}"]).output().expect("docker info");
+    assert!(out.status.success(), "docker info: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+fn free_bytes(path: &Path) -> u64 {
+    let fs = rustix::fs::statvfs(path).expect("statvfs of the engine's data root");
+    fs.f_bavail * fs.f_frsize
+}
+
+/// Room the sandboxes take besides the flood: two sandboxes' agent state (a 4 MiB journal
+/// reserve each), users, the source, and the file system's own metadata.
+const DISK_SLACK: u64 = 64 << 20;
+
+#[test]
+fn a_build_past_disk_gb_fails_on_a_full_disk_and_the_host_loses_at_most_the_bound() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let provisioner = DockerProvisioner::connect(1).await.expect("a Docker engine (images/ensure-docker.sh)");
+        support::ensure_busybox_image(&provisioner).await;
+    });
+    // `none` writes nothing; `fill` writes 500 MB past its 100 MB.
+    let repo = tempfile::tempdir().unwrap();
+    support::copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hostile/disk"), repo.path());
+    support::git(repo.path(), "init -q -b main .");
+    for mode in ["none", "fill"] {
+        std::fs::write(repo.path().join("mode"), format!("{mode}\n")).unwrap();
+        support::git(
+            repo.path(),
+            &format!("add -A && git -c user.name=t -c user.email=t@t commit -qm {mode} && git tag {mode}"),
+        );
+    }
+    // The engine's file system, watched while the run goes: its lowest free space.
+    let root = engine_data_root();
+    let before = free_bytes(&root);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (stop, root) = (stop.clone(), root.clone());
+        std::thread::spawn(move || {
+            let mut lowest = u64::MAX;
+            while !stop.load(Ordering::Relaxed) {
+                lowest = lowest.min(free_bytes(&root));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            lowest
+        })
+    };
+    let ran = run_watched(repo.path(), "none", "fill");
+    stop.store(true, Ordering::Relaxed);
+    let lowest = sampler.join().unwrap();
+    let dir = run_dir(ran.out.path());
+    let terminal = format!("{}{}", String::from_utf8_lossy(&ran.stdout), String::from_utf8_lossy(&ran.stderr));
+    let left = containers_left(&dir);
+    let report: Report = serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report.json"))
+        .expect("a readable report.json");
+
+    assert_eq!(report.resources.disk_enforced, Some(true), "{}\n{terminal}", unbounded(&report));
+    assert!(matches!(ran.code, Some(1 | 3)), "sandbench ended with {:?}:\n{terminal}", ran.code);
+    let errors = report.all_errors();
+    let full = errors
+        .iter()
+        .find(|e| e.contains("`sh fill.sh` failed") && e.contains("the sandbox's disk is full (disk_gb = 0.1)"));
+    let full = full.unwrap_or_else(|| panic!("no error says the build's disk is full: {errors:#?}"));
+    assert!(full.contains("no space left on device") || full.contains("disk quota exceeded"), "{full}");
+    let bound = (report.resources.disk_gb * 1e9) as u64;
+    let lost = before.saturating_sub(lowest);
+    eprintln!("the build's error: {full}\nthe engine's file system lost at most {lost} bytes (bound {bound})");
+    assert!(
+        lost <= bound + DISK_SLACK,
+        "the engine's file system ({}) lost {lost} bytes while a sandbox of disk_gb {} (and a clean one) ran",
+        root.display(),
+        report.resources.disk_gb
+    );
+    // The agent wrote its journal on the same full disk: it gave back its reserve, said so, and
+    // carried on (the step's failure above came through).
+    let mut files = Vec::new();
+    walk(&dir, &mut files);
+    let note = "the sandbox's disk is full; output and files are no longer recorded";
+    let noted = files.iter().any(|f| std::fs::read(f).is_ok_and(|b| String::from_utf8_lossy(&b).contains(note)));
+    assert!(noted, "no note of the full disk in {}", dir.display());
+    assert!(left.is_empty(), "containers left behind: {left:?}");
+    assert!(ran.host.is_empty(), "the host was touched: {:?}", ran.host);
+}
+
+/// The sizes of a json-file container log on the host, its rotated files included.
+fn log_bytes(path: &str) -> u64 {
+    ["", ".1", ".2", ".3", ".4"]
+        .iter()
+        .filter_map(|s| std::fs::metadata(format!("{path}{s}")).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flood_stays_within_the_cap_and_teardown_reads_a_bounded_amount() {
+    support::with_harness("logflood", support::quick_heartbeats(), |h| async move {
+        support::ensure_busybox_image(&h.provisioner).await;
+        let live = h.launch(h.request("flood", support::BUSYBOX_IMAGE, AgentShipping::Bind)).await;
+        let id = live.sandbox.id.clone();
+        // A product's steps write to the agent's pipes, which the journal bounds; the container
+        // log is the agent's own stdout and stderr, which root in the sandbox can write to.
+        // Lines of 1,900 bytes: the last 5,000 lines teardown asks for are more than the bytes it reads.
+        let flood = "l=LLLLLLLLLLLLLLLLLLL; l=$l$l$l$l$l$l$l$l$l$l; l=$l$l$l$l$l$l$l$l$l$l; \
+                     for fd in 1 2; do yes $l | head -n 6300 > /proc/1/fd/$fd; done; \
+                     echo 'flood end' > /proc/1/fd/2";
+        let (code, out) = h.provisioner.exec_capture(&id, vec!["sh".into(), "-c".into(), flood.into()]).await.unwrap();
+        assert_eq!(code, 0, "the flood: {out}");
+        let path = h.provisioner.log_path(&id).await.unwrap();
+        // The engine writes the log as it reads the pipes: wait for the end to get there.
+        let begun = Instant::now();
+        while !std::fs::read_to_string(&path).unwrap_or_default().contains("flood end") {
+            assert!(begun.elapsed() < Duration::from_secs(30), "the flood's end never reached {path}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let on_host = log_bytes(&path);
+        // 24 MB went in; json-file keeps 2 files of 1 MiB, each past it by one entry at most.
+        assert!(on_host > 1 << 20, "the flood did not reach the log: {on_host} bytes");
+        assert!(on_host <= (2 << 20) + (64 << 10), "the container log holds {on_host} bytes on the host");
+
+        let down = h.teardown(&live.sandbox).await;
+        let saved = down.log_path.expect("teardown saved the agent log");
+        let text = std::fs::read_to_string(&saved).unwrap();
+        assert!(text.len() <= LOG_READ_BYTES + 200, "teardown read {} bytes of the log", text.len());
+        // What it read: whole lines, the end of the log (a longer log is cut at its start, saying
+        // so: see the Docker backend's unit test).
+        let short: Vec<(usize, usize)> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with('L') && l.len() != 1900)
+            .map(|(i, l)| (i, l.len()))
+            .collect();
+        assert!(short.is_empty(), "lines cut short (line, length): {short:?}");
+        let end: Vec<&str> = text.lines().rev().take(5).collect();
+        assert!(end.contains(&"flood end"), "the end of the log is kept: {end:?}");
+    })
+    .await;
 }

@@ -93,6 +93,7 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
             cpuset: None,
             memory_bytes: plan.sandbox.memory_bytes,
             pids_limit: plan.sandbox.pids_limit,
+            disk_bytes: Some(plan.sandbox.disk_bytes()),
         };
         let hub = h.hub().await;
         let live = h.launch(request).await;

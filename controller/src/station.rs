@@ -184,6 +184,7 @@ impl Station {
             cpuset: plan.sandbox.cpuset.clone(),
             memory_bytes: plan.sandbox.memory_bytes,
             pids_limit: plan.sandbox.pids_limit,
+            disk_bytes: Some(plan.sandbox.disk_bytes()),
         };
         request.network = plan.sandbox.network;
         request.ttl = plan.sandbox.ttl;

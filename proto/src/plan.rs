@@ -67,6 +67,10 @@ pub struct AgentPlan {
     /// How the instruction lens runs its steps (when any step asks for it).
     #[serde(default, skip_serializing_if = "crate::lens::LensPlan::is_default")]
     pub lens: crate::lens::LensPlan,
+    /// The sandbox's disk bound (`disk_gb`), when the engine enforces it: a step that fails on a
+    /// full disk says so, naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_gb: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -578,7 +578,10 @@ impl Probe<'_> {
         let plan = self.plan;
         let request = self.station.plan_request(&format!("c{index}"), plan, self.shipping)?;
         let live = self.station.launch(request, Duration::from_secs(120)).await?;
-        let agent_plan = self.target.narrow(plan.agent_plan(&commit.commit));
+        let mut agent_plan = self.target.narrow(plan.agent_plan(&commit.commit));
+        // A step that fills a bounded disk says so, naming the bound.
+        let enforced = self.station.provisioner().disk_bound() == crate::provision::DiskBound::Enforced;
+        agent_plan.disk_gb = enforced.then_some(plan.sandbox.disk_gb);
         let ran = match self.run_steps(&live.sandbox, &agent_plan).await {
             Ok(Ok(())) => self.settle(&live.sandbox, &agent_plan, ends).await,
             other => other.map(|r| r.map(|()| Vec::new())),

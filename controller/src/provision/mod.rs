@@ -2,6 +2,7 @@
 //! live. The Docker backend (the only code that talks to Docker) is in [`docker`]; [`fake`] runs
 //! in-process agents that answer phases from a script, for deterministic tests of whole runs.
 
+pub mod disk;
 pub mod docker;
 pub mod fake;
 pub mod lost;
@@ -107,6 +108,17 @@ pub trait Provisioner: Send + Sync {
     fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// Whether sandboxes of `image` get their disk bounded, found out once (Docker creates a
+    /// container that is never started, asking for a bound, and removes it).
+    fn probe_disk_bound<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, DiskBound> {
+        Box::pin(async { self.disk_bound() })
+    }
+
+    /// What the probe and the creates so far found about disk bounds.
+    fn disk_bound(&self) -> DiskBound {
+        DiskBound::Unenforced("sandboxes get no disk quota".to_string())
+    }
 }
 
 /// A tar archive as a stream of chunks, sent as it is read: never held whole (a source archive
@@ -179,12 +191,26 @@ pub struct Resources {
     pub cpuset: Option<String>,
     pub memory_bytes: u64,
     pub pids_limit: i64,
+    /// The sandbox's writable space (`disk_gb`), bounded where the backend can
+    /// ([`Provisioner::disk_bound`]); None: no bound asked.
+    pub disk_bytes: Option<u64>,
 }
 
 impl Default for Resources {
     fn default() -> Self {
-        Resources { cpus: 2.0, cpuset: None, memory_bytes: 4 << 30, pids_limit: 4096 }
+        Resources { cpus: 2.0, cpuset: None, memory_bytes: 4 << 30, pids_limit: 4096, disk_bytes: None }
     }
+}
+
+/// Whether a backend bounds a sandbox's writable space to [`Resources::disk_bytes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskBound {
+    /// Not known yet (no sandbox asked for one, no probe).
+    Unknown,
+    /// Bounded: a write past the bound fails in the sandbox (ENOSPC, or EDQUOT on btrfs).
+    Enforced,
+    /// Not bounded, and why.
+    Unenforced(String),
 }
 
 /// Everything needed to create one sandbox.

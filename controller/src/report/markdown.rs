@@ -408,9 +408,11 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
     let _ = writeln!(out, "<details><summary>Methodology and samples</summary>\n");
     let _ = writeln!(out, "Run `{}` started at {}.", escape(&report.run_id), escape(&report.started_at));
     let r = &report.resources;
+    // Unknown (no sandbox, or a report from before it was recorded): nothing was bounded.
+    let enforced = if r.disk_enforced == Some(true) { "enforced" } else { "not enforced" };
     let _ = writeln!(
         out,
-        "Linux x64 sandboxes, {} vCPU, {:.1} GB RAM, {} GB disk (not enforced).",
+        "Linux x64 sandboxes, {} vCPU, {:.1} GB RAM, {} GB disk ({enforced}).",
         r.cpus,
         r.memory_bytes as f64 / 1e9,
         r.disk_gb

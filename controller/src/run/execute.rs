@@ -18,7 +18,7 @@ use super::usage::Meter;
 use super::walk::{Run, SideRun};
 use super::{Display, RunOptions};
 use crate::observations::server::HubConfig;
-use crate::provision::Provisioner;
+use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Revision, SandboxRecord, Status};
 use crate::spec::Plan;
 use crate::station::{Station, StationOptions};
@@ -52,6 +52,8 @@ pub(super) struct Finished {
     pub adapted: Option<super::adapt::Adapted>,
     /// The sandboxes' provisioner, when it was reached (`--bisect` goes on with it).
     pub provisioner: Option<Arc<dyn Provisioner>>,
+    /// Whether the sandboxes' disk was bounded by `disk_gb`.
+    pub disk: DiskBound,
 }
 
 impl Finished {
@@ -65,6 +67,7 @@ impl Finished {
             reason: Some(error),
             adapted: None,
             provisioner: None,
+            disk: DiskBound::Unknown,
         }
     }
 }
@@ -93,16 +96,22 @@ pub(super) async fn execute(
     };
     let engine = Engine::new(provisioner.clone(), opts.engine_wait);
     let kept = provisioner.clone();
-    let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;
+    let station = Station::open(provisioner.clone(), options, &mut |line| display.line(line)).await?;
+    let disk = provisioner.probe_disk_bound(station.image().unwrap_or(&plan.sandbox.image)).await;
+    if let Some(warning) = disk_warning(plan, &disk) {
+        display.line(&format!("warning: {warning}"));
+    }
+    let agent_plan = |commit: &str| {
+        let mut agent_plan = plan.agent_plan(commit);
+        agent_plan.disk_gb = (disk == DiskBound::Enforced).then_some(plan.sandbox.disk_gb);
+        agent_plan
+    };
     let pairs = opts.pairs as usize;
     let run = Run {
         plan: plan.clone(),
         opts: opts.clone(),
         station,
-        agent_plans: BTreeMap::from([
-            (Side::Base, plan.agent_plan(&base.commit)),
-            (Side::Head, plan.agent_plan(&head.commit)),
-        ]),
+        agent_plans: BTreeMap::from([(Side::Base, agent_plan(&base.commit)), (Side::Head, agent_plan(&head.commit))]),
         display: display.clone(),
         errors: Mutex::new(Vec::new()),
         gates: Mutex::new(Gates::new(pairs, plan.trials.failure_limit)),
@@ -142,7 +151,28 @@ pub(super) async fn execute(
     };
     let status = status_of(stop, any_ready, &mut errors);
     let adapted = run.adaptive.as_ref().map(super::adapt::Adaptive::adapted);
-    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason, adapted, provisioner: Some(kept) })
+    // A create may have learnt more than the probe (an engine that refused a bound after all).
+    let disk = run.station.provisioner().disk_bound();
+    Ok(Finished {
+        status,
+        sides: sides_data,
+        records,
+        errors,
+        warnings,
+        reason,
+        adapted,
+        disk,
+        provisioner: Some(kept),
+    })
+}
+
+/// The report's and the terminal's warning when the sandboxes' disk is not bounded by
+/// `disk_gb` (once per run); None when it is, or when no sandbox was asked for.
+pub(super) fn disk_warning(plan: &Plan, disk: &DiskBound) -> Option<String> {
+    match disk {
+        DiskBound::Unenforced(why) => Some(format!("disk_gb ({} GB) is not enforced: {why}", plan.sandbox.disk_gb)),
+        DiskBound::Enforced | DiskBound::Unknown => None,
+    }
 }
 
 /// Both sides of every pair, each with its sandbox's role in this attempt.

@@ -44,7 +44,7 @@ use output::skeleton;
 pub use output::{NoiseProfile, agent_warnings, rerender, write_reports};
 
 use crate::cost::ledger::{Ledger, StoredNoise, this_machine};
-use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
+use crate::provision::{AgentShipping, DiskBound, DockerProvisioner, Provisioner};
 use crate::report::{self, Report, Revision, Status};
 use crate::spec::{Plan, SourceSettings};
 
@@ -219,13 +219,19 @@ async fn conduct(
         Err(err) => execute::Finished::failed(format!("{err:#}")),
     };
     let provisioner = finished.provisioner.clone();
-    // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
-    let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
+    // Whether the engine bounded the sandboxes' disk: the report says so beside the size it
+    // prints, and warns when it did not.
+    let disk = execute::disk_warning(&plan, &finished.disk);
+    report.resources.disk_enforced = match &finished.disk {
+        DiskBound::Enforced => Some(true),
+        DiskBound::Unenforced(_) => Some(false),
+        DiskBound::Unknown => None,
+    };
     let reason = finished.reason.clone();
     if let Some(adapted) = &finished.adapted {
         grow_report(&mut report, &plan, adapted);
     }
-    finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
+    finish(&mut report, finished, disk.into_iter().chain(notes).collect(), &dir);
     report.sandboxes.splice(0..0, earlier);
     if let Some(provisioner) = provisioner.filter(|_| opts.bisect) {
         // The verdicts are written first: they stand whatever the bisections do.

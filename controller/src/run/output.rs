@@ -192,6 +192,7 @@ pub(super) fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision
             cpus: plan.sandbox.cpus,
             memory_bytes: plan.sandbox.memory_bytes,
             disk_gb: plan.sandbox.disk_gb,
+            disk_enforced: None,
         },
         started_at: report::timestamp(SystemTime::now()),
         finished_at: None,

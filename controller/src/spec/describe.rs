@@ -24,7 +24,7 @@ fn setting(out: &mut String, plan: &Plan) {
     let _ = writeln!(out, "spec {} ({})", plan.name, plan.spec_path.display());
     let _ = writeln!(
         out,
-        "sandbox: {}, {} CPU{}, {:.1} GiB memory, {} GB disk (not enforced), {} pids, network {}, ttl {} min, \
+        "sandbox: {}, {} CPU{}, {:.1} GiB memory, {} GB disk (bounded where the engine can), {} pids, network {}, ttl {} min, \
          output kept per command {} KiB",
         s.image,
         s.cpus,

@@ -75,6 +75,13 @@ pub struct SandboxSettings {
     pub ttl: Duration,
 }
 
+impl SandboxSettings {
+    /// `disk_gb` in bytes (GB: 10^9 bytes), the bound asked of the engine.
+    pub fn disk_bytes(&self) -> u64 {
+        (self.disk_gb * 1e9).round().max(1.0) as u64
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SourceSettings {

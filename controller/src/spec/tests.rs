@@ -637,7 +637,7 @@ fn the_output_kept_per_command_is_the_specs_within_bounds() {
         let found = errors(&spec);
         assert!(found.len() == 1 && found[0].starts_with("bench.toml:4: sandbox.output_kb: "), "{bad}: {found:?}");
     }
-    assert!(super::describe(&plan).contains("GB disk (not enforced)"), "{}", super::describe(&plan));
+    assert!(super::describe(&plan).contains("GB disk (bounded where the engine can)"), "{}", super::describe(&plan));
 }
 
 #[test]

@@ -130,6 +130,7 @@ impl Validator<'_> {
             env: raw.env.clone(),
             harness,
             lens: self.lens(&raw.lens),
+            disk_gb: None,
         };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);

@@ -194,7 +194,8 @@ fn timed_runs(
         if !output.is_empty() {
             ctx.log(LogStream::Stdout, &output);
         }
-        command::Finished { status: done.status, output, elapsed: done.elapsed, usage: done.usage }
+        let disk_full = command::disk_full_in(&output);
+        command::Finished { status: done.status, output, elapsed: done.elapsed, usage: done.usage, disk_full }
             .success(&format!("`{}`", timed.run))?;
         if run >= warmup {
             took(&done);

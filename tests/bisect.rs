@@ -106,6 +106,7 @@ fn options(repo: &std::path::Path, out: &std::path::Path) -> BisectOptions {
         shipping: sandbench::provision::AgentShipping::Bind,
         max_steps: 20,
         ledger: Some(out.join("ledger.sqlite")),
+        dead_man: sandbench::observations::server::DEFAULT_DEAD_MAN,
     }
 }
 

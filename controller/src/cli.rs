@@ -247,7 +247,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report { dir, format, stdout } => report(&dir, format, stdout),
         Command::Check { spec } => check(&spec).await,
         Command::Debug { spec, rev, phase, trial, keep, out, agent, dead_man } => {
-            dead_man.apply();
             let options = crate::debug::DebugOptions {
                 spec,
                 rev,
@@ -257,6 +256,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 out,
                 agent,
                 shipping: crate::provision::AgentShipping::Bind,
+                dead_man: dead_man.window,
             };
             let ok = crate::debug::debug(options, cancel_on_signals()).await?;
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -285,7 +285,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ci(args) => crate::publish::ci::command(*args, ledger_path, cancel_on_signals()).await,
         Command::Merge(args) => crate::merge::command(args, &ledger_path),
         Command::Bisect(args) => {
-            args.dead_man.apply();
             let options = crate::bisect::BisectOptions {
                 spec: args.spec,
                 good: args.good,
@@ -297,6 +296,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 shipping: crate::provision::AgentShipping::Bind,
                 max_steps: args.max_steps,
                 ledger: Some(ledger_path),
+                dead_man: args.dead_man.window,
             };
             let found = crate::bisect::command(options, cancel_on_signals()).await?;
             Ok(if found { ExitCode::SUCCESS } else { ExitCode::from(exit::FAILED) })
@@ -316,15 +316,14 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
             shipping: args.shipping.into(),
             ledger: Some(ledger),
             engine_wait: args.engine_wait,
+            dead_man: args.dead_man.window,
         };
         let (mark, _) = crate::run::resume::check(&options)?;
         check_pairs(mark.pairs, available_cpus(), args.oversubscribe)?;
-        args.dead_man.apply();
         let result = crate::run::resume::resume(options, cancel_on_signals()).await?;
         return Ok(print_result(&result));
     }
     check_pairs(args.pairs, available_cpus(), args.oversubscribe)?;
-    args.dead_man.apply();
     let cancel_rx = cancel_on_signals();
     let options = crate::run::RunOptions {
         // clap requires them without --resume.
@@ -347,6 +346,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         },
         shard: args.shard,
         engine_wait: args.engine_wait,
+        dead_man: args.dead_man.window,
         force_valgrind: false,
     };
     let result = crate::run::run(options, cancel_rx).await?;

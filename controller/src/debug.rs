@@ -15,7 +15,7 @@ use sandbench_proto::v1::PhaseStatus;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
-use crate::observations::server::{DEFAULT_HEARTBEAT, Hub, HubConfig};
+use crate::observations::server::Hub;
 use crate::observations::store::StoredBody;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, labels};
 use crate::sandbox::{self, LiveSandbox};
@@ -86,10 +86,7 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
         image: Some(plan.sandbox.image.clone()),
         valgrind: plan.needs_valgrind(),
         agent: opts.agent.clone(),
-        hub: HubConfig {
-            output_cap_bytes: plan.sandbox.output_cap_bytes,
-            ..HubConfig::with_dead_man(DEFAULT_HEARTBEAT, opts.dead_man)
-        },
+        hub: crate::station::hub_config(&plan, opts.dead_man),
     };
     let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
     eprintln!(

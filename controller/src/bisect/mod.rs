@@ -21,7 +21,6 @@ use tokio::sync::watch;
 
 use crate::cost::SandboxRecord;
 use crate::cost::ledger::{Ledger, RunStart};
-use crate::observations::server::{DEFAULT_HEARTBEAT, HubConfig};
 use crate::observations::store::{StoredBody, read_events};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::{Revision, Status};
@@ -127,10 +126,7 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
         image: Some(plan.sandbox.image.clone()),
         valgrind: opts.lens == Lens::Instructions,
         agent: opts.agent.clone(),
-        hub: HubConfig {
-            output_cap_bytes: plan.sandbox.output_cap_bytes,
-            ..HubConfig::with_dead_man(DEFAULT_HEARTBEAT, opts.dead_man)
-        },
+        hub: crate::station::hub_config(&plan, opts.dead_man),
     };
     let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
     // The ledger entry is made before the first sandbox, so a bisection killed from here on shows

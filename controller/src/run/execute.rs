@@ -17,7 +17,6 @@ use super::schedule::{Side, label};
 use super::usage::Meter;
 use super::walk::{Run, SideRun};
 use super::{Display, RunOptions};
-use crate::observations::server::{DEFAULT_HEARTBEAT, HubConfig};
 use crate::provision::Provisioner;
 use crate::report::{self, Revision, SandboxRecord, Status};
 use crate::spec::Plan;
@@ -86,10 +85,7 @@ pub(super) async fn execute(
         image: Some(plan.sandbox.image.clone()),
         valgrind: plan.needs_valgrind() || opts.force_valgrind,
         agent: opts.agent.clone(),
-        hub: HubConfig {
-            output_cap_bytes: plan.sandbox.output_cap_bytes,
-            ..HubConfig::with_dead_man(DEFAULT_HEARTBEAT, opts.dead_man)
-        },
+        hub: crate::station::hub_config(plan, opts.dead_man),
     };
     let engine = Engine::new(provisioner.clone(), opts.engine_wait);
     let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;

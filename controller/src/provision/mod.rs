@@ -1,9 +1,11 @@
 //! Sandboxes: what the run logic asks for ([`Provisioner`]), independent of where sandboxes
-//! live. The Docker backend (the only code that talks to Docker) is in [`docker`]; [`fake`] runs
-//! in-process agents that answer phases from a script, for deterministic tests of whole runs.
+//! live. The Docker backend (the only code that talks to Docker) is in [`docker`]; `fake` runs
+//! in-process agents that answer phases from a script, for deterministic tests of whole runs:
+//! compiled for tests only (the crate's own, or with the `fake` feature), never in the binary.
 
 pub mod disk;
 pub mod docker;
+#[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod lost;
 pub mod valgrind;
@@ -16,6 +18,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
 pub use docker::{DockerProvisioner, ProvisionError};
+#[cfg(any(test, feature = "fake"))]
 pub use fake::FakeProvisioner;
 pub use valgrind::{ValgrindError, ValgrindProbe};
 

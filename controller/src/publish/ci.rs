@@ -248,7 +248,6 @@ fn write_outputs(request: &Request) -> anyhow::Result<()> {
 pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
     let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::options::check_pairs(args.pairs, crate::options::available_cpus(), args.oversubscribe)?;
-    args.dead_man.apply();
     let request = request(&args).await?;
     write_outputs(&request)?;
     let target = &request.target;
@@ -293,6 +292,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         rates: crate::run::RateOverrides::default(),
         shard: args.shard,
         engine_wait: crate::run::engine::DEFAULT_ENGINE_WAIT,
+        dead_man: args.dead_man.window,
         force_valgrind: false,
         bisect: args.bisect,
     };

@@ -17,7 +17,6 @@ use super::schedule::{Side, label};
 use super::usage::Meter;
 use super::walk::{Run, SideRun};
 use super::{Display, RunOptions};
-use crate::observations::server::HubConfig;
 use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Revision, SandboxRecord, Status};
 use crate::spec::Plan;
@@ -92,7 +91,7 @@ pub(super) async fn execute(
         image: Some(plan.sandbox.image.clone()),
         valgrind: plan.needs_valgrind() || opts.force_valgrind,
         agent: opts.agent.clone(),
-        hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
+        hub: crate::station::hub_config(plan, opts.dead_man),
     };
     let engine = Engine::new(provisioner.clone(), opts.engine_wait);
     let kept = provisioner.clone();

@@ -75,6 +75,9 @@ pub struct RunOptions {
     pub shard: Option<crate::shard::Shard>,
     /// How long to wait for an unreachable engine before the run fails (`--engine-wait`).
     pub engine_wait: Duration,
+    /// How long the run's agents and the controller carry on without word from each other
+    /// (`--dead-man`).
+    pub dead_man: Duration,
     /// Runs as if the plan needed valgrind (tests): every sandbox from the derived image.
     pub force_valgrind: bool,
     /// Bisects every regressed metric between base and head once the run is decided (`--bisect`).
@@ -85,7 +88,8 @@ impl RunOptions {
     /// A run of `spec`, `base` against `head`, into `out`, every other option at its default:
     /// one pair, the spec's trials, no budget, a 60-minute run timeout, the agent found beside
     /// the controller and bind-mounted, no noise profile, the built-in rates, no ledger, no
-    /// shard, the default wait for the engine. Callers set what they need on top.
+    /// shard, the default wait for the engine and dead-man window. Callers set what they need
+    /// on top.
     pub fn new(
         spec: impl Into<PathBuf>,
         base: impl Into<String>,
@@ -109,6 +113,7 @@ impl RunOptions {
             ledger: None,
             shard: None,
             engine_wait: engine::DEFAULT_ENGINE_WAIT,
+            dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
             force_valgrind: false,
             bisect: false,
         }
@@ -242,6 +247,7 @@ async fn conduct(
             display: &display,
             agent: opts.agent.clone(),
             shipping: opts.shipping,
+            dead_man: opts.dead_man,
         };
         bisections::bisect_regressions(at, &mut report, provisioner, cancel).await;
     }

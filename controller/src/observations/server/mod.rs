@@ -55,14 +55,8 @@ pub struct HubConfig {
 /// controller stalled on a loaded machine (paused 8.5 s in a fault drill) to come back.
 pub const DEFAULT_DEAD_MAN: Duration = Duration::from_secs(30);
 
-/// The dead-man window of [`HubConfig::default`] in milliseconds; `--dead-man` sets it.
-static DEAD_MAN_MS: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(DEFAULT_DEAD_MAN.as_millis() as u64);
-
-/// Sets the dead-man window every later [`HubConfig::default`] uses (the `--dead-man` option).
-pub fn set_dead_man(window: Duration) {
-    DEAD_MAN_MS.store(window.as_millis().clamp(1, u128::from(u64::MAX)) as u64, std::sync::atomic::Ordering::Relaxed);
-}
+/// How often either side says it is alive by default.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(500);
 
 impl HubConfig {
     /// Heartbeats every `heartbeat`, giving the other side up after `window` without word
@@ -88,10 +82,9 @@ impl HubConfig {
 }
 
 impl Default for HubConfig {
-    /// Heartbeats every 500 ms; the dead-man window [`set_dead_man`] set, else 30 s.
+    /// Heartbeats every 500 ms, the default dead-man window (30 s).
     fn default() -> Self {
-        let window = Duration::from_millis(DEAD_MAN_MS.load(std::sync::atomic::Ordering::Relaxed));
-        HubConfig::with_dead_man(Duration::from_millis(500), window)
+        HubConfig::with_dead_man(DEFAULT_HEARTBEAT, DEFAULT_DEAD_MAN)
     }
 }
 

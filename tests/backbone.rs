@@ -375,6 +375,7 @@ async fn sandboxes_are_created_locked_down_with_their_labels_and_limits() {
             cpuset: Some("0".into()),
             memory_bytes: 256 << 20,
             pids_limit: 64,
+            disk_bytes: None,
         };
         let live = h.launch(request).await;
         let s = h.provisioner.settings(&live.sandbox.id).await.unwrap();
@@ -388,6 +389,13 @@ async fn sandboxes_are_created_locked_down_with_their_labels_and_limits() {
             (s.nano_cpus, s.cpuset_cpus.as_str(), s.memory_bytes, s.pids_limit),
             (1_500_000_000, "0", 256 << 20, 64)
         );
+        // The container log is capped on the host (tests/hostile.rs floods it).
+        let (driver, options) = &s.log_config;
+        assert_eq!(
+            (driver.as_str(), options["max-size"].as_str(), options["max-file"].as_str()),
+            ("json-file", "1m", "2")
+        );
+        assert!(s.storage_opt.is_empty(), "no disk bound asked, none set: {:?}", s.storage_opt);
         assert_eq!(s.cap_drop, ["ALL"]);
         assert!(!s.cap_add.iter().any(|c| c.contains("SYS_ADMIN") || c.contains("NET_ADMIN")), "{:?}", s.cap_add);
         assert!(!s.privileged);

@@ -109,6 +109,7 @@ fn options(repo: &std::path::Path, out: &std::path::Path) -> BisectOptions {
         max_steps: 20,
         ledger: Some(out.join("ledger.sqlite")),
         id: None,
+        dead_man: sandbench::observations::server::DEFAULT_DEAD_MAN,
     }
 }
 

@@ -43,7 +43,7 @@ fn report() -> Report {
         base: Revision { rev: "main".into(), commit: "a".repeat(40) },
         head: Revision { rev: "pr".into(), commit: "b".repeat(40) },
         image: "node:24-bookworm".into(),
-        resources: Resources { cpus: 2.0, memory_bytes: 1 << 31, disk_gb: 10.0 },
+        resources: Resources { cpus: 2.0, memory_bytes: 1 << 31, disk_gb: 10.0, disk_enforced: None },
         started_at: "2026-11-29T00:00:00Z".into(),
         finished_at: None,
         failure_limit: 2,

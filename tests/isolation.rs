@@ -50,7 +50,7 @@ async fn each_trial_has_its_own_cache_and_nothing_left_in_shared_places_reaches_
         let request = h.request("iso", support::BUSYBOX_IMAGE, AgentShipping::Bind);
         let live = h.launch(request).await;
         let id = live.sandbox.id.clone();
-        h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture"])).await.unwrap();
+        h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture"]).into()).await.unwrap();
         // busybox has no /var/tmp: made as a Debian image has it.
         let (code, _) = h
             .provisioner

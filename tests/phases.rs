@@ -93,6 +93,7 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
             cpuset: None,
             memory_bytes: plan.sandbox.memory_bytes,
             pids_limit: plan.sandbox.pids_limit,
+            disk_bytes: Some(plan.sandbox.disk_bytes()),
         };
         let hub = h.hub().await;
         let live = h.launch(request).await;
@@ -165,7 +166,7 @@ async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(&str, u32, &
     let request = h.request(role, support::BUSYBOX_IMAGE, AgentShipping::Bind);
     let live = h.launch(request).await;
     let id = live.sandbox.id.clone();
-    h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture", "jsonl-fixture"])).await.unwrap();
+    h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture", "jsonl-fixture"]).into()).await.unwrap();
     let mut outcomes = Vec::new();
     for (name, trial, spec) in specs {
         let plan = sandbench::spec::parse(Path::new("test.toml"), spec).unwrap_or_else(|e| panic!("{e}"));
@@ -560,7 +561,7 @@ command = "true"
         let hub = h.hub().await;
         let live = h.launch(h.request("git", NODE_IMAGE, AgentShipping::Bind)).await;
         let id = live.sandbox.id.clone();
-        h.provisioner.upload(&id, tar_dir(repo.path(), "srv/origin-repo", 1500)).await.unwrap();
+        h.provisioner.upload(&id, tar_dir(repo.path(), "srv/origin-repo", 1500).into()).await.unwrap();
         let done = sandbox::run_phase(&hub, &id, &plan.agent_plan(&commit), phase::PREPARE, 0, Duration::from_secs(60)).await.unwrap();
         assert_eq!(done.status, PhaseStatus::Ok, "{}", done.error);
         // A commit the repository does not have: refused, not silently replaced by another.
@@ -590,7 +591,7 @@ async fn survivors_of_process_hygiene_fail_the_trial() {
         let hub = h.hub().await;
         let live = h.launch(h.request("hyg", support::BUSYBOX_IMAGE, AgentShipping::Bind)).await;
         let id = live.sandbox.id.clone();
-        h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture"])).await.unwrap();
+        h.provisioner.upload(&id, support::fixtures_tar(&["pty-fixture"]).into()).await.unwrap();
         let spec = r#"name = "hygiene"
 [install]
 command = "true"

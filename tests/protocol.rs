@@ -2,7 +2,10 @@
 //! duplicates dropped, gaps refused, acks cumulative, commands resent until done, tokens checked,
 //! and what a hostile agent sends bounded (output, file chunks, refused Hellos).
 
-use std::time::Duration;
+#[path = "support/flood.rs"]
+mod flood;
+
+use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
 use sandbench::observations::server::{Hub, HubConfig, ServerHandle};
@@ -412,4 +415,62 @@ async fn commands_finished_before_a_controller_restart_stay_finished_after_it() 
     assert_eq!(s.welcome.acked_seq, 5);
     assert_eq!(s.next(Duration::from_millis(700)).await, None);
     f2.hub.close().await;
+}
+
+/// A socket holds a few connections at once and closes the rest on accept; a connection with no
+/// Hello accepted in time, or silent too long, is closed; streams past the limit of a connection
+/// are refused. An agent still gets in once the flood is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_bounds_its_connections_streams_and_silence() {
+    let config = HubConfig { hello_timeout: Duration::from_secs(1), ..HubConfig::default() };
+    let f = fixture_with(config).await;
+    let token = f.hub.register("sb").unwrap();
+    let socket = f.server.socket();
+    let limit = sandbench::observations::server::MAX_CONNECTIONS_PER_SOCKET;
+
+    let flood = tokio::task::spawn_blocking({
+        let socket = socket.clone();
+        move || {
+            let conns = flood::idle_connections(&socket, 1000);
+            let at_once = flood::closed_by_server(&conns, Duration::from_millis(500));
+            let started = Instant::now();
+            let all = flood::closed_by_server(&conns, Duration::from_secs(5));
+            (conns.len(), at_once, all, started.elapsed())
+        }
+    });
+    let (opened, at_once, all, took) = flood.await.unwrap();
+    assert_eq!(opened, 1000);
+    assert_eq!(at_once, 1000 - limit, "all but {limit} closed on accept");
+    assert_eq!(all, 1000, "the silent ones closed after the Hello timeout");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    let streams = tokio::task::spawn_blocking({
+        let socket = socket.clone();
+        move || flood::open_streams(&socket, 1000, Duration::from_secs(3)).unwrap()
+    });
+    let seen = streams.await.unwrap();
+    let allowed = sandbench::observations::server::MAX_STREAMS_PER_CONNECTION;
+    assert!(seen.reset >= 1000 - allowed, "{seen:?}");
+    assert!(seen.closed, "no Hello in time: the connection is closed ({seen:?})");
+
+    // The flood left nothing behind: an agent gets in and is heard.
+    let s = open(&f, "sb", &token).await.unwrap();
+    s.send(observations(1..=1)).await;
+    let mut s = s;
+    assert_eq!(s.ack().await, 1);
+}
+
+/// A connection whose agent said hello but then went silent is closed after the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_is_closed() {
+    let mut config = HubConfig::with_dead_man(Duration::from_secs(30), Duration::from_secs(60));
+    config.idle_timeout = Duration::from_secs(1);
+    let f = fixture_with(config).await;
+    let token = f.hub.register("sb").unwrap();
+    let mut s = open(&f, "sb", &token).await.unwrap();
+    let started = Instant::now();
+    // No heartbeat is due for 30 s: only the idle timeout ends the session this soon.
+    while s.next(Duration::from_secs(5)).await.is_some() {}
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(4), "{took:?}");
 }

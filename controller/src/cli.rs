@@ -189,8 +189,9 @@ pub struct RunArgs {
     /// The sandbox-agent executable to ship (default: beside this one).
     #[arg(long, env = crate::agent_binary::AGENT_ENV)]
     pub agent: Option<std::path::PathBuf>,
-    /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors.
-    #[arg(long)]
+    /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors; `none`:
+    /// the spec's floors. Default: the ledger's latest A/A profile of this spec, image and machine.
+    #[arg(long, value_name = "PATH|none")]
     pub noise: Option<std::path::PathBuf>,
     /// USD per vCPU-hour (overrides the spec's rate card).
     #[arg(long)]
@@ -256,7 +257,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report { dir, format, stdout } => report(&dir, format, stdout),
         Command::Check { spec } => check(&spec).await,
         Command::Debug { spec, rev, phase, trial, keep, out, agent, dead_man } => {
-            dead_man.apply();
             let options = crate::debug::DebugOptions {
                 spec,
                 rev,
@@ -266,6 +266,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 out,
                 agent,
                 shipping: crate::provision::AgentShipping::Bind,
+                dead_man: dead_man.window,
             };
             let ok = crate::debug::debug(options, cancel_on_signals()).await?;
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -294,7 +295,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ci(args) => crate::publish::ci::command(*args, ledger_path, cancel_on_signals()).await,
         Command::Merge(args) => crate::merge::command(args, &ledger_path),
         Command::Bisect(args) => {
-            args.dead_man.apply();
             let mut options = match &args.resume {
                 Some(dir) => crate::bisect::BisectOptions::resume(dir)?,
                 None => crate::bisect::BisectOptions {
@@ -309,8 +309,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     max_steps: 0,
                     ledger: None,
                     id: None,
+                    dead_man: args.dead_man.window,
                 },
             };
+            options.dead_man = args.dead_man.window;
             options.agent = args.agent;
             options.max_steps = args.max_steps;
             options.ledger = Some(ledger_path);
@@ -332,15 +334,14 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
             shipping: args.shipping.into(),
             ledger: Some(ledger),
             engine_wait: args.engine_wait,
+            dead_man: args.dead_man.window,
         };
         let (mark, _) = crate::run::resume::check(&options)?;
         check_pairs(mark.pairs, available_cpus(), args.oversubscribe)?;
-        args.dead_man.apply();
         let result = crate::run::resume::resume(options, cancel_on_signals()).await?;
         return Ok(print_result(&result));
     }
     check_pairs(args.pairs, available_cpus(), args.oversubscribe)?;
-    args.dead_man.apply();
     let cancel_rx = cancel_on_signals();
     let options = crate::run::RunOptions {
         // clap requires them without --resume.
@@ -354,7 +355,8 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
         agent: args.agent,
         shipping: args.shipping.into(),
-        noise: args.noise,
+        noise_from_ledger: args.noise.is_none(),
+        noise: args.noise.filter(|p| p.as_os_str() != "none"),
         ledger: Some(ledger),
         rates: crate::run::RateOverrides {
             cpu_usd_per_hour: args.cpu_usd_per_hour,
@@ -363,6 +365,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         },
         shard: args.shard,
         engine_wait: args.engine_wait,
+        dead_man: args.dead_man.window,
         force_valgrind: false,
         bisect: args.bisect,
     };

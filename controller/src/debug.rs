@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use crate::by_hand::describe_event;
-use crate::observations::server::{Hub, HubConfig};
+use crate::observations::server::Hub;
 use crate::observations::store::StoredBody;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, labels};
 use crate::spec::{Plan, SourceSettings};
@@ -34,6 +34,8 @@ pub struct DebugOptions {
     pub out: PathBuf,
     pub agent: Option<PathBuf>,
     pub shipping: AgentShipping,
+    /// How long the agent and the controller carry on without word from each other.
+    pub dead_man: Duration,
 }
 
 /// Phases in the order a run takes them.
@@ -84,7 +86,7 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
         image: Some(plan.sandbox.image.clone()),
         valgrind: plan.needs_valgrind(),
         agent: opts.agent.clone(),
-        hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
+        hub: crate::station::hub_config(&plan, opts.dead_man),
     };
     let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
     eprintln!(

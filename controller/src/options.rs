@@ -28,13 +28,6 @@ pub struct DeadMan {
     pub window: std::time::Duration,
 }
 
-impl DeadMan {
-    /// Makes this the window of every agent conversation from now on.
-    pub fn apply(self) {
-        crate::observations::server::set_dead_man(self.window);
-    }
-}
-
 /// Exit status of `sandbench run` ([`exit`]): 0 only for a completed run, never 2 (clap's
 /// usage error).
 pub fn exit_code(status: crate::report::Status) -> ExitCode {

@@ -2,9 +2,11 @@
 //! export that commit's tree (of the spec's folder) as a tar to upload into the sandbox.
 
 use std::path::Path;
+use std::process::Stdio;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,16 +48,161 @@ pub async fn resolve(repo: &Path, rev: &str) -> anyhow::Result<String> {
 }
 
 /// A tar of `commit`'s tree of the folder `repo` (which may be a subfolder of its repository),
-/// with every path under `dest` (e.g. `home/builder/source/`).
-pub async fn archive(repo: &Path, commit: &str, dest: &str) -> anyhow::Result<Vec<u8>> {
+/// with every path under `dest` (e.g. `home/builder/source/`), streamed from `git archive` as it
+/// is read, never held whole. A tree whose files sum to more than `max_bytes` is refused before
+/// anything is sent, naming `source.max_mb` and the largest file; the stream itself also ends
+/// with an error past `max_bytes` of tar (its headers count too). What went wrong in the stream
+/// is also kept in [`Archive::failure`], since an upload's own error may not carry it.
+pub async fn archive(repo: &Path, commit: &str, dest: &str, max_bytes: u64) -> anyhow::Result<Archive> {
     let prefix = String::from_utf8_lossy(&git(repo, &["rev-parse", "--show-prefix"]).await?).trim().to_string();
     let top = String::from_utf8_lossy(&git(repo, &["rev-parse", "--show-toplevel"]).await?).trim().to_string();
     let tree = format!("{commit}:{prefix}");
+    let listing = git(Path::new(&top), &["ls-tree", "-r", "-l", "-z", &tree])
+        .await
+        .with_context(|| format!("cannot list {tree} in {}", repo.display()))?;
+    let (total, largest) = tree_size(&listing);
+    if total > max_bytes {
+        let (path, largest_size) = largest.unwrap_or_default();
+        bail!(
+            "the source of {commit} in {} is {} of files, more than source.max_mb ({} MB); the largest is {path:?} \
+             ({}): raise source.max_mb in the spec if this much source is meant",
+            repo.display(),
+            size(total),
+            mb(max_bytes),
+            size(largest_size)
+        );
+    }
     let dest = format!("{}/", dest.trim_matches('/'));
     // From the top: run in a subfolder, git archive would narrow the tree to it a second time.
-    git(Path::new(&top), &["archive", "--format=tar", &format!("--prefix={dest}"), &tree])
-        .await
-        .with_context(|| format!("cannot export {tree} from {}", repo.display()))
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(&top)
+        .args(["archive", "--format=tar", &format!("--prefix={dest}"), &tree])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot run git (is it installed?)")?;
+    let stdout = child.stdout.take().context("git archive has no stdout")?;
+    let stderr = child.stderr.take().context("git archive has no stderr")?;
+    let failure = Failure::default();
+    let reading =
+        Reading { child, stdout, stderr, sent: 0, max_bytes, what: format!("{tree} from {}", repo.display()) };
+    let tar = futures_util::stream::unfold(Some(reading), {
+        let failure = failure.clone();
+        move |state| {
+            let failure = failure.clone();
+            async move {
+                let mut reading = state?;
+                match reading.next().await {
+                    Ok(Some(chunk)) => Some((Ok(chunk), Some(reading))),
+                    Ok(None) => None,
+                    Err(why) => {
+                        failure.set(&why);
+                        Some((Err(std::io::Error::other(why)), None))
+                    }
+                }
+            }
+        }
+    });
+    Ok(Archive { tar: crate::provision::TarStream(Box::pin(tar)), failure })
+}
+
+/// A source archive on its way: the tar, and why it ended early if it did.
+pub struct Archive {
+    pub tar: crate::provision::TarStream,
+    pub failure: Failure,
+}
+
+/// Why an archive's stream ended early (set by the stream).
+#[derive(Clone, Default)]
+pub struct Failure(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl Failure {
+    fn set(&self, why: &str) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why.to_string());
+    }
+
+    /// Why the stream ended early, if it did.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+/// `git archive` being read.
+struct Reading {
+    child: tokio::process::Child,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+    sent: u64,
+    max_bytes: u64,
+    what: String,
+}
+
+/// Bytes read from `git archive` at a time.
+const CHUNK_BYTES: usize = 256 << 10;
+/// The most of git's error output kept.
+const MAX_STDERR_BYTES: u64 = 16 << 10;
+
+impl Reading {
+    /// The next chunk of tar; None at its end (git succeeded), or why it cannot go on.
+    async fn next(&mut self) -> Result<Option<bytes::Bytes>, String> {
+        let mut chunk = vec![0u8; CHUNK_BYTES];
+        let n =
+            self.stdout.read(&mut chunk).await.map_err(|e| format!("cannot read git archive of {}: {e}", self.what))?;
+        if n == 0 {
+            let mut stderr = Vec::new();
+            let _ = (&mut self.stderr).take(MAX_STDERR_BYTES).read_to_end(&mut stderr).await;
+            let status = self.child.wait().await.map_err(|e| format!("git archive of {}: {e}", self.what))?;
+            if !status.success() {
+                return Err(format!(
+                    "git archive of {} failed: {}",
+                    self.what,
+                    String::from_utf8_lossy(&stderr).trim()
+                ));
+            }
+            return Ok(None);
+        }
+        self.sent += n as u64;
+        if self.sent > self.max_bytes {
+            let _ = self.child.start_kill();
+            return Err(format!(
+                "the source archive of {} passed source.max_mb ({} MB) while it was sent",
+                self.what,
+                mb(self.max_bytes)
+            ));
+        }
+        chunk.truncate(n);
+        Ok(Some(bytes::Bytes::from(chunk)))
+    }
+}
+
+/// A size as bytes and MB.
+fn size(bytes: u64) -> String {
+    format!("{bytes} bytes ({:.1} MB)", bytes as f64 / 1e6)
+}
+
+/// A bound in MB, as the spec gives it.
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+/// The sum of the blob sizes in `git ls-tree -r -l -z` output, and its largest file.
+fn tree_size(listing: &[u8]) -> (u64, Option<(String, u64)>) {
+    let mut total = 0u64;
+    let mut largest: Option<(String, u64)> = None;
+    for entry in listing.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+        let text = String::from_utf8_lossy(entry);
+        let Some((meta, path)) = text.split_once('\t') else { continue };
+        // `<mode> <type> <object> <size>`; a submodule's size is `-`.
+        let Some(size) = meta.split_whitespace().nth(3).and_then(|s| s.parse::<u64>().ok()) else { continue };
+        total = total.saturating_add(size);
+        if largest.as_ref().is_none_or(|(_, l)| size > *l) {
+            largest = Some((crate::sanitize::prefix(path, 200).to_string(), size));
+        }
+    }
+    (total, largest)
 }
 
 /// The first-parent commits from `good` to `bad` of `repo`, both included, oldest first, each
@@ -89,6 +236,55 @@ mod tests {
         assert!(ok, "{script}");
     }
 
+    /// The whole tar of an archive, or the stream's error (and the failure it kept).
+    async fn read_all(archive: Archive) -> Result<Vec<u8>, String> {
+        use futures_util::StreamExt;
+        let mut tar = archive.tar.0;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = tar.next().await {
+            match chunk {
+                Ok(chunk) => {
+                    assert!(chunk.len() <= CHUNK_BYTES);
+                    bytes.extend_from_slice(&chunk);
+                }
+                Err(err) => {
+                    assert_eq!(archive.failure.get(), Some(err.to_string()));
+                    return Err(err.to_string());
+                }
+            }
+        }
+        assert_eq!(archive.failure.get(), None);
+        Ok(bytes)
+    }
+
+    #[tokio::test]
+    async fn a_source_past_its_bound_is_refused_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        sh(
+            dir.path(),
+            "git init -q -b main . && head -c 3000000 /dev/zero > big && mkdir many \
+             && for i in $(seq 1 100); do echo > many/$i; done && git add -A \
+             && git -c user.name=t -c user.email=t@t commit -qm one",
+        );
+        let commit = resolve(dir.path(), "HEAD").await.unwrap();
+        // The files sum past the bound: refused before anything is sent, the largest named.
+        let err = archive(dir.path(), &commit, "src", 2_000_000).await.err().unwrap().to_string();
+        assert!(
+            err.contains(
+                "is 3000100 bytes (3.0 MB) of files, more than source.max_mb (2 MB); the largest is \"big\" \
+                 (3000000 bytes (3.0 MB))"
+            ),
+            "{err}"
+        );
+        // Within the bound by its files, past it by its tar (a header per file): the stream ends
+        // with the error, once the bound is passed.
+        let many = dir.path().join("many");
+        let err = read_all(archive(&many, &commit, "src", 20_000).await.unwrap()).await.unwrap_err();
+        assert!(err.contains("passed source.max_mb (0.02 MB) while it was sent"), "{err}");
+        let whole = read_all(archive(dir.path(), &commit, "src", 4_000_000).await.unwrap()).await.unwrap();
+        assert!(whole.len() > 3_000_000 && whole.len() < 4_000_000, "{}", whole.len());
+    }
+
     #[tokio::test]
     async fn exports_the_exact_commit_of_a_subfolder() {
         let dir = tempfile::tempdir().unwrap();
@@ -101,7 +297,7 @@ mod tests {
         let app = dir.path().join("app");
         let first = resolve(&app, "HEAD~1").await.unwrap();
         assert_eq!(first.len(), 40);
-        let tar = archive(&app, &first, "/home/builder/source").await.unwrap();
+        let tar = read_all(archive(&app, &first, "/home/builder/source", 1 << 20).await.unwrap()).await.unwrap();
         let mut entries = tar::Archive::new(tar.as_slice());
         let mut files = Vec::new();
         for entry in entries.entries().unwrap() {

@@ -16,7 +16,7 @@ use rustix::io::Errno;
 /// go itself: a link the workload planted to `/proc/1/environ` or to root's files opens
 /// nothing. Its real and effective ids stay root's, so no process of the user's may signal or
 /// trace the thread; it ends with `f`, its identity with it. (Credentials are per thread in
-/// the kernel; these raw system calls change only the calling thread's.)
+/// the kernel; these system calls change only the calling thread's.)
 pub fn run<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
     std::thread::scope(|scope| {
         let thread = std::thread::Builder::new().name("as-user".into()).spawn_scoped(scope, || {
@@ -33,21 +33,19 @@ fn become_for_files(uid: u32, gid: u32) -> io::Result<()> {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "reading as a user is for users other than root"));
     }
     rustix::thread::set_thread_groups(&[Gid::from_raw(gid)])?;
-    // Raw libc: rustix names no setfsuid/setfsgid. They say no error: they return the id
-    // before, and an invalid id (-1) changes nothing, so calling again with one tells whether
-    // the change took.
-    let set = |call: libc::c_long, id: u32| -> io::Result<()> {
-        // SAFETY: setfsuid/setfsgid take an id and touch no memory of ours.
-        unsafe { libc::syscall(call, id) };
-        // SAFETY: as above.
-        let now = unsafe { libc::syscall(call, u32::MAX) };
-        if now as u32 != id {
+    // nix: rustix names no setfsuid/setfsgid. They say no error: they return the id before,
+    // and an invalid id (-1) changes nothing, so calling again with one tells whether the
+    // change took.
+    let took = |now: u32, id: u32| -> io::Result<()> {
+        if now != id {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("cannot take the file id {id}")));
         }
         Ok(())
     };
-    set(libc::SYS_setfsgid, gid)?;
-    set(libc::SYS_setfsuid, uid)?;
+    nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid));
+    took(nix::unistd::setfsgid(nix::unistd::Gid::from_raw(u32::MAX)).as_raw(), gid)?;
+    nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid));
+    took(nix::unistd::setfsuid(nix::unistd::Uid::from_raw(u32::MAX)).as_raw(), uid)?;
     let mut caps = rustix::thread::capabilities(None)?;
     caps.effective = rustix::thread::CapabilitySet::empty();
     rustix::thread::set_capabilities(None, caps)?;

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sandbench_proto::v1::{PhaseDone, PhaseStarted, PhaseStatus, RunPhase, command, event};
@@ -13,14 +13,6 @@ use sandbench_proto::v1::{PhaseDone, PhaseStarted, PhaseStatus, RunPhase, comman
 use crate::context::{Emit, OutputCap, PhaseContext};
 use crate::journal::{Progress, lock};
 use crate::phases;
-
-/// Output bytes sent per command, from the controller's Welcome (0: no cap).
-static OUTPUT_CAP_BYTES: AtomicU64 = AtomicU64::new(0);
-
-/// Sets the per-command output cap (the session does, from each Welcome).
-pub fn set_output_cap(bytes: u64) {
-    OUTPUT_CAP_BYTES.store(bytes, Ordering::Relaxed);
-}
 
 /// The command running now (or last run): id, phase, trial, running.
 pub type Current = Arc<std::sync::Mutex<Option<(String, String, u32, bool)>>>;
@@ -33,12 +25,27 @@ pub struct Workloads {
     progress: Progress,
     emit: Emit,
     state_dir: PathBuf,
+    /// Output bytes sent per command, from the controller's last Welcome (0: no cap).
+    output_cap_bytes: u64,
     pub current: Current,
 }
 
 impl Workloads {
     pub fn new(progress: Progress, emit: Emit, state_dir: PathBuf) -> Workloads {
-        Workloads { started: HashMap::new(), progress, emit, state_dir, current: Current::default() }
+        Workloads {
+            started: HashMap::new(),
+            progress,
+            emit,
+            state_dir,
+            output_cap_bytes: 0,
+            current: Current::default(),
+        }
+    }
+
+    /// Sets the output cap of the commands started from now on (the session does, from each
+    /// Welcome; 0: no cap).
+    pub fn set_output_cap(&mut self, bytes: u64) {
+        self.output_cap_bytes = bytes;
     }
 
     pub fn handle(&mut self, command_id: String, body: command::Body) {
@@ -79,7 +86,7 @@ impl Workloads {
             emit: self.emit.clone(),
             state_dir: self.state_dir.clone(),
             held: Default::default(),
-            output: Mutex::new(OutputCap::new(OUTPUT_CAP_BYTES.load(Ordering::Relaxed))),
+            output: Mutex::new(OutputCap::new(self.output_cap_bytes)),
         };
         let phase = run.phase;
         *lock(&self.current) = Some((ctx.command_id.clone(), phase.clone(), ctx.trial, true));

@@ -9,6 +9,11 @@
 //! (after one note saying so) and only the small events (phases, observations) are still kept;
 //! past a further margin appends fail, and the agent stops with an error rather than fill the
 //! sandbox's disk.
+//!
+//! A full disk (the product filled the sandbox's bound) must not end the agent before it says
+//! so: a reserve file ([`RESERVE_BYTES`]) is written beside the journal when it opens, and the
+//! first append that fails for a full disk removes it, drops output and files from then on
+//! (after a note saying why) and is tried again.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -27,6 +32,9 @@ const MAX_RECORD_BYTES: usize = 2 * sandbench_proto::MAX_CHUNK_BYTES;
 pub const MAX_JOURNAL_BYTES: u64 = 512 << 20;
 /// Room past [`MAX_JOURNAL_BYTES`] for phase events and observations, after which appends fail.
 const SMALL_EVENTS_ROOM: u64 = 64 << 20;
+
+/// Room kept on the sandbox's disk for the journal, given back when the disk is full.
+const RESERVE_BYTES: usize = 4 << 20;
 
 /// One file offset is remembered for every this many events, to find a seq quickly on replay.
 const INDEX_STRIDE: u64 = 1024;
@@ -59,6 +67,10 @@ pub struct Journal {
     limit: u64,
     /// Output and file events dropped for the size bound.
     dropped: u64,
+    /// The reserve file, until a full disk used it.
+    reserve: Option<PathBuf>,
+    /// The disk was full: output and files are dropped for that, not for the size bound.
+    disk_full: bool,
 }
 
 impl Journal {
@@ -95,6 +107,8 @@ impl Journal {
             buf: Vec::with_capacity(64 * 1024),
             limit: MAX_JOURNAL_BYTES,
             dropped: 0,
+            reserve: make_reserve(&path.with_extension("reserve")),
+            disk_full: false,
         })
     }
 
@@ -127,10 +141,14 @@ impl Journal {
                 }
             };
             if self.dropped == 0 {
-                let note = format!(
-                    "[sandbox-agent: the journal passed {} bytes; output and files are no longer recorded]\n",
-                    self.limit
-                );
+                let note = if self.disk_full {
+                    "[sandbox-agent: the sandbox's disk is full; output and files are no longer recorded]\n".to_string()
+                } else {
+                    format!(
+                        "[sandbox-agent: the journal passed {} bytes; output and files are no longer recorded]\n",
+                        self.limit
+                    )
+                };
                 kept.push(event::Body::Log(sandbench_proto::v1::Log {
                     command_id,
                     stream: sandbench_proto::v1::LogStream::Agent as i32,
@@ -158,6 +176,8 @@ impl Journal {
     /// Appends events, assigning consecutive seqs, and makes them durable (one fdatasync for the
     /// whole batch). Returns the last seq written.
     pub fn append(&mut self, bodies: Vec<event::Body>) -> io::Result<u64> {
+        // A note about dropped output counts once it is written.
+        let dropped_before = self.dropped;
         let bodies = self.bound(bodies)?;
         if bodies.is_empty() {
             return Ok(self.last_seq);
@@ -186,6 +206,16 @@ impl Journal {
             // Leave the file as it was, so seqs stay contiguous after a transient failure.
             let _ = self.file.set_len(self.len);
             let _ = self.file.seek(SeekFrom::Start(self.len));
+            if is_disk_full(&err)
+                && let Some(reserve) = self.reserve.take()
+            {
+                let _ = std::fs::remove_file(&reserve);
+                self.disk_full = true;
+                self.limit = self.limit.min(self.len);
+                self.dropped = 0;
+                return self.append(events.into_iter().filter_map(|e| e.body).collect());
+            }
+            self.dropped = dropped_before;
             return Err(err);
         }
         self.len += self.buf.len() as u64;
@@ -200,6 +230,29 @@ impl Journal {
         }
         Ok(seq)
     }
+}
+
+/// Writes the reserve file at `path` (zeros: allocated, not a hole); None when it cannot.
+fn make_reserve(path: &Path) -> Option<PathBuf> {
+    let written = File::create(path)
+        .and_then(|mut file| file.write_all(&vec![0u8; RESERVE_BYTES]).and_then(|()| file.sync_data()));
+    match written {
+        Ok(()) => Some(path.to_path_buf()),
+        Err(err) => {
+            tracing::warn!(
+                "cannot keep {} bytes in reserve for the journal ({}): {err}",
+                RESERVE_BYTES,
+                path.display()
+            );
+            let _ = std::fs::remove_file(path);
+            None
+        }
+    }
+}
+
+/// Whether a write failed for a full disk or a used-up disk quota.
+fn is_disk_full(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 /// Opens readers on a journal whose writer lives on another thread.
@@ -418,6 +471,29 @@ mod tests {
         journal.len = SMALL_EVENTS_ROOM;
         let err = journal.append(vec![obs("c", 2)]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+    }
+
+    #[test]
+    fn a_full_disk_gives_back_the_reserve_and_then_drops_output_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let mut journal = Journal::open(&path).unwrap();
+        let reserve = dir.path().join("journal.reserve");
+        assert_eq!(std::fs::metadata(&reserve).unwrap().len(), RESERVE_BYTES as u64);
+        journal.append(vec![obs("c", 0)]).unwrap();
+        // Every write fails with ENOSPC: the reserve goes, the append is tried again, then fails.
+        let real = std::mem::replace(&mut journal.file, OpenOptions::new().write(true).open("/dev/full").unwrap());
+        let err = journal.append(vec![log("c", 10), obs("c", 1)]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+        assert!(!reserve.exists() && journal.disk_full);
+        // Room again: observations are kept, output dropped after one note saying why.
+        journal.file = real;
+        let seq = journal.append(vec![log("c", 10), obs("c", 1)]).unwrap();
+        assert_eq!(seq, 3);
+        let events = journal.source().reader_at(2).unwrap().read_batch(seq, usize::MAX, usize::MAX).unwrap();
+        let Some(event::Body::Log(note)) = &events[0].body else { panic!("{events:?}") };
+        assert!(String::from_utf8_lossy(&note.chunk).contains("the sandbox's disk is full"), "{note:?}");
+        assert!(matches!(events[1].body, Some(event::Body::Observation(_))));
     }
 
     #[test]

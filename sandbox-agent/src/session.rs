@@ -164,7 +164,7 @@ impl Session {
         self.last_heard = Instant::now();
         self.heartbeat = Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(10)));
         self.dead_after = welcome.dead_after_intervals.max(2);
-        crate::commands::set_output_cap(welcome.output_cap_bytes);
+        self.workloads.set_output_cap(welcome.output_cap_bytes);
         if *connected_once {
             tracing::info!("reconnected; resending from seq {}", welcome.acked_seq + 1);
         }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod flood;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,7 +39,8 @@ impl Harness {
     /// A request for a small sandbox of this test, its socket folder open.
     pub fn request(&self, role: &str, image: &str, shipping: AgentShipping) -> SandboxRequest {
         let mut request = self.station.request(role, image).expect("a sandbox request");
-        request.resources = Resources { cpus: 1.0, cpuset: None, memory_bytes: 512 << 20, pids_limit: 256 };
+        request.resources =
+            Resources { cpus: 1.0, cpuset: None, memory_bytes: 512 << 20, pids_limit: 256, disk_bytes: None };
         request.shipping = shipping;
         request
     }

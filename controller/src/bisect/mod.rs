@@ -21,7 +21,6 @@ use tokio::sync::watch;
 
 use crate::cost::SandboxRecord;
 use crate::cost::ledger::{Ledger, RunStart};
-use crate::observations::server::HubConfig;
 use crate::observations::store::{StoredBody, read_events};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::{Revision, Status};
@@ -68,6 +67,8 @@ pub struct BisectOptions {
     pub ledger: Option<PathBuf>,
     /// The bisection's id, when it continues one (`--resume`); None: a new one.
     pub id: Option<String>,
+    /// How long the agents and the controller carry on without word from each other.
+    pub dead_man: Duration,
 }
 
 impl BisectOptions {
@@ -95,6 +96,7 @@ impl BisectOptions {
             max_steps: 20,
             ledger: None,
             id: Some(id),
+            dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
         })
     }
 }
@@ -217,6 +219,8 @@ pub struct Job<'a> {
     pub id: String,
     pub agent: Option<PathBuf>,
     pub shipping: AgentShipping,
+    /// How long the agents and the controller carry on without word from each other.
+    pub dead_man: Duration,
 }
 
 /// What a bisection ended with.
@@ -261,7 +265,7 @@ pub async fn conduct(
         image: Some(job.plan.sandbox.image.clone()),
         valgrind: job.target.lens == Lens::Instructions,
         agent: job.agent.clone(),
-        hub: HubConfig { output_cap_bytes: job.plan.sandbox.output_cap_bytes, ..HubConfig::default() },
+        hub: crate::station::hub_config(job.plan, job.dead_man),
     };
     let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
     let earlier = report.sandboxes.len();
@@ -353,6 +357,7 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
         id: id.clone(),
         agent: opts.agent.clone(),
         shipping: opts.shipping,
+        dead_man: opts.dead_man,
     };
     let bisected = conduct(provisioner, job, cancel.clone()).await;
     if let Some(mut ledger) = ledger {
@@ -578,7 +583,10 @@ impl Probe<'_> {
         let plan = self.plan;
         let request = self.station.plan_request(&format!("c{index}"), plan, self.shipping)?;
         let live = self.station.launch(request, Duration::from_secs(120)).await?;
-        let agent_plan = self.target.narrow(plan.agent_plan(&commit.commit));
+        let mut agent_plan = self.target.narrow(plan.agent_plan(&commit.commit));
+        // A step that fills a bounded disk says so, naming the bound.
+        let enforced = self.station.provisioner().disk_bound() == crate::provision::DiskBound::Enforced;
+        agent_plan.disk_gb = enforced.then_some(plan.sandbox.disk_gb);
         let ran = match self.run_steps(&live.sandbox, &agent_plan).await {
             Ok(Ok(())) => self.settle(&live.sandbox, &agent_plan, ends).await,
             other => other.map(|r| r.map(|()| Vec::new())),

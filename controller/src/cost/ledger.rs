@@ -74,12 +74,49 @@ CREATE TABLE IF NOT EXISTS merged (
     run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
     into_run TEXT NOT NULL REFERENCES runs(run_id)
 );
+CREATE TABLE IF NOT EXISTS noise_profiles (
+    run_id TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    image TEXT NOT NULL,
+    machine TEXT NOT NULL,
+    recorded_at TEXT NOT NULL,
+    profile TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS noise_profiles_by_setting ON noise_profiles(spec, image, machine, recorded_at);
 ";
 
 /// Columns added to `runs` after its first release: (name, declaration). [`Ledger::open`] adds
 /// those an older ledger lacks, so its rows read with the default.
 const ADDED_RUN_COLUMNS: [(&str, &str); 2] =
     [("lens_seconds", "REAL NOT NULL DEFAULT 0"), ("lens_usd", "REAL NOT NULL DEFAULT 0")];
+
+/// This machine, as a noise profile is kept for it: its machine id (or host name), the CPUs this
+/// process may use and their model. A profile measured elsewhere, or on other CPUs, is not used.
+pub fn this_machine() -> String {
+    let read = |path: &str| std::fs::read_to_string(path).map(|t| t.trim().to_string()).unwrap_or_default();
+    let mut id = read("/etc/machine-id");
+    if id.is_empty() {
+        id = read("/proc/sys/kernel/hostname");
+    }
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpuinfo = read("/proc/cpuinfo");
+    let model =
+        cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|m| m.trim_start_matches([' ', '\t', ':']));
+    format!("{}/{cpus} cpus/{}", crate::sanitize::prefix(&id, 32), model.unwrap_or("unknown"))
+}
+
+/// An A/A run's noise profile as the ledger keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredNoise {
+    pub run_id: String,
+    pub spec: String,
+    pub image: String,
+    /// Which machine measured it ([`this_machine`]).
+    pub machine: String,
+    pub recorded_at: String,
+    /// The profile's JSON.
+    pub profile: String,
+}
 
 /// The status the ledger shows for a run that never recorded its end (its controller was killed).
 pub const UNFINISHED: &str = "unfinished";
@@ -266,6 +303,41 @@ impl Ledger {
         Ok(())
     }
 
+    /// Keeps a completed A/A run's noise profile (its JSON, as `noise.json` holds it) for the
+    /// spec, image and machine it was measured on; a later run of the same three uses the latest.
+    pub fn record_noise(&self, noise: &StoredNoise) -> anyhow::Result<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO noise_profiles (run_id, spec, image, machine, recorded_at, profile)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![noise.run_id, noise.spec, noise.image, noise.machine, noise.recorded_at, noise.profile],
+            )
+            .context("cannot keep the noise profile in the ledger")?;
+        Ok(())
+    }
+
+    /// The latest noise profile kept for `spec` on `image` and `machine`.
+    pub fn latest_noise(&self, spec: &str, image: &str, machine: &str) -> anyhow::Result<Option<StoredNoise>> {
+        self.conn
+            .query_row(
+                "SELECT run_id, spec, image, machine, recorded_at, profile FROM noise_profiles
+                 WHERE spec = ?1 AND image = ?2 AND machine = ?3 ORDER BY recorded_at DESC, run_id DESC LIMIT 1",
+                params![spec, image, machine],
+                |r| {
+                    Ok(StoredNoise {
+                        run_id: r.get(0)?,
+                        spec: r.get(1)?,
+                        image: r.get(2)?,
+                        machine: r.get(3)?,
+                        recorded_at: r.get(4)?,
+                        profile: r.get(5)?,
+                    })
+                },
+            )
+            .optional()
+            .context("cannot read the noise profiles of the ledger")
+    }
+
     /// Runs that never recorded their end: (run id, run directory). Their controller may be
     /// alive (running) or dead (to be reconciled as abandoned).
     pub fn unfinished_runs(&self) -> anyhow::Result<Vec<(String, String)>> {
@@ -447,6 +519,29 @@ mod tests {
         drop(ledger);
         let again = Ledger::open(&path).unwrap();
         assert_eq!(again.runs(None).unwrap()[0].lens_seconds, 12.0, "opened twice, the columns are added once");
+    }
+
+    #[test]
+    fn the_latest_noise_profile_of_a_spec_image_and_machine_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("ledger.sqlite")).unwrap();
+        let noise = |run: &str, spec: &str, machine: &str, at: &str| StoredNoise {
+            run_id: run.into(),
+            spec: spec.into(),
+            image: "node:24-bookworm".into(),
+            machine: machine.into(),
+            recorded_at: at.into(),
+            profile: format!("{{\"run_id\": \"{run}\"}}"),
+        };
+        assert_eq!(ledger.latest_noise("demo", "node:24-bookworm", "m1").unwrap(), None);
+        ledger.record_noise(&noise("aa-1", "demo", "m1", "2026-12-01T10:00:00Z")).unwrap();
+        ledger.record_noise(&noise("aa-2", "demo", "m1", "2026-12-02T10:00:00Z")).unwrap();
+        ledger.record_noise(&noise("aa-3", "demo", "m2", "2026-12-03T10:00:00Z")).unwrap();
+        ledger.record_noise(&noise("aa-4", "other", "m1", "2026-12-03T10:00:00Z")).unwrap();
+        let latest = ledger.latest_noise("demo", "node:24-bookworm", "m1").unwrap().unwrap();
+        assert_eq!((latest.run_id.as_str(), latest.profile.as_str()), ("aa-2", "{\"run_id\": \"aa-2\"}"));
+        assert_eq!(ledger.latest_noise("demo", "node:22", "m1").unwrap(), None, "another image");
+        assert!(this_machine().contains(" cpus/"), "{}", this_machine());
     }
 
     #[test]

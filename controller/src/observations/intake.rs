@@ -15,6 +15,10 @@ use crate::observations::store::{Data, OutputCut, StoredBody, StoredEvent};
 pub use sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES;
 /// Commands of one sandbox whose output is followed at once; beyond, the oldest is closed.
 const MAX_OPEN_COMMANDS: usize = 64;
+/// Bytes the tails of one sandbox's open commands hold in all; beyond, the least recently used
+/// other command is closed (its tail goes to the log). 16 MiB: the tails of 32 commands at the
+/// default cap; a single command's tail (half its cap) is always kept whole.
+const MAX_TAIL_BYTES_PER_SANDBOX: u64 = 16 << 20;
 /// Ended commands remembered per sandbox: output they still send is not kept.
 const MAX_ENDED_COMMANDS: usize = 4096;
 /// Longest error text kept (a phase's or an observation's).
@@ -189,7 +193,25 @@ impl Outputs {
         output.head_left = 0;
         output.kept += split as u64;
         output.push_tail(Piece { seq, unix_ms, stream: stream.to_string(), bytes: bytes[split..].to_vec() });
+        closed.extend(self.make_room(sandbox, command));
         ((!head.is_empty()).then_some(head), closed)
+    }
+
+    /// Closes the least recently used commands but `keep` while the tails held pass
+    /// [`MAX_TAIL_BYTES_PER_SANDBOX`]; their events.
+    fn make_room(&mut self, sandbox: &str, keep: &str) -> Vec<StoredEvent> {
+        let mut closed = Vec::new();
+        while self.commands.values().map(|o| o.tail_bytes).sum::<u64>() > MAX_TAIL_BYTES_PER_SANDBOX {
+            let oldest = self
+                .commands
+                .iter()
+                .filter(|(c, _)| c.as_str() != keep)
+                .min_by_key(|(_, o)| o.last_used)
+                .map(|(c, _)| c.clone());
+            let Some(oldest) = oldest else { break };
+            closed.extend(self.close(sandbox, &oldest));
+        }
+        closed
     }
 
     /// Ends `command`'s output: the marker (when anything was cut) and the tail, as events to
@@ -457,6 +479,30 @@ mod tests {
         assert!(!closed.is_empty());
         assert!(closed.iter().all(|e| matches!(&e.body, StoredBody::Log { command_id, .. } if command_id == "c0")));
         assert_eq!(outputs.commands.len(), MAX_OPEN_COMMANDS);
+    }
+
+    #[test]
+    fn the_tails_of_a_sandbox_stay_within_their_bound() {
+        // Commands at the largest cap (64 MiB) with 12 MiB in their tails each: without the
+        // bound, 8 of them would hold 96 MiB.
+        let cap = 64u64 << 20;
+        let mut outputs = Outputs::new(cap, []);
+        let chunk = vec![b'x'; 1 << 20];
+        let mut closed_commands = std::collections::BTreeSet::new();
+        for n in 0..8u64 {
+            for k in 0..44u64 {
+                let (_, closed) = outputs.admit("s", &format!("c{n}"), (n * 100 + k + 1, 0), "stdout", chunk.clone());
+                for e in closed {
+                    if let StoredBody::Log { command_id, .. } = e.body {
+                        closed_commands.insert(command_id);
+                    }
+                }
+                let held: u64 = outputs.commands.values().map(|o| o.tail_bytes).sum();
+                assert!(held <= MAX_TAIL_BYTES_PER_SANDBOX, "{held} bytes held after c{n} chunk {k}");
+            }
+        }
+        assert_eq!(closed_commands.len(), 7, "the oldest were closed to make room: {closed_commands:?}");
+        assert!(outputs.commands.contains_key("c7"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use futures_util::stream::BoxStream;
 use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
 use tokio::sync::Semaphore;
 
-use super::{AgentShipping, Provisioner, Sandbox, SandboxRequest, Usage, labels};
+use super::{AgentShipping, DiskBound, Provisioner, Sandbox, SandboxRequest, Usage, labels};
 pub use super::{ContainerInfo, Reaped};
 
 /// Where the agent lives inside a sandbox.
@@ -120,6 +120,9 @@ pub struct ContainerSettings {
     pub privileged: bool,
     pub security_opt: Vec<String>,
     pub binds: Vec<String>,
+    /// The log driver and its options.
+    pub log_config: (String, HashMap<String, String>),
+    pub storage_opt: HashMap<String, String>,
 }
 
 pub struct DockerProvisioner {
@@ -129,7 +132,21 @@ pub struct DockerProvisioner {
     api_version: String,
     /// `DOCKER_HOST`, or the local socket.
     host: String,
+    /// Whether the engine bounds a container's disk, once a create (or the probe) told.
+    disk: std::sync::Mutex<DiskBound>,
+    /// The engine's storage driver (`overlay2`, `btrfs`), asked once.
+    driver: tokio::sync::OnceCell<String>,
 }
+
+/// The container log's bound on the host (json-file, rotated): the agent's own log lines go there
+/// (product output travels through the journal), a few KiB in a normal run; 2 × 1 MiB holds
+/// thousands of them and bounds a flood from root in the sandbox to 2 MiB per sandbox.
+const LOG_MAX_SIZE: &str = "1m";
+const LOG_MAX_FILE: &str = "2";
+/// What is read of a container log (teardown, a failed start): its last lines, and of those the
+/// last bytes.
+const LOG_READ_LINES: &str = "5000";
+pub const LOG_READ_BYTES: usize = 1 << 20;
 
 /// How long a ping may take before the engine counts as unreachable.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -169,6 +186,8 @@ impl DockerProvisioner {
             owner: owner_id(),
             api_version,
             host,
+            disk: std::sync::Mutex::new(DiskBound::Unknown),
+            driver: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -398,15 +417,10 @@ impl DockerProvisioner {
             host_config: Some(host_config),
             ..Default::default()
         };
-        let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|cause| ProvisionError::Create { name: name.clone(), cause })?;
+        let container_id = self.create_bounded(&name, body, request.resources.disk_bytes).await?;
         let sandbox = Sandbox {
             id: name.clone(),
-            container_id: created.id,
+            container_id,
             run_id: request.run_id.clone(),
             role: request.role.clone(),
             requested_at,
@@ -429,11 +443,111 @@ impl DockerProvisioner {
         Ok(sandbox)
     }
 
-    /// Unpacks a tar into the container's file system at `/` (paths inside the tar say where).
-    pub async fn upload(&self, name: &str, tar: Vec<u8>) -> Result<(), ProvisionError> {
+    /// Creates the container `name`, its writable space bounded to `disk_bytes` when asked and
+    /// the engine can: an engine that refuses the bound gets the create again without it, and
+    /// the refusal is remembered (the run's report and terminal say so). Returns its id.
+    async fn create_bounded(
+        &self,
+        name: &str,
+        mut body: ContainerCreateBody,
+        disk_bytes: Option<u64>,
+    ) -> Result<String, ProvisionError> {
+        let storage = match disk_bytes {
+            Some(bytes) if !matches!(self.disk_bound(), DiskBound::Unenforced(_)) => {
+                Some(HashMap::from([("size".to_string(), bytes.to_string())]))
+            }
+            _ => None,
+        };
+        let bounded = storage.is_some();
+        let host_config = body.host_config.get_or_insert_with(Default::default);
+        host_config.storage_opt = storage;
+        let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+        let fail = |cause| ProvisionError::Create { name: name.to_string(), cause };
+        match self.docker.create_container(Some(options.clone()), body.clone()).await {
+            Ok(created) => {
+                if bounded {
+                    self.learn_disk_bound(DiskBound::Enforced);
+                }
+                Ok(created.id)
+            }
+            Err(bollard::errors::Error::DockerResponseServerError { message, .. })
+                if bounded && super::disk::refused(&message) =>
+            {
+                let reason = super::disk::unenforced(&self.storage_driver().await, &message);
+                tracing::info!("disk_gb is not enforced: {reason}");
+                self.learn_disk_bound(DiskBound::Unenforced(reason));
+                if let Some(host_config) = body.host_config.as_mut() {
+                    host_config.storage_opt = None;
+                }
+                self.docker.create_container(Some(options), body).await.map(|c| c.id).map_err(fail)
+            }
+            Err(cause) => Err(fail(cause)),
+        }
+    }
+
+    /// What creates so far found about disk bounds.
+    pub fn disk_bound(&self) -> DiskBound {
+        self.disk.lock().map(|d| d.clone()).unwrap_or(DiskBound::Unknown)
+    }
+
+    /// Records what a create found: a refusal is final; an enforced bound replaces not knowing.
+    fn learn_disk_bound(&self, found: DiskBound) {
+        if let Ok(mut disk) = self.disk.lock()
+            && !matches!(*disk, DiskBound::Unenforced(_))
+        {
+            *disk = found;
+        }
+    }
+
+    /// Whether sandboxes of `image` get their disk bounded: known from an earlier create, or
+    /// found by creating a container of `image` asking for a bound (never started), then
+    /// removing it. An error unrelated to the bound leaves it unknown.
+    pub async fn probe_disk_bound(&self, image: &str) -> DiskBound {
+        if self.disk_bound() != DiskBound::Unknown {
+            return self.disk_bound();
+        }
+        static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("sandbench-disk-probe-{}-{n}", std::process::id());
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(vec!["/sandbench-never-started".to_string()]),
+            cmd: Some(vec![]),
+            labels: Some(HashMap::from([
+                (labels::OWNER.to_string(), self.owner.clone()),
+                (labels::RUN.to_string(), "probe".to_string()),
+                (labels::EXPIRES_AT.to_string(), (unix_secs(SystemTime::now()) + 600).to_string()),
+            ])),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        let created = self.create_bounded(&name, body, Some(1 << 30)).await;
+        if created.is_ok()
+            && let Err(err) = self.remove(&name).await
+        {
+            tracing::warn!("cannot remove the disk probe {name}: {err}");
+        }
+        if let Err(err) = created {
+            tracing::warn!("cannot probe the engine's disk bounds: {err}");
+        }
+        self.disk_bound()
+    }
+
+    /// The engine's storage driver, asked once (empty when it cannot be told).
+    async fn storage_driver(&self) -> String {
+        self.driver
+            .get_or_init(|| async { self.docker.info().await.ok().and_then(|i| i.driver).unwrap_or_default() })
+            .await
+            .clone()
+    }
+
+    /// Unpacks a tar into the container's file system at `/` (paths inside the tar say where),
+    /// streamed to the engine as it is read.
+    pub async fn upload(&self, name: &str, tar: super::TarStream) -> Result<(), ProvisionError> {
         let options = UploadToContainerOptions { path: "/".to_string(), ..Default::default() };
         self.docker
-            .upload_to_container(name, Some(options), bollard::body_full(tar.into()))
+            .upload_to_container(name, Some(options), bollard::body_try_stream(tar.0))
             .await
             .map_err(|cause| ProvisionError::Upload { name: name.to_string(), cause: cause.into() })
     }
@@ -519,6 +633,11 @@ impl DockerProvisioner {
             privileged: host.privileged.unwrap_or_default(),
             security_opt: host.security_opt.unwrap_or_default(),
             binds: host.binds.unwrap_or_default(),
+            log_config: host
+                .log_config
+                .map(|l| (l.typ.unwrap_or_default(), l.config.unwrap_or_default()))
+                .unwrap_or_default(),
+            storage_opt: host.storage_opt.unwrap_or_default(),
         })
     }
 
@@ -676,6 +795,17 @@ impl DockerProvisioner {
         Ok(super::lost::describe(&state, engine_started_at()))
     }
 
+    /// Where the engine keeps the container's log on its host (json-file; rotated files add
+    /// `.1`, `.2`, … to it).
+    pub async fn log_path(&self, name: &str) -> Result<String, ProvisionError> {
+        let info = self
+            .docker
+            .inspect_container(name, None)
+            .await
+            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause })?;
+        Ok(info.log_path.unwrap_or_default())
+    }
+
     /// Whether the container exists (running or not).
     pub async fn exists(&self, name: &str) -> bool {
         self.docker.inspect_container(name, None).await.is_ok()
@@ -701,16 +831,19 @@ impl DockerProvisioner {
         Ok(pid.map(|p| p as u32))
     }
 
-    /// The container's stdout and stderr so far (the agent's log).
+    /// The end of the container's stdout and stderr so far (the agent's log): its last
+    /// [`LOG_READ_LINES`] lines, of those at most the last [`LOG_READ_BYTES`] bytes (a line
+    /// saying so stands for the rest). What is held while reading stays within twice that.
     pub async fn logs(&self, name: &str) -> Result<String, ProvisionError> {
-        let options = LogsOptions { stdout: true, stderr: true, tail: "all".to_string(), ..Default::default() };
+        let options =
+            LogsOptions { stdout: true, stderr: true, tail: LOG_READ_LINES.to_string(), ..Default::default() };
         let mut stream = self.docker.logs(name, Some(options));
-        let mut text = String::new();
+        let mut kept = LogTail::new(LOG_READ_BYTES);
         while let Some(item) = stream.next().await {
             let output = item.map_err(|cause| ProvisionError::Logs { name: name.to_string(), cause })?;
-            text.push_str(&String::from_utf8_lossy(&output.into_bytes()));
+            kept.push(&output.into_bytes());
         }
-        Ok(text)
+        Ok(kept.text())
     }
 
     /// Removes the container and its anonymous volumes, running or not. Absent is fine.
@@ -881,7 +1014,7 @@ impl Provisioner for DockerProvisioner {
         Box::pin(async move { Ok(self.exec_capture(id, cmd).await?) })
     }
 
-    fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn upload<'a>(&'a self, id: &'a str, tar: super::TarStream) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move { Ok(DockerProvisioner::upload(self, id, tar).await?) })
     }
 
@@ -947,6 +1080,56 @@ impl Provisioner for DockerProvisioner {
     fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move { Ok(self.exec_exit_code(terminal).await?) })
     }
+
+    fn probe_disk_bound<'a>(&'a self, image: &'a str) -> BoxFuture<'a, DiskBound> {
+        Box::pin(DockerProvisioner::probe_disk_bound(self, image))
+    }
+
+    fn disk_bound(&self) -> DiskBound {
+        DockerProvisioner::disk_bound(self)
+    }
+}
+
+/// The end of a stream of bytes, at most `bound` of them kept (the start of a line cut short
+/// dropped too), holding at most twice that while it reads.
+struct LogTail {
+    bytes: Vec<u8>,
+    bound: usize,
+    dropped: bool,
+}
+
+impl LogTail {
+    fn new(bound: usize) -> LogTail {
+        LogTail { bytes: Vec::new(), bound, dropped: false }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        let chunk = &chunk[chunk.len().saturating_sub(self.bound)..];
+        self.bytes.extend_from_slice(chunk);
+        if self.bytes.len() > 2 * self.bound {
+            self.cut();
+        }
+    }
+
+    fn cut(&mut self) {
+        let excess = self.bytes.len().saturating_sub(self.bound);
+        if excess == 0 {
+            return;
+        }
+        let start = self.bytes[excess..].iter().position(|&b| b == b'\n').map_or(excess, |i| excess + i + 1);
+        self.bytes.drain(..start);
+        self.dropped = true;
+    }
+
+    fn text(mut self) -> String {
+        self.cut();
+        let text = String::from_utf8_lossy(&self.bytes);
+        if self.dropped {
+            format!("[sandbench: the start of this log is left out: {} bytes at most are read]\n{text}", self.bound)
+        } else {
+            text.into_owned()
+        }
+    }
 }
 
 /// The last `n` lines of `text`.
@@ -981,6 +1164,13 @@ fn host_config(request: &SandboxRequest) -> HostConfig {
         privileged: Some(false),
         security_opt: Some(vec!["no-new-privileges:true".to_string()]),
         init: Some(false),
+        log_config: Some(bollard::models::HostConfigLogConfig {
+            typ: Some("json-file".to_string()),
+            config: Some(HashMap::from([
+                ("max-size".to_string(), LOG_MAX_SIZE.to_string()),
+                ("max-file".to_string(), LOG_MAX_FILE.to_string()),
+            ])),
+        }),
         ..Default::default()
     }
 }
@@ -1122,6 +1312,24 @@ mod tests {
             (labels::OWNER.to_string(), owner.to_string()),
             (labels::EXPIRES_AT.to_string(), expires.to_string()),
         ])
+    }
+
+    #[test]
+    fn a_log_is_read_to_its_last_bytes_in_whole_lines() {
+        let mut small = LogTail::new(100);
+        small.push(b"one\ntwo\n");
+        assert_eq!(small.text(), "one\ntwo\n");
+        let mut flood = LogTail::new(100);
+        for i in 0..10_000 {
+            flood.push(format!("line {i:05} of a flood\n").as_bytes());
+            assert!(flood.bytes.len() <= 200, "held {} bytes", flood.bytes.len());
+        }
+        flood.push(&[b'x'; 5000]);
+        flood.push(b"\nlast line\n");
+        let text = flood.text();
+        assert!(text.starts_with("[sandbench: the start of this log is left out: 100 bytes at most are read]\n"));
+        let kept = text.split_once('\n').unwrap().1;
+        assert_eq!(kept, "last line\n", "a line cut short is dropped whole");
     }
 
     #[test]

@@ -466,15 +466,24 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn upload<'a>(&'a self, id: &'a str, tar: super::TarStream) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
+            if !self.sandboxes().contains_key(id) {
+                bail!("cannot upload into {id}: no such sandbox");
+            }
+            // Read as the engine would, chunk by chunk: an error in the stream fails the upload.
+            let mut tar = tar.0;
+            let mut received = 0u64;
+            while let Some(chunk) = tar.next().await {
+                received += chunk.with_context(|| format!("cannot upload into {id}"))?.len() as u64;
+            }
             let sandboxes = self.sandboxes();
             let sandbox = sandboxes.get(id).with_context(|| format!("cannot upload into {id}: no such sandbox"))?;
             sandbox
                 .log
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push_str(&format!("received {} bytes\n", tar.len()));
+                .push_str(&format!("received {received} bytes\n"));
             Ok(())
         }
         .boxed()

@@ -1,8 +1,11 @@
 //! Sandboxes: what the run logic asks for ([`Provisioner`]), independent of where sandboxes
-//! live. The Docker backend (the only code that talks to Docker) is in [`docker`]; [`fake`] runs
-//! in-process agents that answer phases from a script, for deterministic tests of whole runs.
+//! live. The Docker backend (the only code that talks to Docker) is in [`docker`]; `fake` runs
+//! in-process agents that answer phases from a script, for deterministic tests of whole runs:
+//! compiled for tests only (the crate's own, or with the `fake` feature), never in the binary.
 
+pub mod disk;
 pub mod docker;
+#[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod lost;
 pub mod valgrind;
@@ -15,6 +18,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
 pub use docker::{DockerProvisioner, ProvisionError};
+#[cfg(any(test, feature = "fake"))]
 pub use fake::FakeProvisioner;
 pub use lost::{Lost, LostCause};
 pub use valgrind::{ValgrindError, ValgrindProbe};
@@ -75,8 +79,8 @@ pub trait Provisioner: Send + Sync {
     /// Runs a command in the sandbox to its end: its exit code and output.
     fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>>;
 
-    /// Unpacks a tar archive at the sandbox's root.
-    fn upload<'a>(&'a self, id: &'a str, tar: Vec<u8>) -> BoxFuture<'a, anyhow::Result<()>>;
+    /// Unpacks a tar archive at the sandbox's root, sent as it is read.
+    fn upload<'a>(&'a self, id: &'a str, tar: TarStream) -> BoxFuture<'a, anyhow::Result<()>>;
 
     /// Removes the sandbox, running or not, with its volumes. Absent is fine.
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
@@ -129,6 +133,28 @@ pub trait Provisioner: Send + Sync {
 
     /// The exit code of a [`Terminal`]'s command, -1 until the backend has recorded it.
     fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, anyhow::Result<i64>>;
+
+    /// Whether sandboxes of `image` get their disk bounded, found out once (Docker creates a
+    /// container that is never started, asking for a bound, and removes it).
+    fn probe_disk_bound<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, DiskBound> {
+        Box::pin(async { self.disk_bound() })
+    }
+
+    /// What the probe and the creates so far found about disk bounds.
+    fn disk_bound(&self) -> DiskBound {
+        DiskBound::Unenforced("sandboxes get no disk quota".to_string())
+    }
+}
+
+/// A tar archive as a stream of chunks, sent as it is read: never held whole (a source archive
+/// may be as large as `[source] max_mb`). An error item ends the upload.
+pub struct TarStream(pub BoxStream<'static, std::io::Result<bytes::Bytes>>);
+
+impl From<Vec<u8>> for TarStream {
+    /// A tar already in memory (the agent, test fixtures).
+    fn from(bytes: Vec<u8>) -> TarStream {
+        TarStream(Box::pin(futures_util::stream::once(async move { Ok(bytes::Bytes::from(bytes)) })))
+    }
 }
 
 /// A command running in a sandbox with a terminal, attached to this process.
@@ -200,12 +226,26 @@ pub struct Resources {
     pub cpuset: Option<String>,
     pub memory_bytes: u64,
     pub pids_limit: i64,
+    /// The sandbox's writable space (`disk_gb`), bounded where the backend can
+    /// ([`Provisioner::disk_bound`]); None: no bound asked.
+    pub disk_bytes: Option<u64>,
 }
 
 impl Default for Resources {
     fn default() -> Self {
-        Resources { cpus: 2.0, cpuset: None, memory_bytes: 4 << 30, pids_limit: 4096 }
+        Resources { cpus: 2.0, cpuset: None, memory_bytes: 4 << 30, pids_limit: 4096, disk_bytes: None }
     }
+}
+
+/// Whether a backend bounds a sandbox's writable space to [`Resources::disk_bytes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskBound {
+    /// Not known yet (no sandbox asked for one, no probe).
+    Unknown,
+    /// Bounded: a write past the bound fails in the sandbox (ENOSPC, or EDQUOT on btrfs).
+    Enforced,
+    /// Not bounded, and why.
+    Unenforced(String),
 }
 
 /// Everything needed to create one sandbox.

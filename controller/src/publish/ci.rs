@@ -76,8 +76,9 @@ pub struct CiArgs {
     /// The sandbox-agent executable to ship (default: beside this one).
     #[arg(long, env = crate::agent_binary::AGENT_ENV)]
     pub agent: Option<PathBuf>,
-    /// A noise profile from an A/A run, used for the floors.
-    #[arg(long)]
+    /// A noise profile from an A/A run, used for the floors; `none`: the spec's floors. Default:
+    /// the ledger's latest A/A profile of this spec, image and machine.
+    #[arg(long, value_name = "PATH|none")]
     pub noise: Option<PathBuf>,
     #[command(flatten)]
     pub forge: ForgeArgs,
@@ -247,7 +248,6 @@ fn write_outputs(request: &Request) -> anyhow::Result<()> {
 pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
     let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::options::check_pairs(args.pairs, crate::options::available_cpus(), args.oversubscribe)?;
-    args.dead_man.apply();
     let request = request(&args).await?;
     write_outputs(&request)?;
     let target = &request.target;
@@ -286,11 +286,13 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         run_timeout: Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
         agent: args.agent.clone(),
         shipping: crate::provision::AgentShipping::Bind,
-        noise: args.noise.clone(),
+        noise: args.noise.clone().filter(|p| p.as_os_str() != "none"),
+        noise_from_ledger: args.noise.is_none(),
         ledger: Some(ledger),
         rates: crate::run::RateOverrides::default(),
         shard: args.shard,
         engine_wait: crate::run::engine::DEFAULT_ENGINE_WAIT,
+        dead_man: args.dead_man.window,
         force_valgrind: false,
         bisect: args.bisect,
     };

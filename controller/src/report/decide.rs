@@ -282,6 +282,7 @@ mod tests {
             image: "i".into(),
             metrics: Default::default(),
             relative: Default::default(),
+            found: None,
         };
         let noise = super::super::noise::MetricNoise {
             pairs: 1,

@@ -408,9 +408,11 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
     let _ = writeln!(out, "<details><summary>Methodology and samples</summary>\n");
     let _ = writeln!(out, "Run `{}` started at {}.", escape(&report.run_id), escape(&report.started_at));
     let r = &report.resources;
+    // Unknown (no sandbox, or a report from before it was recorded): nothing was bounded.
+    let enforced = if r.disk_enforced == Some(true) { "enforced" } else { "not enforced" };
     let _ = writeln!(
         out,
-        "Linux x64 sandboxes, {} vCPU, {:.1} GB RAM, {} GB disk (not enforced).",
+        "Linux x64 sandboxes, {} vCPU, {:.1} GB RAM, {} GB disk ({enforced}).",
         r.cpus,
         r.memory_bytes as f64 / 1e9,
         r.disk_gb
@@ -498,8 +500,9 @@ fn paired_method(report: &Report) -> Vec<String> {
     let confidence = 100.0 * (1.0 - report.alpha());
     let floors = match &report.noise {
         Some(p) => format!(
-            "Floors come from the A/A noise profile of run `{}` where it has at least {} pairs of a metric (the farther end of its 95% interval), else from the metric's relative floor or its absolute floor over the base median, capped at {:.0}%.",
+            "Floors come from the A/A noise profile of run `{}`{} where it has at least {} pairs of a metric (the farther end of its 95% interval), else from the metric's relative floor or its absolute floor over the base median, capped at {:.0}%.",
             escape(&p.run_id),
+            p.found.as_deref().map_or(String::new(), |f| format!(" ({}; `--noise none` opts out)", escape(f))),
             super::decide::MIN_PROFILE_PAIRS,
             super::decide::FLOOR_CAP * 100.0
         ),

@@ -200,6 +200,10 @@ pub struct Resources {
     pub cpus: f64,
     pub memory_bytes: u64,
     pub disk_gb: f64,
+    /// Whether the engine bounded each sandbox's disk to `disk_gb`; absent when no sandbox was
+    /// created (and in reports written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_enforced: Option<bool>,
 }
 
 /// Everything a run found; every rendering is derived from it.
@@ -565,12 +569,14 @@ impl Report {
     /// SHA-256 of what makes two runs comparable: spec, revisions, image and resources.
     pub fn fingerprint(&self) -> String {
         use sha2::{Digest, Sha256};
+        // What was asked, not what the engine made of it (known only once sandboxes exist).
+        let resources = Resources { disk_enforced: None, ..self.resources.clone() };
         let identity = serde_json::json!({
             "spec": self.spec_name,
             (sandbench_proto::Side::Base.as_str()): self.base.commit,
             (sandbench_proto::Side::Head.as_str()): self.head.commit,
             "image": self.image,
-            "resources": self.resources,
+            "resources": resources,
             "expected": self.expected,
         });
         Sha256::digest(identity.to_string().as_bytes()).iter().map(|b| format!("{b:02x}")).collect()

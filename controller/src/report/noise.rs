@@ -24,6 +24,10 @@ pub struct NoiseProfile {
     /// Written by older versions (a bound without its pair count); never used for floors.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub relative: BTreeMap<String, f64>,
+    /// Where a run found it, when not named by `--noise` (the ledger's latest of its spec, image
+    /// and machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<String>,
 }
 
 /// One metric's A/A noise.
@@ -65,6 +69,7 @@ impl NoiseProfile {
             image: report.image.clone(),
             metrics,
             relative: BTreeMap::new(),
+            found: None,
         }
     }
 

@@ -86,7 +86,7 @@ pub(super) fn example(status: Status) -> Report {
         base: Revision { rev: "main".into(), commit: "1111111111111111111111111111111111111111".into() },
         head: Revision { rev: "pr".into(), commit: "2222222222222222222222222222222222222222".into() },
         image: "node:24-bookworm".into(),
-        resources: Resources { cpus: 2.0, memory_bytes: 4_000_000_000, disk_gb: 20.0 },
+        resources: Resources { cpus: 2.0, memory_bytes: 4_000_000_000, disk_gb: 20.0, disk_enforced: None },
         started_at: "2026-11-29T00:00:00Z".into(),
         finished_at: Some("2026-11-29T00:10:00Z".into()),
         failure_limit: 2,

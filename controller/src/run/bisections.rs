@@ -23,6 +23,7 @@ pub(super) struct Bisecting<'a> {
     pub display: &'a Display,
     pub agent: Option<std::path::PathBuf>,
     pub shipping: AgentShipping,
+    pub dead_man: std::time::Duration,
 }
 
 /// The metrics to bisect: every one that regressed, but a stem's cycles not beside its
@@ -91,6 +92,7 @@ pub(super) async fn bisect_regressions(
             id: format!("{}-{folder}", report.run_id),
             agent: at.agent.clone(),
             shipping: at.shipping,
+            dead_man: at.dead_man,
         };
         match crate::bisect::conduct(provisioner.clone(), job, cancel.clone()).await {
             Ok(bisected) => {

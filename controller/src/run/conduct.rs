@@ -18,8 +18,8 @@ use super::output::{self, NoiseProfile, write_reports};
 use super::schedule::Side;
 use super::walk::{Adapted, MAX_ERRORS};
 use super::{bisections, schedule, story};
-use crate::cost::ledger::Ledger;
-use crate::provision::Provisioner;
+use crate::cost::ledger::{Ledger, StoredNoise, this_machine};
+use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Report, Revision, Status};
 use crate::spec::{Plan, SourceSettings};
 
@@ -83,13 +83,19 @@ pub(super) async fn conduct(
         Err(err) => Finished::failed(format!("{err:#}")),
     };
     let provisioner = finished.provisioner.clone();
-    // The engine sets no disk quota on a sandbox: the report says so beside the size it prints.
-    let disk = format!("disk_gb ({} GB) is not enforced: sandboxes get no disk quota", plan.sandbox.disk_gb);
+    // Whether the engine bounded the sandboxes' disk: the report says so beside the size it
+    // prints, and warns when it did not.
+    let disk = execute::disk_warning(&plan, &finished.disk);
+    report.resources.disk_enforced = match &finished.disk {
+        DiskBound::Enforced => Some(true),
+        DiskBound::Unenforced(_) => Some(false),
+        DiskBound::Unknown => None,
+    };
     let reason = finished.reason.clone();
     if let Some(adapted) = &finished.adapted {
         grow_report(&mut report, &plan, adapted);
     }
-    finish(&mut report, finished, std::iter::once(disk).chain(notes).collect(), &dir);
+    finish(&mut report, finished, disk.into_iter().chain(notes).collect(), &dir);
     report.sandboxes.splice(0..0, earlier);
     if let Some(provisioner) = provisioner.filter(|_| opts.bisect) {
         // The verdicts are written first: they stand whatever the bisections do.
@@ -100,6 +106,7 @@ pub(super) async fn conduct(
             display: &display,
             agent: opts.agent.clone(),
             shipping: opts.shipping,
+            dead_man: opts.dead_man,
         };
         bisections::bisect_regressions(at, &mut report, provisioner, cancel).await;
     }
@@ -109,7 +116,11 @@ pub(super) async fn conduct(
     write_reports(&dir, &mut report)?;
     if base.commit == head.commit && report.status == Status::Completed {
         let path = write_noise_profile(&report, &dir)?;
-        display.line(&format!("A/A run: noise profile written to {} (use it with --noise)", path.display()));
+        let kept = match &ledger {
+            Some(ledger) => keep_noise_profile(ledger, &report, &path),
+            None => "use it with --noise".to_string(),
+        };
+        display.line(&format!("A/A run: noise profile written to {} ({kept})", path.display()));
     }
     let ending = story::ending(&report, reason.as_deref(), &dir);
     for line in &ending {
@@ -155,6 +166,13 @@ fn announce(
     for note in notes {
         display.line(note);
     }
+    if let Some(noise) = report.noise.as_ref().filter(|n| n.found.is_some()) {
+        display.line(&format!(
+            "floors from the noise profile of A/A run {} ({}); --noise none uses the spec's floors",
+            noise.run_id,
+            noise.found.as_deref().unwrap_or_default()
+        ));
+    }
     if let Some(warning) = report.noise.as_ref().and_then(|n| n.warning(plan.rule)) {
         display.line(&warning);
     }
@@ -196,6 +214,62 @@ pub(crate) fn record_lens(ledger: &Ledger, report: &Report) -> anyhow::Result<()
     match &report.lens {
         Some(lens) => ledger.record_lens(&report.run_id, lens.seconds, report.lens_cost_usd().unwrap_or(0.0)),
         None => Ok(()),
+    }
+}
+
+/// Where a run keeps the noise profile it found in the ledger (a resume reads it there).
+pub(super) const NOISE_USED: &str = "noise-used.json";
+
+/// The ledger's latest A/A noise profile of this spec, image and machine, kept in `dir` as
+/// [`NOISE_USED`]; a note says which it is, or why none could be read.
+pub(super) fn noise_from_ledger(
+    opts: &RunOptions,
+    plan: &Plan,
+    dir: &Path,
+    notes: &mut Vec<String>,
+) -> Option<NoiseProfile> {
+    let path = opts.ledger.as_ref()?;
+    let found = Ledger::open(path).and_then(|l| l.latest_noise(&plan.name, &plan.sandbox.image, &this_machine()));
+    let stored = match found {
+        Ok(stored) => stored?,
+        Err(err) => {
+            notes.push(format!("no noise profile from the ledger: {err:#}"));
+            return None;
+        }
+    };
+    let mut profile: NoiseProfile = match serde_json::from_str(&stored.profile) {
+        Ok(profile) => profile,
+        Err(err) => {
+            notes.push(format!("the ledger's noise profile of A/A run {} cannot be read: {err}", stored.run_id));
+            return None;
+        }
+    };
+    profile.found =
+        Some(format!("the ledger's latest A/A run of this spec, image and machine, {}", stored.recorded_at));
+    let kept = serde_json::to_vec_pretty(&profile).map_err(anyhow::Error::from);
+    if let Err(err) = kept.and_then(|json| Ok(std::fs::write(dir.join(NOISE_USED), json)?)) {
+        notes.push(format!("the noise profile found in the ledger cannot be kept in the run directory: {err:#}"));
+        return None;
+    }
+    Some(profile)
+}
+
+/// Keeps an A/A run's profile in the ledger for later runs of its spec, image and machine; says
+/// where it went.
+fn keep_noise_profile(ledger: &Ledger, report: &Report, path: &Path) -> String {
+    let stored = std::fs::read_to_string(path).map_err(anyhow::Error::from).and_then(|profile| {
+        ledger.record_noise(&StoredNoise {
+            run_id: report.run_id.clone(),
+            spec: report.spec_name.clone(),
+            image: report.image.clone(),
+            machine: this_machine(),
+            recorded_at: report.finished_at.clone().unwrap_or_default(),
+            profile,
+        })
+    });
+    match stored {
+        Ok(()) => "kept in the ledger: later runs of this spec on this machine use it; --noise none opts out".into(),
+        Err(err) => format!("not kept in the ledger: {err:#}; use it with --noise"),
     }
 }
 

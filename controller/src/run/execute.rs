@@ -20,8 +20,7 @@ use super::reconcile::reconcile;
 use super::schedule::Side;
 use super::usage::Meter;
 use super::walk::{self, Adapted, Adaptive, Run, SideRun, cpusets, measured};
-use crate::observations::server::HubConfig;
-use crate::provision::Provisioner;
+use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Revision, SandboxRecord, Status};
 use crate::spec::Plan;
 use crate::station::{Station, StationOptions};
@@ -55,6 +54,8 @@ pub(super) struct Finished {
     pub adapted: Option<Adapted>,
     /// The sandboxes' provisioner, when it was reached (`--bisect` goes on with it).
     pub provisioner: Option<Arc<dyn Provisioner>>,
+    /// Whether the sandboxes' disk was bounded by `disk_gb`.
+    pub disk: DiskBound,
 }
 
 impl Finished {
@@ -68,6 +69,7 @@ impl Finished {
             reason: Some(error),
             adapted: None,
             provisioner: None,
+            disk: DiskBound::Unknown,
         }
     }
 }
@@ -92,20 +94,26 @@ pub(super) async fn execute(
         image: Some(plan.sandbox.image.clone()),
         valgrind: plan.needs_valgrind() || opts.force_valgrind,
         agent: opts.agent.clone(),
-        hub: HubConfig { output_cap_bytes: plan.sandbox.output_cap_bytes, ..HubConfig::default() },
+        hub: crate::station::hub_config(plan, opts.dead_man),
     };
     let engine = Engine::new(provisioner.clone(), opts.engine_wait);
     let kept = provisioner.clone();
-    let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;
+    let station = Station::open(provisioner.clone(), options, &mut |line| display.line(line)).await?;
+    let disk = provisioner.probe_disk_bound(station.image().unwrap_or(&plan.sandbox.image)).await;
+    if let Some(warning) = disk_warning(plan, &disk) {
+        display.line(&format!("warning: {warning}"));
+    }
+    let agent_plan = |commit: &str| {
+        let mut agent_plan = plan.agent_plan(commit);
+        agent_plan.disk_gb = (disk == DiskBound::Enforced).then_some(plan.sandbox.disk_gb);
+        agent_plan
+    };
     let pairs = opts.pairs as usize;
     let run = Run {
         plan: plan.clone(),
         opts: opts.clone(),
         station,
-        agent_plans: BTreeMap::from([
-            (Side::Base, plan.agent_plan(&base.commit)),
-            (Side::Head, plan.agent_plan(&head.commit)),
-        ]),
+        agent_plans: BTreeMap::from([(Side::Base, agent_plan(&base.commit)), (Side::Head, agent_plan(&head.commit))]),
         display: display.clone(),
         errors: Mutex::new(Vec::new()),
         gates: Mutex::new(Gates::new(pairs, plan.trials.failure_limit)),
@@ -131,7 +139,9 @@ pub(super) async fn execute(
     warnings.splice(0..0, run.notes.lock().map(|n| n.clone()).unwrap_or_default());
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
-    let mut sides_data = collect(dir, &measured(&sides), resumed.map(|r| (run.station.run_id(), &r.accounting)))?;
+    let (mut sides_data, dropped) =
+        collect(dir, &measured(&sides), resumed.map(|r| (run.station.run_id(), &r.accounting)), plan.max_metrics)?;
+    warnings.extend(dropped);
     record_cpus(&run, &sides, &mut sides_data);
     let any_ready = {
         let gates = run.gates();
@@ -143,7 +153,28 @@ pub(super) async fn execute(
     };
     let status = status_of(stop, any_ready, &mut errors);
     let adapted = run.adaptive.as_ref().map(Adaptive::adapted);
-    Ok(Finished { status, sides: sides_data, records, errors, warnings, reason, adapted, provisioner: Some(kept) })
+    // A create may have learnt more than the probe (an engine that refused a bound after all).
+    let disk = run.station.provisioner().disk_bound();
+    Ok(Finished {
+        status,
+        sides: sides_data,
+        records,
+        errors,
+        warnings,
+        reason,
+        adapted,
+        disk,
+        provisioner: Some(kept),
+    })
+}
+
+/// The report's and the terminal's warning when the sandboxes' disk is not bounded by
+/// `disk_gb` (once per run); None when it is, or when no sandbox was asked for.
+pub(super) fn disk_warning(plan: &Plan, disk: &DiskBound) -> Option<String> {
+    match disk {
+        DiskBound::Unenforced(why) => Some(format!("disk_gb ({} GB) is not enforced: {why}", plan.sandbox.disk_gb)),
+        DiskBound::Enforced | DiskBound::Unknown => None,
+    }
 }
 
 /// The CPUs each sandbox was given, as provisioned (quota and pinning).

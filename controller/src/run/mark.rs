@@ -127,6 +127,8 @@ impl Mark {
             agent,
             shipping,
             noise: self.noise.clone(),
+            // The profile the run started with is in `noise`; the ledger may hold a newer one.
+            noise_from_ledger: false,
             rates: RateOverrides {
                 cpu_usd_per_hour: self.cpu_usd_per_hour,
                 memory_usd_per_gb_hour: self.memory_usd_per_gb_hour,
@@ -135,6 +137,7 @@ impl Mark {
             ledger,
             shard: self.shard,
             engine_wait: super::engine::DEFAULT_ENGINE_WAIT,
+            dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
             force_valgrind: false,
             bisect: self.bisect,
         }

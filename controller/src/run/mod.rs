@@ -63,7 +63,7 @@ use tokio::sync::watch;
 pub use accounting::side_of;
 pub use conduct::RunResult;
 pub(crate) use conduct::record_lens;
-use conduct::{Start, apply_options, conduct};
+use conduct::{NOISE_USED, Start, apply_options, conduct, noise_from_ledger};
 pub use display::Display;
 use mark::Mark;
 pub use options::{RateOverrides, RunOptions};
@@ -90,10 +90,16 @@ pub async fn run_on(
     run_id: String,
 ) -> anyhow::Result<RunResult> {
     let mut plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (notes, noise) = apply_options(&mut plan, &opts)?;
+    let (mut notes, mut noise) = apply_options(&mut plan, &opts)?;
     let (base, head) = resolve_revisions(&plan, &opts.base, &opts.head).await?;
     let dir = crate::station::run_dir(&opts.out.join(&run_id))?;
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
+    let mut opts = opts;
+    if noise.is_none() && opts.noise_from_ledger && base.commit != head.commit {
+        noise = noise_from_ledger(&opts, &plan, &dir, &mut notes);
+        // A resume reads the same profile, from the run directory.
+        opts.noise = noise.as_ref().map(|_| dir.join(NOISE_USED));
+    }
     // Who runs the run directory, written before the ledger entry: a run whose controller is
     // gone is told from one still running, and can be resumed.
     Mark::new(&opts, &run_id, &base, &head, plan.hourly_usd()).write(&dir)?;

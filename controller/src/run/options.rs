@@ -22,6 +22,9 @@ pub struct RunOptions {
     /// A noise profile from an A/A run (`noise.json`): its relative noise replaces the spec's
     /// relative floors.
     pub noise: Option<PathBuf>,
+    /// With no `noise`, use the ledger's latest A/A noise profile of this spec, image and machine
+    /// (`--noise none` turns it off).
+    pub noise_from_ledger: bool,
     /// Rate card overrides (USD per vCPU-hour, per GiB-hour of memory, per GiB-hour of disk).
     pub rates: RateOverrides,
     /// The cost ledger to record the run in (None: no ledger).
@@ -30,6 +33,9 @@ pub struct RunOptions {
     pub shard: Option<crate::shard::Shard>,
     /// How long to wait for an unreachable engine before the run fails (`--engine-wait`).
     pub engine_wait: Duration,
+    /// How long the run's agents and the controller carry on without word from each other
+    /// (`--dead-man`).
+    pub dead_man: Duration,
     /// Runs as if the plan needed valgrind (tests): every sandbox from the derived image.
     pub force_valgrind: bool,
     /// Bisects every regressed metric between base and head once the run is decided (`--bisect`).
@@ -40,7 +46,8 @@ impl RunOptions {
     /// A run of `spec`, `base` against `head`, into `out`, every other option at its default:
     /// one pair, the spec's trials, no budget, a 60-minute run timeout, the agent found beside
     /// the controller and bind-mounted, no noise profile, the built-in rates, no ledger, no
-    /// shard, the default wait for the engine. Callers set what they need on top.
+    /// shard, the default wait for the engine and dead-man window. Callers set what they need
+    /// on top.
     pub fn new(
         spec: impl Into<PathBuf>,
         base: impl Into<String>,
@@ -59,10 +66,12 @@ impl RunOptions {
             agent: None,
             shipping: AgentShipping::Bind,
             noise: None,
+            noise_from_ledger: false,
             rates: RateOverrides::default(),
             ledger: None,
             shard: None,
             engine_wait: engine::DEFAULT_ENGINE_WAIT,
+            dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
             force_valgrind: false,
             bisect: false,
         }

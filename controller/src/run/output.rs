@@ -15,8 +15,8 @@ use crate::spec::Plan;
 
 pub use crate::report::NoiseProfile;
 
-/// Metrics and trials a side's samples may have (far beyond any plan's).
-const MAX_METRICS: usize = 4096;
+/// Trials a side's samples may have (far beyond any plan's); metrics are bounded by the spec's
+/// `[report] max_metrics`.
 const MAX_TRIAL: u32 = 100_000;
 /// Runs a trial's metric may have (a repeated command runs at most 10,000 times).
 const MAX_SAMPLE: u32 = 10_000;
@@ -34,12 +34,14 @@ pub struct Measured {
 /// are kept), and each side's facts, for the sandboxes of this attempt (`sandboxes`, in pair
 /// order). A resumed run (`resumed`: its id and what its earlier attempts completed) also takes
 /// the samples of earlier attempts' sandboxes, only those each slot's first completion counts
-/// ([`Accounting::counts`]); this attempt's sandboxes count for the slots they ran.
+/// ([`Accounting::counts`]); this attempt's sandboxes count for the slots they ran. A side
+/// takes at most `max_metrics` metrics; the warning says how many more were dropped.
 pub fn collect(
     dir: &Path,
     sandboxes: &[Measured],
     resumed: Option<(&str, &Accounting)>,
-) -> anyhow::Result<BTreeMap<sandbench_proto::Side, Side>> {
+    max_metrics: usize,
+) -> anyhow::Result<(BTreeMap<sandbench_proto::Side, Side>, Option<String>)> {
     let mut side_of_id: BTreeMap<String, sandbench_proto::Side> =
         sandboxes.iter().map(|s| (s.id.clone(), s.side)).collect();
     let current: std::collections::BTreeSet<String> = side_of_id.keys().cloned().collect();
@@ -57,6 +59,7 @@ pub fn collect(
     // new sandbox (retried after an engine restart) replaces all of its runs, not only those
     // the retry got to.
     let mut measured_in: BTreeMap<(sandbench_proto::Side, String, u32), String> = BTreeMap::new();
+    let mut dropped: BTreeMap<sandbench_proto::Side, std::collections::BTreeSet<String>> = BTreeMap::new();
     if log.exists() {
         for event in crate::observations::store::events(&log)? {
             let event = event?;
@@ -71,11 +74,15 @@ pub fn collect(
                 continue;
             }
             let side = out.entry(which).or_default();
-            // Bounded whatever the log holds: no plan has more metrics or trials.
-            if trial > MAX_TRIAL
-                || sample > MAX_SAMPLE
-                || (!side.metrics.contains_key(&metric) && side.metrics.len() >= MAX_METRICS)
-            {
+            // Bounded whatever the log holds: no plan has more trials, and metrics as the spec says.
+            if trial > MAX_TRIAL || sample > MAX_SAMPLE {
+                continue;
+            }
+            if !side.metrics.contains_key(&metric) && side.metrics.len() >= max_metrics {
+                let names = dropped.entry(which).or_default();
+                if names.len() < MAX_DROPPED_COUNTED {
+                    names.insert(metric);
+                }
                 continue;
             }
             let samples = side.metrics.entry(metric.clone()).or_default();
@@ -93,7 +100,31 @@ pub fn collect(
         }
     }
     record_facts(dir, sandboxes, &mut out);
-    Ok(out)
+    Ok((out, dropped_warning(&dropped, max_metrics)))
+}
+
+/// Distinct metrics past the bound counted per side (the count says "at least" beyond).
+const MAX_DROPPED_COUNTED: usize = 100_000;
+
+/// The warning about metrics dropped past `[report] max_metrics`, if any were.
+fn dropped_warning(
+    dropped: &BTreeMap<sandbench_proto::Side, std::collections::BTreeSet<String>>,
+    max_metrics: usize,
+) -> Option<String> {
+    if dropped.is_empty() {
+        return None;
+    }
+    let sides: Vec<String> = dropped
+        .iter()
+        .map(|(side, names)| {
+            let at_least = if names.len() >= MAX_DROPPED_COUNTED { "at least " } else { "" };
+            format!("{at_least}{} more on the {} side", names.len(), side.as_str())
+        })
+        .collect();
+    Some(format!(
+        "the sandboxes sent more metrics than report.max_metrics ({max_metrics}): {} were dropped",
+        sides.join(", ")
+    ))
 }
 
 /// Each side's facts: the machine its first live sandbox reported at Hello, and the tool
@@ -174,6 +205,7 @@ pub fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Re
             cpus: plan.sandbox.cpus,
             memory_bytes: plan.sandbox.memory_bytes,
             disk_gb: plan.sandbox.disk_gb,
+            disk_enforced: None,
         },
         started_at: report::timestamp(SystemTime::now()),
         finished_at: None,

@@ -31,6 +31,8 @@ pub struct ResumeOptions {
     pub ledger: Option<PathBuf>,
     /// How long to wait for an unreachable engine (`--engine-wait`, this machine's choice).
     pub engine_wait: Duration,
+    /// The dead-man window of the agents (`--dead-man`, this machine's choice).
+    pub dead_man: Duration,
 }
 
 /// Continues the run in `opts.dir` in Docker.
@@ -103,6 +105,7 @@ pub async fn resume_on(
     let out = dir.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut run_opts = mark.options(out, opts.agent.clone(), opts.shipping, opts.ledger.clone());
     run_opts.engine_wait = opts.engine_wait;
+    run_opts.dead_man = opts.dead_man;
     let mut plan = crate::spec::load(&run_opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (notes, noise) = apply_options(&mut plan, &run_opts)?;
     // The plan is the spec's again (the trials and pairs of the run applied): the spec must not
@@ -248,6 +251,7 @@ startup = ["product"]
             shipping: AgentShipping::Bind,
             ledger,
             engine_wait: Duration::from_secs(10),
+            dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
         }
     }
 

@@ -478,3 +478,48 @@ async fn a_run_that_needs_valgrind_provisions_every_sandbox_from_the_derived_ima
         assert_eq!(images(&fake), [image].into());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a_a_runs_noise_profile_is_kept_in_the_ledger_and_used_by_the_next_run_unless_told_not_to() {
+    let (dir, plan, opts) = setup(1);
+    let ledger = Some(dir.path().join("ledger.sqlite"));
+    let run = |opts: RunOptions, id: &str| {
+        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
+        let id = id.to_string();
+        async move { run_on(opts, not_canceled(), connect, id).await.unwrap() }
+    };
+    let a_a = RunOptions { head: "v1".into(), ledger: ledger.clone(), noise_from_ledger: true, ..opts.clone() };
+    let first = run(a_a, "20260101-000000-aa").await;
+    assert_eq!(first.status, Status::Completed, "{:?}", first.report.errors);
+    assert!(first.report.noise.is_none() && first.dir.join("noise.json").exists());
+    // The next run of the spec, on this image and machine, finds it and says where from.
+    let next =
+        run(RunOptions { ledger: ledger.clone(), noise_from_ledger: true, ..opts.clone() }, "20260101-000001-b").await;
+    let noise = next.report.noise.as_ref().expect("the ledger's profile");
+    assert_eq!(noise.run_id, "20260101-000000-aa");
+    assert!(noise.found.as_deref().is_some_and(|f| f.starts_with("the ledger's latest A/A run")), "{noise:?}");
+    assert!(next.dir.join(super::NOISE_USED).exists(), "kept for a resume");
+    let markdown = std::fs::read_to_string(next.dir.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("A/A noise profile of run `20260101-000000-aa` (the ledger's latest A/A run of this spec"),
+        "{markdown}"
+    );
+    // `--noise none`: the spec's floors.
+    let none = run(RunOptions { ledger, noise_from_ledger: false, ..opts }, "20260101-000002-c").await;
+    assert!(none.report.noise.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_past_the_specs_bound_are_dropped_with_a_warning() {
+    let spec = format!("{}\n[report]\nmax_metrics = 3\n", spec_toml());
+    let (_dir, plan, opts) = setup_spec(1, &spec);
+    assert!(plan.metrics.len() > 3, "the plan records more metrics than the bound");
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake, not_canceled()).await;
+    let report = &result.report;
+    assert_eq!((report.base_side.metrics.len(), report.head_side.metrics.len()), (3, 3));
+    let warning = report.warnings.iter().find(|w| w.contains("report.max_metrics (3)"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning: {:?}", report.warnings));
+    assert!(warning.contains("more on the base side") && warning.contains("more on the head side"), "{warning}");
+}

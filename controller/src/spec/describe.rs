@@ -24,7 +24,7 @@ fn setting(out: &mut String, plan: &Plan) {
     let _ = writeln!(out, "spec {} ({})", plan.name, plan.spec_path.display());
     let _ = writeln!(
         out,
-        "sandbox: {}, {} CPU{}, {:.1} GiB memory, {} GB disk (not enforced), {} pids, network {}, ttl {} min, \
+        "sandbox: {}, {} CPU{}, {:.1} GiB memory, {} GB disk (bounded where the engine can), {} pids, network {}, ttl {} min, \
          output kept per command {} KiB",
         s.image,
         s.cpus,
@@ -37,9 +37,12 @@ fn setting(out: &mut String, plan: &Plan) {
         s.output_cap_bytes / 1024
     );
     let _ = match &plan.source {
-        SourceSettings::Local { repository } => {
-            writeln!(out, "source: git archive of {} at each revision", repository.display())
-        }
+        SourceSettings::Local { repository } => writeln!(
+            out,
+            "source: git archive of {} at each revision (at most {} MB)",
+            repository.display(),
+            plan.source_max_bytes / 1_000_000
+        ),
         SourceSettings::Url { url } => writeln!(out, "source: {url}, cloned in the sandbox at each revision"),
         SourceSettings::None => writeln!(out, "source: none"),
     };
@@ -53,7 +56,7 @@ fn setting(out: &mut String, plan: &Plan) {
         super::Rule::Paired => "paired estimate and interval against each metric's floor",
         super::Rule::Reference => "the reference rule (medians, floors and spreads)",
     };
-    let _ = writeln!(out, "verdicts: {rule}");
+    let _ = writeln!(out, "verdicts: {rule}; at most {} metrics a side", plan.max_metrics);
     if t.max_pairs > t.measure.max(t.runtime) {
         let _ =
             writeln!(out, "adaptive: up to {} pairs while any of {} is inconclusive", t.max_pairs, t.gate.join(", "));
@@ -205,7 +208,14 @@ fn section_lines(out: &mut String, section: &Runtime) {
     }
     for s in &section.scripts {
         let reads = s.value_field.as_ref().map(|f| format!(" (RESULT field {f:?})")).unwrap_or_default();
-        let _ = writeln!(out, "  script {}: `{}` reports {}{reads}", s.name, s.step.run, s.metrics.join(", "));
+        let _ = writeln!(
+            out,
+            "  script {}: `{}` reports {}{reads} (at most {} RESULT lines a run)",
+            s.name,
+            s.step.run,
+            s.metrics.join(", "),
+            s.max_results
+        );
         if s.instructions {
             let _ = writeln!(out, "    {}", lens_words("the script", &format!("script.{}", s.name)));
         }

@@ -75,6 +75,13 @@ pub struct SandboxSettings {
     pub ttl: Duration,
 }
 
+impl SandboxSettings {
+    /// `disk_gb` in bytes (GB: 10^9 bytes), the bound asked of the engine.
+    pub fn disk_bytes(&self) -> u64 {
+        (self.disk_gb * 1e9).round().max(1.0) as u64
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SourceSettings {
@@ -124,6 +131,11 @@ pub struct Plan {
     pub rule: Rule,
     /// `[bisect]`: what `run --bisect` may spend.
     pub bisect: BisectSettings,
+    /// Metrics a side of the run may have (`[report] max_metrics`); the rest are dropped with
+    /// a warning.
+    pub max_metrics: usize,
+    /// The largest source archive uploaded into a sandbox (`[source] max_mb`).
+    pub source_max_bytes: u64,
 }
 
 /// `[bisect]` of a spec.
@@ -138,6 +150,11 @@ impl Default for BisectSettings {
         BisectSettings { max_steps: validate::DEFAULT_BISECT_STEPS }
     }
 }
+
+/// Metrics a side may have by default (`[report] max_metrics`): far beyond any plan's.
+pub const DEFAULT_MAX_METRICS: i64 = 4096;
+/// The largest source archive by default, in MB (`[source] max_mb`).
+pub const DEFAULT_SOURCE_MAX_MB: f64 = 512.0;
 
 /// Which rule decides each metric (`[report] rule`); the report applies it ([`crate::report`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -70,6 +70,8 @@ pub struct RawLens {
 pub struct RawReport {
     /// `paired` (default) or `reference`.
     pub rule: Option<Spanned<String>>,
+    /// Metrics a side of the run may have; past it, the rest are dropped with a warning.
+    pub max_metrics: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -95,6 +97,8 @@ pub struct RawSource {
     pub repository: Option<Spanned<String>>,
     /// A git URL the sandbox clones (needs `sandbox.network = true`).
     pub url: Option<Spanned<String>>,
+    /// The largest source archive uploaded, in MB.
+    pub max_mb: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -188,6 +192,8 @@ pub struct RawRuntime {
     pub command: Vec<Spanned<RawRepeated>>,
     #[serde(default)]
     pub script: Vec<Spanned<RawScript>>,
+    /// `RESULT` lines taken from one run of a script; the rest are dropped with a warning.
+    pub max_results_per_script: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -11,9 +11,20 @@ use super::bounds;
 use super::raw::*;
 use super::validate::{Validator, json};
 
+/// The most `RESULT` lines a spec may let one script run send (each is an observation in the
+/// journal, whose size is bounded).
+const MAX_RESULTS_PER_SCRIPT: i64 = 100_000;
+
 impl Validator<'_> {
     /// One section (`runtime`, `transport` or `ui`, named by `section` in errors).
     pub(super) fn runtime(&mut self, raw: &RawRuntime, section: &str) -> Runtime {
+        let max_results = self.count(
+            &raw.max_results_per_script,
+            &format!("{section}.max_results_per_script"),
+            1,
+            MAX_RESULTS_PER_SCRIPT,
+            i64::from(sandbench_proto::plan::DEFAULT_MAX_RESULTS),
+        ) as u32;
         Runtime {
             scenarios: raw
                 .scenario
@@ -31,7 +42,7 @@ impl Validator<'_> {
                 .script
                 .iter()
                 .enumerate()
-                .map(|(n, s)| self.script(&format!("{section}.script[{n}]"), s.get_ref()))
+                .map(|(n, s)| self.script(&format!("{section}.script[{n}]"), s.get_ref(), max_results))
                 .collect(),
         }
     }
@@ -120,7 +131,7 @@ impl Validator<'_> {
         }
     }
 
-    fn script(&mut self, field: &str, r: &RawScript) -> Script {
+    fn script(&mut self, field: &str, r: &RawScript, max_results: u32) -> Script {
         self.bounded(&r.name, &format!("{field}.name"), bounds::file_name);
         let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
         if r.metrics.get_ref().is_empty() {
@@ -144,6 +155,7 @@ impl Validator<'_> {
             metrics: r.metrics.get_ref().clone(),
             value_field: r.value_field.clone(),
             instructions: r.instructions,
+            max_results,
         }
     }
 

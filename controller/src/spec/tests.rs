@@ -637,7 +637,7 @@ fn the_output_kept_per_command_is_the_specs_within_bounds() {
         let found = errors(&spec);
         assert!(found.len() == 1 && found[0].starts_with("bench.toml:4: sandbox.output_kb: "), "{bad}: {found:?}");
     }
-    assert!(super::describe(&plan).contains("GB disk (not enforced)"), "{}", super::describe(&plan));
+    assert!(super::describe(&plan).contains("GB disk (bounded where the engine can)"), "{}", super::describe(&plan));
 }
 
 #[test]
@@ -671,4 +671,60 @@ fn check_asks_git_whether_a_url_names_a_repository() {
     let plan = parse(&spec_path, &spec(unreachable)).unwrap();
     let warning = check_remote(&spec_path, &plan).unwrap().expect("a warning");
     assert!(warning.contains("source.url: could not ask whether") && warning.contains(unreachable), "{warning}");
+}
+
+#[test]
+fn intake_bounds_have_defaults_and_are_the_specs_within_bounds() {
+    let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
+    assert_eq!((plan.max_metrics, plan.source_max_bytes), (4096, 512_000_000));
+    let spec = r#"
+name = "bounds"
+[source]
+max_mb = 1.5
+[report]
+max_metrics = 10
+[install]
+command = "true"
+[runtime]
+max_results_per_script = 5
+[[runtime.script]]
+name = "s"
+run = "true"
+metrics = ["a"]
+[[transport.script]]
+name = "t"
+run = "true"
+metrics = ["b"]
+[metrics.a]
+title = "A"
+unit = "ms"
+[metrics.b]
+title = "B"
+unit = "ms"
+"#;
+    let plan = parse(Path::new("bench.toml"), spec).unwrap();
+    assert_eq!((plan.max_metrics, plan.source_max_bytes), (10, 1_500_000));
+    assert_eq!(plan.agent.runtime.scripts[0].max_results, 5);
+    assert_eq!(plan.agent.transport.scripts[0].max_results, sandbench_proto::plan::DEFAULT_MAX_RESULTS);
+    let shown = describe(&plan);
+    assert!(shown.contains("at most 10 metrics a side"), "{shown}");
+    assert!(shown.contains("(at most 5 RESULT lines a run)"), "{shown}");
+    for (bad, line, field) in [
+        ("max_mb = 0", 4, "source.max_mb"),
+        ("max_mb = -4", 4, "source.max_mb"),
+        ("max_metrics = 0", 6, "report.max_metrics"),
+        ("max_metrics = 70000", 6, "report.max_metrics"),
+        ("max_results_per_script = 0", 10, "runtime.max_results_per_script"),
+        ("max_results_per_script = 100001", 10, "runtime.max_results_per_script"),
+    ] {
+        let key = bad.split(' ').next().unwrap();
+        let text: String = spec
+            .lines()
+            .map(|l| if l.starts_with(key) { bad.to_string() } else { l.to_string() })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let found = errors(&text);
+        let prefix = format!("bench.toml:{line}: {field}: expected ");
+        assert!(found.len() == 1 && found[0].starts_with(&prefix), "{bad}: {found:?}");
+    }
 }

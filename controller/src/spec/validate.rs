@@ -130,6 +130,7 @@ impl Validator<'_> {
             env: raw.env.clone(),
             harness,
             lens: self.lens(&raw.lens),
+            disk_gb: None,
         };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);
@@ -137,6 +138,10 @@ impl Validator<'_> {
             max_steps: self.count(&raw.bisect.max_steps, "bisect.max_steps", 1, 64, i64::from(DEFAULT_BISECT_STEPS))
                 as u32,
         };
+        let max_metrics =
+            self.count(&raw.report.max_metrics, "report.max_metrics", 1, 65_536, super::DEFAULT_MAX_METRICS) as usize;
+        let source_max_mb =
+            self.number(&raw.source.max_mb, "source.max_mb", 0.0, 1_000_000.0, super::DEFAULT_SOURCE_MAX_MB);
         let ttl = sandbox.ttl;
         sandbox.ttl = Duration::ZERO;
         let mut plan = Plan {
@@ -150,6 +155,8 @@ impl Validator<'_> {
             cost,
             rule,
             bisect,
+            max_metrics,
+            source_max_bytes: (source_max_mb * 1e6) as u64,
         };
         plan.metrics = self.metric_definitions(&plan, &raw.metrics);
         (plan.trials.max_pairs, plan.trials.gate) = self.adaptive(&plan, &raw.trials);

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::observations::server::{Hub, HubConfig, ServerHandle};
+use crate::observations::server::{DEFAULT_HEARTBEAT, Hub, HubConfig, ServerHandle};
 use crate::provision::{AgentShipping, Provisioner, Resources, Sandbox, SandboxRequest, labels};
 use crate::spec::Plan;
 use sandbox::{LiveSandbox, Teardown};
@@ -42,6 +42,15 @@ pub struct StationOptions {
     /// The agent executable to ship (None: beside this executable, or `$SANDBENCH_AGENT`).
     pub agent: Option<PathBuf>,
     pub hub: HubConfig,
+}
+
+/// The hub settings of a station that runs `plan`'s sandboxes: the plan's output cap, the
+/// default heartbeat and the `--dead-man` window.
+pub fn hub_config(plan: &Plan, dead_man: Duration) -> HubConfig {
+    HubConfig {
+        output_cap_bytes: plan.sandbox.output_cap_bytes,
+        ..HubConfig::with_dead_man(DEFAULT_HEARTBEAT, dead_man)
+    }
 }
 
 pub struct Station {
@@ -191,6 +200,7 @@ impl Station {
             cpuset: plan.sandbox.cpuset.clone(),
             memory_bytes: plan.sandbox.memory_bytes,
             pids_limit: plan.sandbox.pids_limit,
+            disk_bytes: Some(plan.sandbox.disk_bytes()),
         };
         request.network = plan.sandbox.network;
         request.ttl = plan.sandbox.ttl;
@@ -300,6 +310,7 @@ fn private_dir(dir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::time::Duration;
 
     use super::run_dir;
 
@@ -330,5 +341,20 @@ mod tests {
             assert!(err.contains("belongs to uid 4242, not to this user (uid 0)"), "{err}");
             assert_eq!((mode(&theirs), std::fs::metadata(&theirs).unwrap().uid()), (0o755, 4242));
         }
+    }
+
+    #[test]
+    fn the_hub_takes_the_plans_output_cap_and_the_dead_man_window_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("bench.toml");
+        let text = crate::provision::fake::spec_text(
+            "install = 1\nmeasure = 1",
+            "[install]\ncommand = \"sh install.sh\"\n\n[measure]\nstartup = [\"product\"]\n",
+        );
+        std::fs::write(&spec, text.replace("disk_gb = 10\n", "disk_gb = 10\noutput_kb = 64\n")).unwrap();
+        let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let config = super::hub_config(&plan, Duration::from_secs(45));
+        assert_eq!(config.output_cap_bytes, 64 * 1024);
+        assert_eq!((config.heartbeat, config.dead_man()), (Duration::from_millis(500), Duration::from_secs(45)));
     }
 }

@@ -101,7 +101,7 @@ pub async fn teardown(provisioner: &dyn Provisioner, hub: &Hub, run_dir: &Path, 
 }
 
 /// Uploads `git archive` of the commit into the sandbox when the plan's source is a local
-/// repository (the agent fetches git URLs itself).
+/// repository (the agent fetches git URLs itself), streamed and bounded by `[source] max_mb`.
 pub async fn deliver_source(
     provisioner: &dyn Provisioner,
     plan: &Plan,
@@ -109,8 +109,13 @@ pub async fn deliver_source(
     agent_plan: &AgentPlan,
 ) -> anyhow::Result<()> {
     if let (SourceSettings::Local { repository }, Source::Archive { commit }) = (&plan.source, &agent_plan.source) {
-        let tar = crate::source::archive(repository, commit, SOURCE_DIR).await?;
-        provisioner.upload(&sandbox.id, tar).await?;
+        let archive = crate::source::archive(repository, commit, SOURCE_DIR, plan.source_max_bytes).await?;
+        let uploaded = provisioner.upload(&sandbox.id, archive.tar).await;
+        // The stream's own reason first: the engine's error for a body cut short says less.
+        if let Some(why) = archive.failure.get() {
+            anyhow::bail!("{why}");
+        }
+        uploaded?;
     }
     Ok(())
 }

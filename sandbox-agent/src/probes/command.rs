@@ -36,6 +36,55 @@ pub struct Finished {
     pub elapsed: Duration,
     /// What the command and the descendants it waited for cost (its wait4 rusage).
     pub usage: super::usage::Usage,
+    /// The error a write met on a full disk, when its output says so (all of it, not only what
+    /// is kept): `no space left on device` (ENOSPC) or `disk quota exceeded` (EDQUOT).
+    pub disk_full: Option<&'static str>,
+}
+
+/// The sandbox's disk bound (`disk_gb`) when the engine enforces it, named in the error of a
+/// command that failed on a full disk. Set by each phase from its plan.
+static DISK_GB: std::sync::Mutex<Option<f64>> = std::sync::Mutex::new(None);
+
+pub fn set_disk_bound(disk_gb: Option<f64>) {
+    *crate::journal::lock(&DISK_GB) = disk_gb;
+}
+
+/// Words of a full disk in output, lower case, and the error each names: libc's strerror of
+/// ENOSPC and EDQUOT, and the errno names Node, Python and others print.
+const DISK_FULL: [(&str, &str); 4] = [
+    ("no space left on device", "no space left on device"),
+    ("enospc", "no space left on device"),
+    ("disk quota exceeded", "disk quota exceeded"),
+    ("edquot", "disk quota exceeded"),
+];
+
+/// Finds a full disk's words in output read in chunks (the words may straddle two).
+#[derive(Debug, Default)]
+pub struct DiskFullScan {
+    carry: Vec<u8>,
+    pub found: Option<&'static str>,
+}
+
+impl DiskFullScan {
+    pub fn scan(&mut self, chunk: &[u8]) {
+        if self.found.is_some() {
+            return;
+        }
+        let mut text = std::mem::take(&mut self.carry);
+        text.extend(chunk.iter().map(u8::to_ascii_lowercase));
+        self.found = DISK_FULL
+            .iter()
+            .find(|(words, _)| text.windows(words.len()).any(|w| w == words.as_bytes()))
+            .map(|(_, error)| *error);
+        self.carry = text.split_off(text.len().saturating_sub(32));
+    }
+}
+
+/// The error of a full disk that `output` names, if it names one.
+pub fn disk_full_in(output: &[u8]) -> Option<&'static str> {
+    let mut scan = DiskFullScan::default();
+    scan.scan(output);
+    scan.found
 }
 
 impl Finished {
@@ -50,8 +99,13 @@ impl Finished {
         }
         let text = self.output_text();
         let tail: String = text.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+        let full = match (self.disk_full, *crate::journal::lock(&DISK_GB)) {
+            (Some(error), Some(gb)) => format!(": {error}: the sandbox's disk is full (disk_gb = {gb})"),
+            (Some(error), None) => format!(": {error}: the disk is full"),
+            (None, _) => String::new(),
+        };
         bail!(
-            "{what} failed ({}){}",
+            "{what} failed ({}){full}{}",
             describe(self.status),
             if tail.trim().is_empty() { String::new() } else { format!(": {}", tail.trim()) }
         )
@@ -78,7 +132,9 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
     drop(tx);
     let (waiter, done_rx) = spawn_waiter(child);
     let mut output = Vec::new();
+    let mut full = DiskFullScan::default();
     let pumped = pump(&rx, &done_rx, pid, started + command.timeout, &mut |stream, chunk| {
+        full.scan(chunk);
         keep(&mut output, sink, stream, chunk);
     });
     // The child's process group: a timeout, or leftovers after the exit.
@@ -87,6 +143,7 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
     crate::reaper::disown(pid);
     // Drain what the readers still hold.
     while let Ok((stream, chunk)) = rx.recv_timeout(Duration::from_millis(50)) {
+        full.scan(&chunk);
         keep(&mut output, sink, stream, &chunk);
     }
     let (status, usage) = status.context("cannot wait for the command")?;
@@ -97,7 +154,7 @@ pub fn run(command: &ShellCommand, sink: &mut dyn FnMut(LogStream, &[u8])) -> an
     // Readers end when the last holder of the pipes is gone; one held open by a process that
     // escaped the group is not waited for.
     drop(readers);
-    Ok(Finished { status, output, elapsed, usage })
+    Ok(Finished { status, output, elapsed, usage, disk_full: full.found })
 }
 
 /// `/bin/sh -c` with only the given environment, in its own process group, as the user.
@@ -235,6 +292,31 @@ mod tests {
             user: None,
             timeout: Duration::from_millis(timeout_ms),
         }
+    }
+
+    #[test]
+    fn a_full_disk_is_found_past_the_kept_output_and_named_in_the_error() {
+        let mut scan = DiskFullScan::default();
+        scan.scan(b"dd: error writing 'big': No space ");
+        scan.scan(b"left on device\n");
+        assert_eq!(scan.found, Some("no space left on device"));
+        assert_eq!(disk_full_in(b"Error: EDQUOT: disk quota exceeded, write"), Some("disk quota exceeded"));
+        assert_eq!(disk_full_in(b"npm ERR! code ENOSPC"), Some("no space left on device"));
+        assert_eq!(disk_full_in(b"all fine"), None);
+        // The words come after more output than is kept (1 MiB): still found.
+        let run_it = "head -c 2000000 /dev/zero | tr '\\0' y; echo; echo 'write: No space left on device' >&2; exit 1";
+        let done = run(&shell(run_it, 10_000), &mut |_, _| {}).unwrap();
+        assert_eq!(done.output.len(), KEEP_BYTES);
+        assert_eq!(done.disk_full, Some("no space left on device"));
+        set_disk_bound(Some(0.25));
+        let err = done.success("`fill`").unwrap_err().to_string();
+        set_disk_bound(None);
+        assert!(
+            err.starts_with(
+                "`fill` failed (exit status 1): no space left on device: the sandbox's disk is full (disk_gb = 0.25): "
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -52,20 +52,12 @@ fn live_seconds_by(proc: &Path, uid: u32, clock_ns: impl Fn(i32) -> Option<u64>)
 
 /// The CPU-time clock of process `pid` (every thread it has had, exited ones included), in
 /// nanoseconds; `None` when it cannot be read (the process is gone, or the kernel refuses).
-/// Raw libc: rustix names no CPU-time clock of another process.
+/// nix: rustix names no CPU-time clock of another process.
 pub fn process_clock_ns(pid: i32) -> Option<u64> {
-    let mut clock: libc::clockid_t = 0;
-    // SAFETY: clock_getcpuclockid only writes a clock id through the valid pointer it is given.
-    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
-        return None;
-    }
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime only writes the time through the valid pointer it is given.
-    if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
-        return None;
-    }
-    let secs = u64::try_from(now.tv_sec).ok()?;
-    let nanos = u64::try_from(now.tv_nsec).ok()?;
+    let clock = nix::time::clock_getcpuclockid(nix::unistd::Pid::from_raw(pid)).ok()?;
+    let now = clock.now().ok()?;
+    let secs = u64::try_from(now.tv_sec()).ok()?;
+    let nanos = u64::try_from(now.tv_nsec()).ok()?;
     Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
 }
 

@@ -49,7 +49,7 @@ impl Daemon {
             .write(true)
             .create(true)
             .truncate(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(&launch.log_path)
             .with_context(|| format!("cannot create {}", launch.log_path.display()))?;
         let mut cmd = Command::new(program);

@@ -10,7 +10,8 @@
 //! before ([`Usage::since`]). Processes that left the tree unwaited (double-forked, reaped by the
 //! agent) are not counted by either.
 //!
-//! wait4 is the one raw libc call here (rustix has no rusage); [`wait`] is its safe wrapper.
+//! wait4 is the one raw libc call here (neither rustix nor nix has wait4 with its rusage);
+//! [`wait`] is its safe wrapper.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;

@@ -102,6 +102,7 @@ impl Run {
             cpuset: cpuset.or(sandbox.cpuset.clone()),
             memory_bytes: sandbox.memory_bytes,
             pids_limit: sandbox.pids_limit,
+            disk_bytes: Some(sandbox.disk_bytes()),
         };
         request.network = sandbox.network;
         request.ttl = sandbox.ttl;

@@ -194,7 +194,8 @@ fn timed_runs(
         if !output.is_empty() {
             ctx.log(LogStream::Stdout, &output);
         }
-        command::Finished { status: done.status, output, elapsed: done.elapsed, usage: done.usage }
+        let disk_full = command::disk_full_in(&output);
+        command::Finished { status: done.status, output, elapsed: done.elapsed, usage: done.usage, disk_full }
             .success(&format!("`{}`", timed.run))?;
         if run >= warmup {
             took(&done);
@@ -246,30 +247,71 @@ fn run_script(
         Err(err) => Some(err),
         Ok(_) => results.invalid.map(|why| anyhow!("invalid RESULT line: {why}")),
     };
+    warn_dropped(ctx, script, trial, results.dropped);
     record_script(ctx, trial, script, &results.reported, failure, used)
 }
 
-/// What a script's stdout reported so far: the metrics of its `RESULT` lines, why the first
-/// invalid one is, and the start of a line not yet ended.
+/// What a script's stdout reported so far: the metrics of its `RESULT` lines (at most
+/// `max_results` lines of them; the rest are counted and dropped), why the first invalid one is,
+/// and the start of a line not yet ended (at most [`MAX_LINE_BYTES`] of it).
 #[derive(Default)]
 struct ScriptResults {
     partial: Vec<u8>,
+    /// The line being read passed [`MAX_LINE_BYTES`]: the rest of it is skipped.
+    skipping: bool,
     reported: Vec<(String, f64)>,
     invalid: Option<String>,
+    /// `RESULT` lines taken, and dropped past the script's bound.
+    taken: u32,
+    dropped: u64,
 }
+
+/// The longest line of a script's stdout read for a `RESULT` (the rest of a longer one is not
+/// held: a script printing gigabytes without a newline costs the agent nothing).
+const MAX_LINE_BYTES: usize = 1 << 20;
 
 impl ScriptResults {
     /// Takes a chunk of the script's stdout and parses each line it ends.
     fn feed(&mut self, script: &Script, chunk: &[u8]) {
-        self.partial.extend_from_slice(chunk);
-        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            self.line(script, &String::from_utf8_lossy(&line));
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let end = rest.iter().position(|&b| b == b'\n');
+            let (piece, ended) = match end {
+                Some(at) => (&rest[..=at], true),
+                None => (rest, false),
+            };
+            rest = &rest[piece.len()..];
+            if !self.skipping {
+                self.partial.extend_from_slice(piece);
+                if self.partial.len() > MAX_LINE_BYTES {
+                    if self.partial.starts_with(b"RESULT ") {
+                        self.invalid.get_or_insert(format!("a line longer than {MAX_LINE_BYTES} bytes"));
+                    }
+                    self.partial = Vec::new();
+                    self.skipping = !ended;
+                    continue;
+                }
+            }
+            if ended {
+                if !self.skipping {
+                    let line = std::mem::take(&mut self.partial);
+                    self.line(script, &String::from_utf8_lossy(&line));
+                }
+                self.skipping = false;
+            }
         }
     }
 
-    /// One line of stdout: a `RESULT` line adds its metrics, or says why it is invalid.
+    /// One line of stdout: a `RESULT` line adds its metrics, or says why it is invalid; past
+    /// the script's bound it is only counted.
     fn line(&mut self, script: &Script, line: &str) {
+        if script.value_field.is_none() && line.starts_with("RESULT ") {
+            if self.taken >= script.max_results {
+                self.dropped += 1;
+                return;
+            }
+            self.taken += 1;
+        }
         let parsed = match (&script.value_field, script.metrics.first()) {
             // The reference's benches: the first RESULT line's field is the one metric.
             (Some(field), Some(metric)) if self.reported.is_empty() && self.invalid.is_none() => {
@@ -286,6 +328,23 @@ impl ScriptResults {
             }
         }
     }
+}
+
+/// Says that a script printed more `RESULT` lines than its bound, and how many were dropped:
+/// in the log and as a warning of the trial, which the report shows.
+fn warn_dropped(ctx: &PhaseContext, script: &Script, trial: u32, dropped: u64) {
+    if dropped == 0 {
+        return;
+    }
+    let text = format!(
+        "{}: script {} printed {dropped} RESULT lines past its bound of {} (max_results_per_script); they were dropped",
+        ctx.command_id, script.name, script.max_results
+    );
+    ctx.note(&text);
+    ctx.file(
+        &format!("warnings/{}-results-{}-{trial}.txt", ctx.command_id, script.name),
+        format!("{text}\n").as_bytes(),
+    );
 }
 
 /// Sends a script's reported values and companions, or `failure` on each of its metrics (and
@@ -809,5 +868,64 @@ mod tests {
         assert!(check_expect(&done, &ok).is_ok());
         let err = check_expect(&done, &bad).unwrap_err().to_string();
         assert!(err.starts_with("expected status = \"error\", got \"ok\""), "{err}");
+    }
+
+    fn script(max_results: u32) -> Script {
+        let step =
+            sandbench_proto::plan::Step { run: String::new(), cwd: None, timeout_s: 10.0, env: Default::default() };
+        Script {
+            name: "flood".into(),
+            step,
+            metrics: vec!["a".into()],
+            value_field: None,
+            instructions: false,
+            max_results,
+        }
+    }
+
+    #[test]
+    fn result_lines_past_the_bound_are_dropped_and_said() {
+        let flood = script(3);
+        let mut results = ScriptResults::default();
+        let text = "noise\nRESULT {\"a\": 1}\n".repeat(100_000);
+        // In odd pieces, as a pipe delivers them.
+        for piece in text.as_bytes().chunks(4093) {
+            results.feed(&flood, piece);
+        }
+        assert_eq!(results.reported, vec![("a".to_string(), 1.0); 3]);
+        assert_eq!((results.taken, results.dropped, results.invalid.as_deref()), (3, 99_997, None));
+        let dir = tempfile::tempdir().unwrap();
+        let (ctx, mut rx) = context(dir.path());
+        warn_dropped(&ctx, &flood, 2, results.dropped);
+        warn_dropped(&ctx, &flood, 3, 0);
+        let files: Vec<(String, String)> = std::iter::from_fn(|| rx.try_recv().ok())
+            .filter_map(|b| match b {
+                event::Body::File(f) => Some((f.path, String::from_utf8_lossy(&f.data).to_string())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            files,
+            [(
+                "warnings/c-results-flood-2.txt".to_string(),
+                "c: script flood printed 99997 RESULT lines past its bound of 3 (max_results_per_script); they \
+                 were dropped\n"
+                    .to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_line_without_end_is_not_held() {
+        let flood = script(10);
+        let mut results = ScriptResults::default();
+        results.feed(&flood, b"RESULT {\"a\": ");
+        for _ in 0..64 {
+            results.feed(&flood, &[b'7'; 64 << 10]);
+            assert!(results.partial.len() <= MAX_LINE_BYTES + (64 << 10));
+        }
+        results.feed(&flood, b"}\nRESULT {\"a\": 2}\n");
+        assert_eq!(results.reported, [("a".to_string(), 2.0)]);
+        assert!(results.invalid.as_deref().is_some_and(|w| w.contains("longer than")), "{:?}", results.invalid);
     }
 }

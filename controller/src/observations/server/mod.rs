@@ -19,13 +19,15 @@ use sandbench_proto::v1::{
     controller_message, event, observation,
 };
 use serde::{Deserialize, Serialize};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::observations::intake::{self, FileLimits, Files, MAX_ERROR_BYTES, MAX_NAME_BYTES, Outputs, Refusals};
 use crate::observations::store::{Data, EventLog, OBSERVATIONS_FILE, StoredBody, StoredEvent};
+use conn::Guarded;
+pub use conn::{MAX_CONNECTIONS_PER_SOCKET, MAX_STREAMS_PER_CONNECTION};
 
 pub use crate::observations::intake::Refusal;
 
@@ -44,20 +46,17 @@ pub struct HubConfig {
     pub output_cap_bytes: u64,
     /// Bounds on the files each sandbox sends.
     pub files: FileLimits,
+    /// How long a connection may stay silent before it is closed (a live agent's heartbeats
+    /// come every `heartbeat`).
+    pub idle_timeout: Duration,
 }
 
 /// How long either side carries on without word from the other by default: long enough for a
 /// controller stalled on a loaded machine (paused 8.5 s in a fault drill) to come back.
 pub const DEFAULT_DEAD_MAN: Duration = Duration::from_secs(30);
 
-/// The dead-man window of [`HubConfig::default`] in milliseconds; `--dead-man` sets it.
-static DEAD_MAN_MS: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(DEFAULT_DEAD_MAN.as_millis() as u64);
-
-/// Sets the dead-man window every later [`HubConfig::default`] uses (the `--dead-man` option).
-pub fn set_dead_man(window: Duration) {
-    DEAD_MAN_MS.store(window.as_millis().clamp(1, u128::from(u64::MAX)) as u64, std::sync::atomic::Ordering::Relaxed);
-}
+/// How often either side says it is alive by default.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(500);
 
 impl HubConfig {
     /// Heartbeats every `heartbeat`, giving the other side up after `window` without word
@@ -71,6 +70,8 @@ impl HubConfig {
             hello_timeout: Duration::from_secs(10),
             output_cap_bytes: intake::DEFAULT_OUTPUT_CAP_BYTES,
             files: FileLimits::default(),
+            // Twice the dead-man window: by then the session gave the agent up on its own.
+            idle_timeout: (heartbeat * intervals).saturating_mul(2),
         }
     }
 
@@ -81,10 +82,9 @@ impl HubConfig {
 }
 
 impl Default for HubConfig {
-    /// Heartbeats every 500 ms; the dead-man window [`set_dead_man`] set, else 30 s.
+    /// Heartbeats every 500 ms, the default dead-man window (30 s).
     fn default() -> Self {
-        let window = Duration::from_millis(DEAD_MAN_MS.load(std::sync::atomic::Ordering::Relaxed));
-        HubConfig::with_dead_man(Duration::from_millis(500), window)
+        HubConfig::with_dead_man(DEFAULT_HEARTBEAT, DEFAULT_DEAD_MAN)
     }
 }
 
@@ -360,9 +360,19 @@ impl Hub {
             .max_decoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(sandbench_proto::MAX_MESSAGE_BYTES);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (connections, incoming) = mpsc::channel::<std::io::Result<UnixStream>>(64);
+        let (connections, incoming) = mpsc::channel::<std::io::Result<Guarded>>(64);
+        let hello_timeout = self.inner.config.hello_timeout;
         let task = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
+                .max_concurrent_streams(conn::MAX_STREAMS_PER_CONNECTION)
+                .concurrency_limit_per_connection(conn::MAX_STREAMS_PER_CONNECTION as usize)
+                // A session's call returns once its Hello is accepted; the stream goes on.
+                .timeout(hello_timeout + CALL_MARGIN)
+                // No keepalive pings: their answers would keep a silent connection from ever
+                // being idle; a dead peer is silent, and the idle timeout closes it.
+                .http2_keepalive_interval(None)
+                .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
+                .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
                 .add_service(service)
                 .serve_with_incoming_shutdown(ReceiverStream::new(incoming), async {
                     let _ = stop_rx.await;
@@ -653,6 +663,13 @@ impl Hub {
     }
 }
 
+/// Time a session's call has past the Hello timeout to answer (a refusal may wait).
+const CALL_MARGIN: Duration = Duration::from_secs(5);
+/// The headers of one call: an agent sends a handful of short ones.
+const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
+/// Streams opened and reset before the server saw them (HTTP/2 rapid reset), per connection.
+const MAX_PENDING_RESETS: usize = 20;
+
 /// Errors of failed observations kept per command in [`AgentStatus`].
 const MAX_ERRORS_KEPT: usize = 1000;
 /// Refused file chunks logged one by one per sandbox (all are in the log, marked).
@@ -716,7 +733,7 @@ impl SandboxState {
 pub struct ServerHandle {
     hub: Hub,
     /// Connections accepted on any socket, handed to the one gRPC server.
-    connections: mpsc::Sender<std::io::Result<UnixStream>>,
+    connections: mpsc::Sender<std::io::Result<Guarded>>,
     listeners: Mutex<Vec<(PathBuf, tokio::task::JoinHandle<()>)>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -756,11 +773,27 @@ impl ServerHandle {
         let listener = UnixListener::bind(socket).with_context(|| format!("cannot listen on {}", socket.display()))?;
         let connections = self.connections.clone();
         let path = socket.to_path_buf();
+        let config = self.hub.inner.config;
+        let slots = Arc::new(tokio::sync::Semaphore::new(conn::MAX_CONNECTIONS_PER_SOCKET));
         let accept = tokio::spawn(async move {
+            let mut refused = 0u64;
             loop {
                 match listener.accept().await {
                     Ok((stream, _)) => {
-                        if connections.send(Ok(stream)).await.is_err() {
+                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                            // Closed at once: the socket holds its bound of connections.
+                            refused += 1;
+                            if refused.is_power_of_two() {
+                                tracing::warn!(
+                                    "refused {refused} connection(s) on {}: it holds {} already",
+                                    path.display(),
+                                    conn::MAX_CONNECTIONS_PER_SOCKET
+                                );
+                            }
+                            continue;
+                        };
+                        let guarded = Guarded::new(stream, slot, config.hello_timeout, config.idle_timeout);
+                        if connections.send(Ok(guarded)).await.is_err() {
                             return;
                         }
                     }
@@ -821,6 +854,7 @@ impl Agent for Service {
         request: Request<Streaming<AgentMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let config = self.hub.inner.config;
+        let greeted = request.extensions().get::<conn::Greeted>().cloned();
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(config.hello_timeout, inbound.message())
             .await
@@ -839,6 +873,9 @@ impl Agent for Service {
                 return Err(status);
             }
         };
+        if let Some(greeted) = greeted {
+            greeted.mark();
+        }
         let hub = self.hub.clone();
         tokio::spawn(async move {
             let sandbox_id = hello.sandbox_id;
@@ -981,6 +1018,7 @@ fn random_token() -> anyhow::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+mod conn;
 #[cfg(test)]
 mod fuzz;
 

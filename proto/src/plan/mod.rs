@@ -67,6 +67,10 @@ pub struct AgentPlan {
     /// How the instruction lens runs its steps (when any step asks for it).
     #[serde(default, skip_serializing_if = "crate::lens::LensPlan::is_default")]
     pub lens: crate::lens::LensPlan,
+    /// The sandbox's disk bound (`disk_gb`), when the engine enforces it: a step that fails on a
+    /// full disk says so, naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_gb: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -232,6 +236,17 @@ pub struct Script {
     /// Run once more per trial under the instruction lens, untimed (`script.<name>.instructions`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub instructions: bool,
+    /// `RESULT` lines taken from one run; the agent drops the rest and says how many.
+    #[serde(default = "default_max_results")]
+    pub max_results: u32,
+}
+
+/// `RESULT` lines taken from one run of a script by default (`max_results_per_script`): far
+/// more than a bench reports, few enough that a flood costs the journal nothing.
+pub const DEFAULT_MAX_RESULTS: u32 = 1000;
+
+fn default_max_results() -> u32 {
+    DEFAULT_MAX_RESULTS
 }
 
 /// How a scenario talks to its child.

@@ -83,20 +83,7 @@ pub(super) async fn conduct(
         Err(err) => Finished::failed(format!("{err:#}")),
     };
     let provisioner = finished.provisioner.clone();
-    // Whether the engine bounded the sandboxes' disk: the report says so beside the size it
-    // prints, and warns when it did not.
-    let disk = execute::disk_warning(&plan, &finished.disk);
-    report.resources.disk_enforced = match &finished.disk {
-        DiskBound::Enforced => Some(true),
-        DiskBound::Unenforced(_) => Some(false),
-        DiskBound::Unknown => None,
-    };
-    let reason = finished.reason.clone();
-    if let Some(adapted) = &finished.adapted {
-        grow_report(&mut report, &plan, adapted);
-    }
-    finish(&mut report, finished, disk.into_iter().chain(notes).collect(), &dir);
-    report.sandboxes.splice(0..0, earlier);
+    let reason = settle_report(&mut report, &plan, finished, notes, &dir, earlier);
     if let Some(provisioner) = provisioner.filter(|_| opts.bisect) {
         // The verdicts are written first: they stand whatever the bisections do.
         write_reports(&dir, &mut report)?;
@@ -115,12 +102,7 @@ pub(super) async fn conduct(
     }
     write_reports(&dir, &mut report)?;
     if base.commit == head.commit && report.status == Status::Completed {
-        let path = write_noise_profile(&report, &dir)?;
-        let kept = match &ledger {
-            Some(ledger) => keep_noise_profile(ledger, &report, &path),
-            None => "use it with --noise".to_string(),
-        };
-        display.line(&format!("A/A run: noise profile written to {} ({kept})", path.display()));
+        keep_a_a(&report, &dir, ledger.as_ref(), &display)?;
     }
     let ending = story::ending(&report, reason.as_deref(), &dir);
     for line in &ending {
@@ -129,6 +111,43 @@ pub(super) async fn conduct(
     tracing::info!(run = %run_id, status = report.status.as_str(), "run finished");
     crate::logging::close_file();
     Ok(RunResult { status: report.status, dir, report, ending })
+}
+
+/// Puts what `execute` ended with into the report (whether the engine bounded the sandboxes'
+/// disk, beside the size it prints, with a warning when it did not; an adaptive run's trials;
+/// the sandboxes of earlier attempts); returns why the run ended early, when it did.
+fn settle_report(
+    report: &mut Report,
+    plan: &Plan,
+    finished: Finished,
+    notes: Vec<String>,
+    dir: &Path,
+    earlier: Vec<report::SandboxRecord>,
+) -> Option<String> {
+    let disk = execute::disk_warning(plan, &finished.disk);
+    report.resources.disk_enforced = match &finished.disk {
+        DiskBound::Enforced => Some(true),
+        DiskBound::Unenforced(_) => Some(false),
+        DiskBound::Unknown => None,
+    };
+    let reason = finished.reason.clone();
+    if let Some(adapted) = &finished.adapted {
+        grow_report(report, plan, adapted);
+    }
+    finish(report, finished, disk.into_iter().chain(notes).collect(), dir);
+    report.sandboxes.splice(0..0, earlier);
+    reason
+}
+
+/// An A/A run's noise profile: `noise.json` beside the report, and in the ledger for later runs.
+fn keep_a_a(report: &Report, dir: &Path, ledger: Option<&Ledger>, display: &Display) -> anyhow::Result<()> {
+    let path = write_noise_profile(report, dir)?;
+    let kept = match ledger {
+        Some(ledger) => keep_noise_profile(ledger, report, &path),
+        None => "use it with --noise".to_string(),
+    };
+    display.line(&format!("A/A run: noise profile written to {} ({kept})", path.display()));
+    Ok(())
 }
 
 /// The run's opening lines: what is compared, what a resume left to do, the notes and the

@@ -79,41 +79,17 @@ pub(super) async fn execute(
     cancel: watch::Receiver<bool>,
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
 ) -> anyhow::Result<Finished> {
-    let Setting { plan, opts, dir, display, base, head, resumed, skeleton } = setting;
     let provisioner = connect.await?;
-    // Runs of the ledger whose controller died are recorded as abandoned before any sandbox of
-    // theirs is reaped below (their lifetimes are read from the engine while it has them).
-    if let Some(ledger) = &opts.ledger {
-        for line in reconcile(&*provisioner, ledger).await {
-            display.line(&line);
-        }
-    }
-    let options = StationOptions {
-        dir: dir.to_path_buf(),
-        run_id: dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
-        image: Some(plan.sandbox.image.clone()),
-        valgrind: plan.needs_valgrind() || opts.force_valgrind,
-        agent: opts.agent.clone(),
-        hub: crate::station::hub_config(plan, opts.dead_man),
-    };
+    let Setting { plan, opts, dir, display, resumed, skeleton, .. } = setting;
     let engine = Engine::new(provisioner.clone(), opts.engine_wait);
     let kept = provisioner.clone();
-    let station = Station::open(provisioner.clone(), options, &mut |line| display.line(line)).await?;
-    let disk = provisioner.probe_disk_bound(station.image().unwrap_or(&plan.sandbox.image)).await;
-    if let Some(warning) = disk_warning(plan, &disk) {
-        display.line(&format!("warning: {warning}"));
-    }
-    let agent_plan = |commit: &str| {
-        let mut agent_plan = plan.agent_plan(commit);
-        agent_plan.disk_gb = (disk == DiskBound::Enforced).then_some(plan.sandbox.disk_gb);
-        agent_plan
-    };
+    let (station, agent_plans) = open(&setting, provisioner).await?;
     let pairs = opts.pairs as usize;
     let run = Run {
         plan: plan.clone(),
         opts: opts.clone(),
         station,
-        agent_plans: BTreeMap::from([(Side::Base, agent_plan(&base.commit)), (Side::Head, agent_plan(&head.commit))]),
+        agent_plans,
         display: display.clone(),
         errors: Mutex::new(Vec::new()),
         gates: Mutex::new(Gates::new(pairs, plan.trials.failure_limit)),
@@ -166,6 +142,41 @@ pub(super) async fn execute(
         disk,
         provisioner: Some(kept),
     })
+}
+
+/// Records the ledger's dead runs, opens the station and finds whether the engine bounds a
+/// sandbox's disk (a warning when not); returns the station and each side's agent plan.
+async fn open(
+    setting: &Setting<'_>,
+    provisioner: Arc<dyn Provisioner>,
+) -> anyhow::Result<(Station, BTreeMap<Side, sandbench_proto::plan::AgentPlan>)> {
+    let Setting { plan, opts, dir, display, base, head, .. } = *setting;
+    // Runs of the ledger whose controller died are recorded as abandoned before any sandbox of
+    // theirs is reaped below (their lifetimes are read from the engine while it has them).
+    if let Some(ledger) = &opts.ledger {
+        for line in reconcile(&*provisioner, ledger).await {
+            display.line(&line);
+        }
+    }
+    let options = StationOptions {
+        dir: dir.to_path_buf(),
+        run_id: dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
+        image: Some(plan.sandbox.image.clone()),
+        valgrind: plan.needs_valgrind() || opts.force_valgrind,
+        agent: opts.agent.clone(),
+        hub: crate::station::hub_config(plan, opts.dead_man),
+    };
+    let station = Station::open(provisioner.clone(), options, &mut |line| display.line(line)).await?;
+    let disk = provisioner.probe_disk_bound(station.image().unwrap_or(&plan.sandbox.image)).await;
+    if let Some(warning) = disk_warning(plan, &disk) {
+        display.line(&format!("warning: {warning}"));
+    }
+    let agent_plan = |commit: &str| {
+        let mut agent_plan = plan.agent_plan(commit);
+        agent_plan.disk_gb = (disk == DiskBound::Enforced).then_some(plan.sandbox.disk_gb);
+        agent_plan
+    };
+    Ok((station, BTreeMap::from([(Side::Base, agent_plan(&base.commit)), (Side::Head, agent_plan(&head.commit))])))
 }
 
 /// The report's and the terminal's warning when the sandboxes' disk is not bounded by

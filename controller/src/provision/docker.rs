@@ -347,23 +347,29 @@ impl DockerProvisioner {
         })
     }
 
-    /// Creates a container of `image` that is never started, to read its files through the
-    /// archive API ([`DockerProvisioner::download`]); labelled like a sandbox so the reaper
-    /// removes it should this controller die before it does.
-    pub async fn create_inert(&self, name: &str, image: &str) -> Result<(), ProvisionError> {
-        let body = ContainerCreateBody {
+    /// A container of `image` that is never started, without network, labelled like a sandbox
+    /// of the run `run` (so the reaper removes it should this controller die first).
+    fn inert_body(&self, image: &str, run: &str) -> ContainerCreateBody {
+        ContainerCreateBody {
             image: Some(image.to_string()),
             entrypoint: Some(vec!["/sandbench-never-started".to_string()]),
             cmd: Some(vec![]),
             labels: Some(HashMap::from([
                 (labels::OWNER.to_string(), self.owner.clone()),
-                (labels::RUN.to_string(), "inspect".to_string()),
+                (labels::RUN.to_string(), run.to_string()),
                 (labels::EXPIRES_AT.to_string(), (unix_secs(SystemTime::now()) + 600).to_string()),
             ])),
             network_disabled: Some(true),
             host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
             ..Default::default()
-        };
+        }
+    }
+
+    /// Creates a container of `image` that is never started, to read its files through the
+    /// archive API ([`DockerProvisioner::download`]); labelled like a sandbox so the reaper
+    /// removes it should this controller die before it does.
+    pub async fn create_inert(&self, name: &str, image: &str) -> Result<(), ProvisionError> {
+        let body = self.inert_body(image, "inspect");
         let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
         self.docker
             .create_container(Some(options), body)
@@ -509,19 +515,7 @@ impl DockerProvisioner {
         static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("sandbench-disk-probe-{}-{n}", std::process::id());
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            entrypoint: Some(vec!["/sandbench-never-started".to_string()]),
-            cmd: Some(vec![]),
-            labels: Some(HashMap::from([
-                (labels::OWNER.to_string(), self.owner.clone()),
-                (labels::RUN.to_string(), "probe".to_string()),
-                (labels::EXPIRES_AT.to_string(), (unix_secs(SystemTime::now()) + 600).to_string()),
-            ])),
-            network_disabled: Some(true),
-            host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
-            ..Default::default()
-        };
+        let body = self.inert_body(image, "probe");
         let created = self.create_bounded(&name, body, Some(1 << 30)).await;
         if created.is_ok()
             && let Err(err) = self.remove(&name).await

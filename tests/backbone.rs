@@ -26,6 +26,7 @@ fn stream_command(id: &str, observations: u64, rate: u64) -> Command {
             phase: "synthetic".into(),
             trial: 0,
             plan: serde_json::to_vec(&plan).unwrap(),
+            stepwise: false,
         })),
     }
 }

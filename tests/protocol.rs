@@ -115,7 +115,12 @@ fn observations(seqs: std::ops::RangeInclusive<u64>) -> Vec<Event> {
 fn run_phase(id: &str) -> Command {
     Command {
         command_id: id.into(),
-        body: Some(command::Body::RunPhase(RunPhase { phase: "synthetic".into(), trial: 0, plan: b"{}".to_vec() })),
+        body: Some(command::Body::RunPhase(RunPhase {
+            phase: "synthetic".into(),
+            trial: 0,
+            plan: b"{}".to_vec(),
+            stepwise: false,
+        })),
     }
 }
 

@@ -245,7 +245,12 @@ impl Bench {
             async move {
                 let command = Command {
                     command_id: format!("{id}-stream"),
-                    body: Some(command::Body::RunPhase(RunPhase { phase: phase::SYNTHETIC.into(), trial: 0, plan })),
+                    body: Some(command::Body::RunPhase(RunPhase {
+                        phase: phase::SYNTHETIC.into(),
+                        trial: 0,
+                        plan,
+                        stepwise: false,
+                    })),
                 };
                 let begun = Instant::now();
                 hub.send(&id, command.clone()).await?;

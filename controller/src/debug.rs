@@ -304,6 +304,7 @@ async fn forward(
         | StoredBody::Log { command_id: c, .. }
         | StoredBody::PhaseStarted { command_id: c, .. }
         | StoredBody::PhaseDone { command_id: c, .. }
+        | StoredBody::Yielded { command_id: c, .. }
         | StoredBody::File { command_id: c, .. } => c == command_id,
     };
     if of_command {

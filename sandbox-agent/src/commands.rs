@@ -13,6 +13,7 @@ use sandbench_proto::v1::{PhaseDone, PhaseStarted, PhaseStatus, RunPhase, comman
 use crate::context::{Emit, OutputCap, PhaseContext};
 use crate::journal::{Progress, lock};
 use crate::phases;
+use crate::turns::Turns;
 
 /// The command running now (or last run): id, phase, trial, running.
 pub type Current = Arc<std::sync::Mutex<Option<(String, String, u32, bool)>>>;
@@ -22,6 +23,8 @@ pub struct Workloads {
     /// a finished command is recognised by the journal, and until its `PhaseDone` is journaled
     /// its entry here keeps a repeated command from starting twice.
     started: HashMap<String, Arc<AtomicBool>>,
+    /// Turns of every stepwise command started by this agent process (by command id).
+    turns: HashMap<String, Arc<Turns>>,
     progress: Progress,
     emit: Emit,
     state_dir: PathBuf,
@@ -34,6 +37,7 @@ impl Workloads {
     pub fn new(progress: Progress, emit: Emit, state_dir: PathBuf) -> Workloads {
         Workloads {
             started: HashMap::new(),
+            turns: HashMap::new(),
             progress,
             emit,
             state_dir,
@@ -54,6 +58,11 @@ impl Workloads {
             command::Body::Cancel(cancel) => {
                 if let Some(flag) = self.started.get(&cancel.target_command_id) {
                     flag.store(true, Ordering::Relaxed);
+                }
+            }
+            command::Body::Turn(turn) => {
+                if let Some(turns) = self.turns.get(&turn.target_command_id) {
+                    turns.grant(turn.index);
                 }
             }
             // Shutdown is handled by the session, which owns the connection.
@@ -77,6 +86,10 @@ impl Workloads {
         }
         let cancel = Arc::new(AtomicBool::new(false));
         self.started.insert(command_id.clone(), cancel.clone());
+        let turns = Arc::new(Turns::new(run.stepwise));
+        if run.stepwise {
+            self.turns.insert(command_id.clone(), turns.clone());
+        }
         let ctx = PhaseContext {
             command_id,
             trial: run.trial,
@@ -87,6 +100,7 @@ impl Workloads {
             state_dir: self.state_dir.clone(),
             held: Default::default(),
             output: Mutex::new(OutputCap::new(self.output_cap_bytes)),
+            turns,
         };
         let phase = run.phase;
         *lock(&self.current) = Some((ctx.command_id.clone(), phase.clone(), ctx.trial, true));
@@ -100,15 +114,17 @@ impl Workloads {
                 }
             }
             // A panic is a bug, but it must still end the command with a report, not silence.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| phases::run(&phase, &ctx)))
-                .unwrap_or_else(|panic| {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    Err(anyhow::anyhow!("agent bug: phase {phase} panicked: {what}"))
-                });
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if ctx.first_turn() { phases::run(&phase, &ctx) } else { Ok(()) }
+            }))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(anyhow::anyhow!("agent bug: phase {phase} panicked: {what}"))
+            });
             let (status, error) = match result {
                 Ok(()) if ctx.canceled() => (PhaseStatus::Canceled, String::new()),
                 Ok(()) => (PhaseStatus::Ok, String::new()),

@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use sandbench_proto::v1::{FileChunk, Log, LogStream, Observation, event, observation};
+use sandbench_proto::v1::{FileChunk, Log, LogStream, Observation, PhaseYielded, event, observation};
 use tokio::sync::mpsc;
 
 use crate::journal::lock;
+use crate::turns::Turns;
 
 /// Where phases put their events: the journal writer's queue.
 pub type Emit = mpsc::Sender<event::Body>;
@@ -133,6 +134,8 @@ pub struct PhaseContext {
     pub held: std::sync::Mutex<Option<Vec<Observation>>>,
     /// This command's output against the controller's cap.
     pub output: Mutex<OutputCap>,
+    /// When the controller runs the command stepwise, its turns ([`Turns`]).
+    pub turns: Arc<Turns>,
 }
 
 impl PhaseContext {
@@ -247,6 +250,24 @@ impl PhaseContext {
     pub fn canceled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
+
+    /// A stepwise command's first segment: waits for the controller's first turn. False when
+    /// canceled meanwhile.
+    pub fn first_turn(&self) -> bool {
+        self.turns.wait(1, &self.cancel)
+    }
+
+    /// A yield point, after a timed run of a repeated step: a stepwise command ends its segment
+    /// here, says so, and waits for its next turn. Nothing for one that is not stepwise. False
+    /// when canceled meanwhile.
+    pub fn yield_turn(&self) -> bool {
+        if !self.turns.stepwise() {
+            return true;
+        }
+        let index = self.turns.end_segment();
+        let yielded = PhaseYielded { command_id: self.command_id.clone(), index };
+        self.emit(event::Body::Yielded(yielded)) && self.turns.wait(index + 1, &self.cancel)
+    }
 }
 
 /// The held observations as sent: unchanged, or, when processes survived the window, one
@@ -312,6 +333,7 @@ mod tests {
             state_dir: PathBuf::new(),
             held: Default::default(),
             output: Mutex::new(OutputCap::new(1 << 20)),
+            turns: Default::default(),
         };
         ctx.hold();
         ctx.value("cold", 0, 0.5, "s");

@@ -19,6 +19,7 @@ pub mod reaper;
 pub mod safefs;
 pub mod session;
 pub mod status;
+pub mod turns;
 pub mod users;
 
 /// Returns memory freed by the allocator to the kernel (glibc keeps it otherwise, and the

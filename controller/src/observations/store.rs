@@ -59,6 +59,11 @@ pub enum StoredBody {
         phase: String,
         trial: u32,
     },
+    /// A stepwise command ended its segment `index` (from 1) and waits for its next turn.
+    Yielded {
+        command_id: String,
+        index: u32,
+    },
     PhaseDone {
         command_id: String,
         status: String,

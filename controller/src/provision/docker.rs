@@ -985,6 +985,17 @@ impl Provisioner for DockerProvisioner {
         Box::pin(async move { Ok(DockerProvisioner::running(self, id).await?) })
     }
 
+    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let body =
+                bollard::models::ContainerUpdateBody { cpuset_cpus: Some(cpuset.to_string()), ..Default::default() };
+            self.docker
+                .update_container(id, body)
+                .await
+                .map_err(|cause| anyhow::anyhow!("cannot pin sandbox {id} to CPUs {cpuset}: {cause}"))
+        })
+    }
+
     fn exists<'a>(&'a self, id: &'a str) -> BoxFuture<'a, bool> {
         Box::pin(DockerProvisioner::exists(self, id))
     }

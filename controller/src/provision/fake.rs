@@ -19,7 +19,7 @@ use sandbench_proto::plan::phase;
 use sandbench_proto::v1::agent_client::AgentClient;
 use sandbench_proto::v1::{
     AgentMessage, Event, EventBatch, Facts, Heartbeat, Hello, Log, LogStream, Observation, PhaseDone, PhaseStarted,
-    PhaseStatus, RunPhase, agent_message, command, controller_message, event, observation,
+    PhaseStatus, PhaseYielded, RunPhase, agent_message, command, controller_message, event, observation,
 };
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
@@ -239,7 +239,15 @@ pub struct FakeProvisioner {
     images: Mutex<Vec<String>>,
     /// The terminals started ([`Provisioner::terminal`]), by id.
     terminals: Mutex<BTreeSet<String>>,
+    /// Every segment of a stepwise command as it began, across sandboxes ([`Self::timeline`]).
+    timeline: Timeline,
 }
+
+/// `"<role> <phase> <trial> <segment>"` of each stepwise segment as it began, in order.
+type Timeline = Arc<Mutex<Vec<String>>>;
+
+/// The segments a fake stepwise command runs in (a trial of three runs).
+pub const FAKE_SEGMENTS: u32 = 3;
 
 /// Until when the fake engine is unreachable.
 type Engine = Arc<Mutex<Option<std::time::Instant>>>;
@@ -255,7 +263,13 @@ impl FakeProvisioner {
             engine: Engine::default(),
             images: Mutex::default(),
             terminals: Mutex::default(),
+            timeline: Timeline::default(),
         }
+    }
+
+    /// Every segment of a stepwise command as it began, across sandboxes: who ran when.
+    pub fn timeline(&self) -> Vec<String> {
+        self.timeline.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The image each sandbox was created from, in the order they were.
@@ -382,6 +396,7 @@ impl Provisioner for FakeProvisioner {
                 engine: self.engine.clone(),
                 log: sandbox.log.clone(),
                 lost: sandbox.lost.clone(),
+                timeline: self.timeline.clone(),
                 done: BTreeSet::new(),
                 installed: false,
                 seq: 0,
@@ -396,6 +411,18 @@ impl Provisioner for FakeProvisioner {
                 });
                 alive.store(false, Ordering::SeqCst);
             }));
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            let mut sandboxes = self.sandboxes();
+            let sandbox = sandboxes.get_mut(id).with_context(|| format!("cannot pin {id}: no such fake sandbox"))?;
+            sandbox.request.resources.cpuset = Some(cpuset.to_string());
+            let entry = format!("{} pinned {cpuset}", sandbox.request.role);
+            self.timeline.lock().unwrap_or_else(PoisonError::into_inner).push(entry);
             Ok(())
         }
         .boxed()
@@ -680,6 +707,7 @@ struct FakeAgent {
     log: Arc<Mutex<String>>,
     /// Why the engine says the sandbox died.
     lost: Arc<Mutex<Option<LostCause>>>,
+    timeline: Timeline,
     /// Commands answered (a repeated command id is not run again).
     done: BTreeSet<String>,
     /// An installation succeeded (the real agent's measure user exists).
@@ -689,6 +717,7 @@ struct FakeAgent {
 }
 
 type Outbound = mpsc::Sender<AgentMessage>;
+type Inbound = tonic::Streaming<sandbench_proto::v1::ControllerMessage>;
 
 impl FakeAgent {
     fn note(&self, line: &str) {
@@ -743,12 +772,12 @@ impl FakeAgent {
                             if !self.done.insert(cmd.command_id.clone()) {
                                 continue;
                             }
-                            if self.run_phase(&cmd.command_id, &run, &tx).await? {
+                            if self.run_phase(&cmd.command_id, &run, &tx, &mut inbound).await? {
                                 return Ok(format!("died during {} trial {}", run.phase, run.trial));
                             }
                         }
                         Some(command::Body::Shutdown(_)) => return Ok("shut down".to_string()),
-                        Some(command::Body::Cancel(_)) | None => {}
+                        Some(command::Body::Cancel(_)) | Some(command::Body::Turn(_)) | None => {}
                     }
                 }
                 _ = heartbeat.tick() => {
@@ -758,8 +787,44 @@ impl FakeAgent {
         }
     }
 
+    /// A stepwise command's segments, each at its turn, said in the timeline as it begins and
+    /// followed by its `PhaseYielded` but the last (whose end is the command's).
+    async fn segments(
+        &mut self,
+        command_id: &str,
+        run: &RunPhase,
+        tx: &Outbound,
+        inbound: &mut Inbound,
+    ) -> anyhow::Result<()> {
+        for index in 1..=FAKE_SEGMENTS {
+            let mut granted = 0;
+            while granted < index {
+                let Some(msg) = inbound.message().await? else { bail!("the controller closed the stream") };
+                if let Some(controller_message::Body::Command(cmd)) = msg.body
+                    && let Some(command::Body::Turn(turn)) = cmd.body
+                    && turn.target_command_id == command_id
+                {
+                    granted = granted.max(turn.index);
+                }
+            }
+            let entry = format!("{} {} {} {index}", self.request.role, run.phase, run.trial);
+            self.timeline.lock().unwrap_or_else(PoisonError::into_inner).push(entry);
+            if index < FAKE_SEGMENTS {
+                let yielded = PhaseYielded { command_id: command_id.to_string(), index };
+                self.send(tx, vec![event::Body::Yielded(yielded)]).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Answers one phase command; true when the script says the sandbox dies in it.
-    async fn run_phase(&mut self, command_id: &str, run: &RunPhase, tx: &Outbound) -> anyhow::Result<bool> {
+    async fn run_phase(
+        &mut self,
+        command_id: &str,
+        run: &RunPhase,
+        tx: &Outbound,
+        inbound: &mut Inbound,
+    ) -> anyhow::Result<bool> {
         let role = self.request.role.clone();
         let mut answer = self.script.answer(&role, &run.phase, run.trial);
         let gated = run.phase == phase::MEASURE || run.phase == phase::RUNTIME;
@@ -779,6 +844,9 @@ impl FakeAgent {
         }
         if !answer.delay.is_zero() {
             tokio::time::sleep(answer.delay).await;
+        }
+        if run.stepwise && !answer.die {
+            self.segments(command_id, run, tx, inbound).await?;
         }
         if answer.die {
             *self.lost.lock().unwrap_or_else(PoisonError::into_inner) = answer.lost;

@@ -61,6 +61,9 @@ pub trait Provisioner: Send + Sync {
     /// Starts a created sandbox: its agent dials the request's socket.
     fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
 
+    /// Moves a running sandbox onto these CPUs (Docker cpuset syntax: `0`, `2-3`).
+    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
+
     /// Whether the sandbox exists and runs.
     fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<bool>>;
 

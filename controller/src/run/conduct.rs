@@ -320,6 +320,14 @@ pub(super) fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Resul
     if opts.pairs == 0 || opts.pairs > 8 {
         bail!("--pairs must be from 1 to 8, got {}", opts.pairs);
     }
+    if plan.trials.order == crate::spec::Order::Duet && opts.pairs > 1 {
+        bail!(
+            "{}: trials.order = \"duet\" runs one pair at a time, its two sandboxes on CPUs of their own; --pairs {} \
+             asks for more",
+            plan.spec_path.display(),
+            opts.pairs
+        );
+    }
     if let Some(b) = opts.budget_usd {
         if !(b.is_finite() && b > 0.0) {
             bail!("--budget must be a positive number of USD, got {b}");

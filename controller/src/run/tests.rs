@@ -523,3 +523,78 @@ async fn metrics_past_the_specs_bound_are_dropped_with_a_warning() {
     let warning = warning.unwrap_or_else(|| panic!("no warning: {:?}", report.warnings));
     assert!(warning.contains("more on the base side") && warning.contains("more on the head side"), "{warning}");
 }
+
+/// The segments of `phase` in the fake's timeline (`"<role> <segment>"` per trial), and its pins.
+fn segments(fake: &FakeProvisioner, phase: &str) -> Vec<(u32, String)> {
+    fake.timeline()
+        .iter()
+        .filter_map(|entry| {
+            let parts: Vec<&str> = entry.split(' ').collect();
+            match parts.as_slice() {
+                [role, p, trial, segment] if *p == phase => Some((trial.parse().unwrap(), format!("{role} {segment}"))),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interleaved_run_alternates_single_runs_between_the_sides_abba() {
+    let text = spec_with("install = 1\nmeasure = 2\nruntime = 2\norder = \"interleaved\"");
+    let (_dir, plan, opts) = setup_spec(1, &text);
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", result.report.errors);
+    for phase in ["measure", "runtime"] {
+        let got = segments(&fake, phase);
+        let of = |t: u32| got.iter().filter(|(trial, _)| *trial == t).map(|(_, s)| s.as_str()).collect::<Vec<_>>();
+        // Trial 0 starts with base (ABBA), trial 1 with head; within each, runs go A B B A A B.
+        assert_eq!(of(0), ["base 1", "head 1", "head 2", "base 2", "base 3", "head 3"], "{phase}");
+        assert_eq!(of(1), ["head 1", "base 1", "base 2", "head 2", "head 3", "base 3"], "{phase}");
+        // Trials follow each other: no run of trial 1 before trial 0 ended.
+        let first_of_1 = got.iter().position(|(t, _)| *t == 1).unwrap();
+        assert!(got[..first_of_1].iter().all(|(t, _)| *t == 0), "{got:?}");
+    }
+    // Install is one run a trial and keeps its plain trials; every sample still counted once.
+    assert!(segments(&fake, "install").is_empty());
+    assert_eq!(trials(&result.report, true, "cold"), [0, 1]);
+    assert_eq!(trials(&result.report, false, "git_status"), [0, 1]);
+    assert!(fake.timeline().iter().all(|e| !e.contains("pinned")), "only a duet pins");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duet_runs_both_sides_at_once_on_cpus_of_their_own_swapped_every_other_trial() {
+    let text = spec_with("install = 1\nmeasure = 2\nruntime = 1\norder = \"duet\"").replace("cpus = 2", "cpus = 1");
+    let (_dir, plan, opts) = setup_spec(1, &text);
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", result.report.errors);
+    let got = segments(&fake, "measure");
+    assert_eq!(got.len(), 12, "{got:?}");
+    // Segment k of both sides before segment k + 1 of either: they take each run together.
+    for (at, pair) in got.chunks(2).enumerate() {
+        let mut names: Vec<&str> = pair.iter().map(|(_, s)| s.as_str()).collect();
+        names.sort();
+        let k = at % 3 + 1;
+        assert_eq!(names, [format!("base {k}"), format!("head {k}")], "{got:?}");
+    }
+    let pins: Vec<String> = fake.timeline().into_iter().filter(|e| e.contains("pinned")).collect();
+    // Measure trial 0, trial 1, then runtime trial 0: the sides swap CPUs every other trial.
+    assert_eq!(
+        pins,
+        ["base pinned 0", "head pinned 1", "head pinned 0", "base pinned 1", "base pinned 0", "head pinned 1"]
+    );
+}
+
+#[test]
+fn a_duet_is_refused_where_the_machine_has_too_few_cpus_and_a_bad_order_is_named() {
+    let (_dir, plan, _) = setup_spec(1, &spec_with("order = \"duet\""));
+    let err = plan.duet_cpus(3).unwrap_err().to_string();
+    assert!(err.contains("trials.order = \"duet\"") && err.contains("this machine has 3, fewer than 4"), "{err}");
+    assert_eq!(plan.duet_cpus(4).unwrap(), ["0-1".to_string(), "2-3".to_string()]);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bench.toml");
+    std::fs::write(&spec, spec_with("order = \"shuffled\"")).unwrap();
+    let err = crate::spec::load(&spec).unwrap_err().to_string();
+    assert!(err.contains("trials.order") && err.contains("\"shuffled\"") && err.contains("\"interleaved\""), "{err}");
+}

@@ -56,6 +56,14 @@ fn setting(out: &mut String, plan: &Plan) {
         super::Rule::Paired => "paired estimate and interval against each metric's floor",
         super::Rule::Reference => "the reference rule (medians, floors and spreads)",
     };
+    let order = match t.order {
+        super::Order::Abba => None,
+        super::Order::Interleaved => Some("single runs alternate between the sides within each trial"),
+        super::Order::Duet => Some("both sides take each run at once, each on CPUs of its own"),
+    };
+    if let Some(order) = order {
+        let _ = writeln!(out, "order: {} ({order})", t.order.as_str());
+    }
     let _ = writeln!(out, "verdicts: {rule}; at most {} metrics a side", plan.max_metrics);
     if t.max_pairs > t.measure.max(t.runtime) {
         let _ =

@@ -28,6 +28,7 @@ const KEYS: &[&str] = &[
     "runtime",
     "failure_limit",
     "max_pairs",
+    "order",
     "gate",
     "commands",
     "timeout_s",

@@ -112,6 +112,46 @@ pub struct Trials {
     /// Metrics whose verdicts decide whether more pairs are run (default: the timed metrics of
     /// measure and runtime).
     pub gate: Vec<String>,
+    /// How the two sides' runs of a trial are ordered (`[trials] order`).
+    pub order: Order,
+}
+
+/// How the two sides of a pair take their runs (`[trials] order`). Install trials are one run
+/// each and always go ABBA.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    /// A whole trial on one side, then on the other, the first side alternating (ABBA).
+    #[default]
+    Abba,
+    /// Single runs alternate between the sides (base, head, head, base, …) within each trial,
+    /// both sandboxes ready: drift slower than one run hits both sides alike.
+    Interleaved,
+    /// Both sides take each run at once, each pinned to CPUs of its own (swapped every other
+    /// trial).
+    Duet,
+}
+
+impl Order {
+    pub const NAMES: [&'static str; 3] = ["abba", "interleaved", "duet"];
+
+    pub fn parse(text: &str) -> Option<Order> {
+        match text {
+            "abba" => Some(Order::Abba),
+            "interleaved" => Some(Order::Interleaved),
+            "duet" => Some(Order::Duet),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Order::NAMES[self as usize]
+    }
+
+    /// Whether a phase's trials are taken run by run (stepwise) in this order.
+    pub fn stepwise(self, phase: &str) -> bool {
+        self != Order::Abba && phase != phase::INSTALL
+    }
 }
 
 /// A validated spec: everything a run needs, checked before any container exists.
@@ -249,6 +289,9 @@ impl Plan {
     /// Checks what can only be checked on the machine that runs the plan: the cpuset names CPUs
     /// this machine has.
     pub fn check_host(&self) -> anyhow::Result<()> {
+        if self.trials.order == Order::Duet {
+            self.duet_cpus_here()?;
+        }
         let Some(cpuset) = &self.sandbox.cpuset else { return Ok(()) };
         let cpus = bounds::cpuset(cpuset).map_err(|why| anyhow::anyhow!("sandbox.cpuset: {why}"))?;
         if let Some(host) = bounds::host_cpus() {
@@ -256,6 +299,29 @@ impl Plan {
                 .map_err(|why| anyhow::anyhow!("{}: sandbox.cpuset {cpuset:?}: {why}", self.spec_path.display()))?;
         }
         Ok(())
+    }
+
+    /// The CPUs each side of a duet is pinned to on a machine with `have` CPUs (numbered from
+    /// 0): the first `cpus` for one side, the next for the other; an error when the machine
+    /// has fewer than twice the spec's `cpus`.
+    pub fn duet_cpus(&self, have: usize) -> anyhow::Result<[String; 2]> {
+        let each = self.sandbox.cpus.ceil().max(1.0) as usize;
+        if have < 2 * each {
+            anyhow::bail!(
+                "{}: trials.order = \"duet\" runs both sides at once, each on {each} CPU(s) of its own (sandbox.cpus = \
+                 {}): this machine has {have}, fewer than {}",
+                self.spec_path.display(),
+                self.sandbox.cpus,
+                2 * each
+            );
+        }
+        let set = |from: usize| if each == 1 { from.to_string() } else { format!("{from}-{}", from + each - 1) };
+        Ok([set(0), set(each)])
+    }
+
+    /// [`Plan::duet_cpus`] on this machine.
+    pub fn duet_cpus_here(&self) -> anyhow::Result<[String; 2]> {
+        self.duet_cpus(bounds::host_cpus().map_or(0, |c| c.len()))
     }
 
     /// The longest one trial of `phase` takes when every step runs to its timeout.

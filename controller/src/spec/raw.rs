@@ -114,6 +114,8 @@ pub struct RawTrials {
     pub max_pairs: Option<Spanned<i64>>,
     /// Metrics whose verdicts decide whether more pairs are run.
     pub gate: Option<Spanned<Vec<String>>>,
+    /// `abba`, `interleaved` or `duet`.
+    pub order: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

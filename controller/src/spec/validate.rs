@@ -346,7 +346,17 @@ impl Validator<'_> {
             failure_limit: self.count(&t.failure_limit, "trials.failure_limit", 1, 10, 2) as u32,
             max_pairs: 0,
             gate: Vec::new(),
+            order: self.order(&t.order),
         }
+    }
+
+    fn order(&mut self, raw: &Option<Spanned<String>>) -> super::Order {
+        let Some(order) = raw else { return super::Order::default() };
+        super::Order::parse(order.get_ref()).unwrap_or_else(|| {
+            let names = super::Order::NAMES.map(|n| format!("{n:?}")).join(", ");
+            self.error(order, "trials.order", format!("expected one of {names}, got {:?}", order.get_ref()));
+            super::Order::default()
+        })
     }
 
     /// The `[cost]` section: the rate card the run is charged at, and its budget.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 
 use sandbench_proto::plan::{AgentPlan, SOURCE_DIR, Source};
-use sandbench_proto::v1::{Command, RunPhase, command};
+use sandbench_proto::v1::{Command, RunPhase, Turn, command};
 
 use crate::observations::server::{HelloInfo, Hub, PhaseOutcome};
 use crate::provision::{Provisioner, Sandbox, SandboxRequest};
@@ -138,6 +138,29 @@ pub async fn run_phase(
     run_command(hub, sandbox_id, agent_plan, phase, trial, &command_id(phase, trial), timeout).await
 }
 
+/// Starts one phase (one trial) on a sandbox, stepwise (its segments at the controller's
+/// turns, [`grant_turn`]) or not, without waiting for it.
+pub async fn start_phase(
+    hub: &Hub,
+    sandbox_id: &str,
+    agent_plan: &AgentPlan,
+    phase: &str,
+    trial: u32,
+    stepwise: bool,
+) -> anyhow::Result<()> {
+    let plan = serde_json::to_vec(agent_plan)?;
+    let run = RunPhase { phase: phase.to_string(), trial, plan, stepwise };
+    let command = Command { command_id: command_id(phase, trial), body: Some(command::Body::RunPhase(run)) };
+    hub.send(sandbox_id, command).await
+}
+
+/// Lets a stepwise command run its segments up to `index` (from 1).
+pub async fn grant_turn(hub: &Hub, sandbox_id: &str, target_command_id: &str, index: u32) -> anyhow::Result<()> {
+    let turn = Turn { target_command_id: target_command_id.to_string(), index };
+    let command = Command { command_id: format!("turn-{target_command_id}"), body: Some(command::Body::Turn(turn)) };
+    hub.send(sandbox_id, command).await
+}
+
 /// Like [`run_phase`] with a command id of the caller's (a rerun needs a new one: the agent
 /// runs each command id once).
 pub async fn run_command(
@@ -153,7 +176,7 @@ pub async fn run_command(
     let plan = serde_json::to_vec(agent_plan)?;
     let command = Command {
         command_id: command_id.clone(),
-        body: Some(command::Body::RunPhase(RunPhase { phase: phase.to_string(), trial, plan })),
+        body: Some(command::Body::RunPhase(RunPhase { phase: phase.to_string(), trial, plan, stepwise: false })),
     };
     hub.send(sandbox_id, command).await?;
     hub.wait_done(sandbox_id, &command_id, timeout).await

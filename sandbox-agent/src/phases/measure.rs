@@ -83,6 +83,10 @@ fn startups(
     if !settled_memory(ctx, plan, term, user, trial) {
         return Ok(());
     }
+    // A stepwise trial's cold start is a segment of its own: the warm one comes at the next turn.
+    if !ctx.yield_turn() {
+        return Ok(());
+    }
     if let Some(between) = &plan.measure.between {
         common::run_step(ctx, between, user, &workdir, &plan.env)?.success("the step between cold and warm")?;
     }

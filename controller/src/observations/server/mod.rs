@@ -120,6 +120,8 @@ pub struct AgentStatus {
     pub done: HashMap<String, PhaseOutcome>,
     /// Observations recorded as errors, per command: `metric: error`.
     pub observation_errors: HashMap<String, Vec<String>>,
+    /// The last segment each stepwise command said it ended (`PhaseYielded`).
+    pub yielded: HashMap<String, u32>,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -135,7 +137,8 @@ struct SandboxState {
     /// Bumped on every accepted session; an older session sees it change and ends.
     generation: watch::Sender<u64>,
     outbound: Option<mpsc::Sender<Result<ControllerMessage, Status>>>,
-    /// RunPhase commands without a PhaseDone yet, resent after every reconnection.
+    /// RunPhase commands without a PhaseDone yet, and the last Turn of each, resent after every
+    /// reconnection.
     pending: Vec<Command>,
     status: watch::Sender<AgentStatus>,
     /// Serialises check-and-append of events, so two sessions cannot both persist a seq.
@@ -307,12 +310,22 @@ impl Hub {
             if state.retired {
                 bail!("sandbox {sandbox_id} is retired");
             }
-            if matches!(command.body, Some(command::Body::RunPhase(_))) {
-                let done = state.status.borrow().done.contains_key(&command.command_id);
-                let known = state.pending.iter().any(|c| c.command_id == command.command_id);
-                if !done && !known {
-                    state.pending.push(command.clone());
+            match &command.body {
+                Some(command::Body::RunPhase(_)) => {
+                    let done = state.status.borrow().done.contains_key(&command.command_id);
+                    let known = state.pending.iter().any(|c| c.command_id == command.command_id);
+                    if !done && !known {
+                        state.pending.push(command.clone());
+                    }
                 }
+                // Only a stepwise command's last turn matters (turns only grow).
+                Some(command::Body::Turn(turn)) => {
+                    state.pending.retain(|c| turn_target(c) != Some(turn.target_command_id.as_str()));
+                    if !state.status.borrow().done.contains_key(&turn.target_command_id) {
+                        state.pending.push(command.clone());
+                    }
+                }
+                _ => {}
             }
             state.outbound.clone()
         };
@@ -539,6 +552,7 @@ impl Hub {
         let persisted = self.intake(sandbox_id, events)?;
         let mut observations = 0u64;
         let mut finished = Vec::new();
+        let mut yielded = Vec::new();
         let mut failed_observations: Vec<(String, String)> = Vec::new();
         for stored in &persisted {
             match &stored.body {
@@ -548,6 +562,7 @@ impl Hub {
                         failed_observations.push((command_id.clone(), format!("{metric}: {error}")));
                     }
                 }
+                StoredBody::Yielded { command_id, index } => yielded.push((command_id.clone(), *index)),
                 StoredBody::PhaseDone { command_id, status, error } => finished.push((
                     command_id.clone(),
                     PhaseOutcome { status: status_from_name(status), error: error.clone() },
@@ -568,11 +583,18 @@ impl Hub {
         let mut sandboxes = lock(&self.inner.sandboxes);
         let state = sandboxes.get_mut(sandbox_id).context("unknown sandbox")?;
         state.persisted_seq = new_seq;
-        state.pending.retain(|c| !finished.iter().any(|(id, _)| *id == c.command_id));
+        state.pending.retain(|c| {
+            let target = turn_target(c).unwrap_or(&c.command_id);
+            !finished.iter().any(|(id, _)| id == target)
+        });
         state.status.send_modify(|s| {
             s.persisted_seq = new_seq;
             s.observations += observations;
             s.done.extend(finished);
+            for (command_id, index) in yielded {
+                let last = s.yielded.entry(command_id).or_default();
+                *last = (*last).max(index);
+            }
             for (command_id, error) in failed_observations {
                 let errors = s.observation_errors.entry(command_id).or_default();
                 if errors.len() < MAX_ERRORS_KEPT {
@@ -966,6 +988,7 @@ fn to_stored(body: event::Body) -> StoredBody {
         event::Body::PhaseStarted(p) => {
             StoredBody::PhaseStarted { command_id: name(p.command_id), phase: name(p.phase), trial: p.trial }
         }
+        event::Body::Yielded(y) => StoredBody::Yielded { command_id: name(y.command_id), index: y.index },
         event::Body::PhaseDone(d) => StoredBody::PhaseDone {
             status: status_name(d.status()).to_string(),
             command_id: name(d.command_id),
@@ -979,6 +1002,14 @@ fn to_stored(body: event::Body) -> StoredBody {
             last: f.last,
             refused: None,
         },
+    }
+}
+
+/// The command a Turn is for; None for any other command.
+fn turn_target(command: &Command) -> Option<&str> {
+    match &command.body {
+        Some(command::Body::Turn(turn)) => Some(&turn.target_command_id),
+        _ => None,
     }
 }
 

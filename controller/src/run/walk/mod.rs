@@ -14,12 +14,14 @@
 //! - `trial`: one trial of one sandbox.
 //! - `teardown`: a side's sandboxes ended and charged.
 //! - `renew`: a side's second chance after an engine restart.
+//! - `rounds`: the rounds of a stepwise order (interleaved runs, duet).
 //! - `adapt`: the looks of an adaptive run.
 //! - `mod.rs` (this module): the walk itself.
 
 mod adapt;
 mod adaptive;
 mod renew;
+mod rounds;
 mod side;
 mod state;
 mod teardown;
@@ -69,7 +71,10 @@ async fn walk_stage(run: &Run, sides: &[SideRun], stage: &schedule::Stage) -> Op
         side.meter.mark(stage.phase);
     }
     let began = std::time::Instant::now();
-    let lanes = stage.lanes.iter().map(|lane| walk_lane(run, sides, lane));
+    let stepwise = run.plan.trials.order.stepwise(stage.phase);
+    let lanes = stage.lanes.iter().map(|lane| async move {
+        if stepwise { rounds::walk_rounds(run, sides, lane).await } else { walk_lane(run, sides, lane).await }
+    });
     let stops = tokio::select! {
         s = futures_util::future::join_all(lanes) => s,
         stop = halted(run.halt.subscribe()) => return Some(stop),
@@ -116,7 +121,7 @@ async fn prepare(run: &Run, sides: &[SideRun]) -> Option<Stop> {
         let result = async {
             sandbox::deliver_source(&**run.station.provisioner(), &run.plan, &live.sandbox, plan).await?;
             let (status, error, _) =
-                wait_phase(run, side, phase::PREPARE, 0, run.phase_timeout(phase::PREPARE)).await?;
+                wait_phase(run, side, phase::PREPARE, 0, run.phase_timeout(phase::PREPARE), false).await?;
             if status != PhaseStatus::Ok {
                 bail!("prepare failed: {error}");
             }
@@ -175,7 +180,7 @@ async fn run_slot(run: &Run, sides: &[SideRun], slot: &Slot) -> Result<Option<Tr
         Decision::Stop(stop) => return Err(stop),
     }
     let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) else { return Ok(None) };
-    let (mut result, lost) = trial(run, side, slot).await;
+    let (mut result, lost) = trial(run, side, slot, false).await;
     if let TrialResult::Failed { cause, lost: true } = &result
         && let Some(retried) = renew(run, side, slot, cause, lost.as_ref()).await
     {
@@ -217,7 +222,7 @@ async fn install_resumed(run: &Run, side: &SideRun) -> anyhow::Result<()> {
     }
     run.display.status(&side.label, "install (untimed: this sandbox's own installation)");
     let (status, error, _) =
-        wait_phase(run, side, phase::INSTALL, first.trial, run.phase_timeout(phase::INSTALL)).await?;
+        wait_phase(run, side, phase::INSTALL, first.trial, run.phase_timeout(phase::INSTALL), false).await?;
     if status != PhaseStatus::Ok {
         bail!("the untimed install of the resumed sandbox failed: {error}");
     }

@@ -42,7 +42,7 @@ pub async fn renew(run: &Run, side: &SideRun, slot: &Slot, cause: &str, lost: Op
     lock(&run.notes).extend(warnings);
     let result = match replace(run, side, slot).await {
         Ok(id) => {
-            let (result, _) = trial(run, side, slot).await;
+            let (result, _) = trial(run, side, slot, false).await;
             let outcome = match &result {
                 TrialResult::Ok => "it succeeded".to_string(),
                 TrialResult::Failed { cause, .. } => format!("it failed: {cause}"),
@@ -81,7 +81,7 @@ async fn replace(run: &Run, side: &SideRun, slot: &Slot) -> anyhow::Result<Strin
     meter.mark(phase::PREPARE);
     let plan = &run.agent_plans[&side.side];
     sandbox::deliver_source(&**run.station.provisioner(), &run.plan, &live.sandbox, plan).await?;
-    let (status, error, _) = wait_phase(run, side, phase::PREPARE, 0, run.phase_timeout(phase::PREPARE)).await?;
+    let (status, error, _) = wait_phase(run, side, phase::PREPARE, 0, run.phase_timeout(phase::PREPARE), false).await?;
     if status != PhaseStatus::Ok {
         bail!("prepare failed: {error}");
     }
@@ -90,7 +90,8 @@ async fn replace(run: &Run, side: &SideRun, slot: &Slot) -> anyhow::Result<Strin
         // The product must be installed in the new sandbox too: the first installation runs
         // again (a first installation in a fresh sandbox, as the one it replaces).
         run.display.status(&side.label, "install trial 0 in the new sandbox");
-        let (status, error, _) = wait_phase(run, side, phase::INSTALL, 0, run.phase_timeout(phase::INSTALL)).await?;
+        let (status, error, _) =
+            wait_phase(run, side, phase::INSTALL, 0, run.phase_timeout(phase::INSTALL), false).await?;
         if status != PhaseStatus::Ok {
             bail!("its installation failed: {error}");
         }

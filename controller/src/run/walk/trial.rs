@@ -28,9 +28,9 @@ pub struct Stopped {
     lost: Lost,
 }
 
-/// Runs one timed trial; a failure says whether its sandbox is lost, and why when its backend
-/// named it.
-pub async fn trial(run: &Run, side: &SideRun, slot: &Slot) -> (TrialResult, Option<Lost>) {
+/// Runs one timed trial (stepwise: its segments at the turns the caller grants, [`super::rounds`]);
+/// a failure says whether its sandbox is lost, and why when its backend named it.
+pub async fn trial(run: &Run, side: &SideRun, slot: &Slot, stepwise: bool) -> (TrialResult, Option<Lost>) {
     let id = side.current().map(|l| l.sandbox.id).unwrap_or_default();
     // Between trials too: an unreachable engine is waited for, and a sandbox that stopped
     // meanwhile gets no trial.
@@ -40,7 +40,9 @@ pub async fn trial(run: &Run, side: &SideRun, slot: &Slot) -> (TrialResult, Opti
         return (TrialResult::Failed { cause, lost: true }, Some(lost));
     }
     run.display.status(&side.label, &format!("{} trial {}", slot.phase, slot.trial));
-    let result = wait_phase(run, side, slot.phase, slot.trial, run.phase_timeout(slot.phase)).await;
+    // A stepwise trial also waits while the other side takes its turns.
+    let timeout = run.phase_timeout(slot.phase) * if stepwise { 2 } else { 1 };
+    let result = wait_phase(run, side, slot.phase, slot.trial, timeout, stepwise).await;
     // A lens metric's error (`<key>.instructions: …`) fails that metric, not the trial: the
     // wall-time samples stand, and no streak of lens failures skips the trials that time.
     let result = result.map(|(status, error, mut errors)| {
@@ -105,12 +107,16 @@ pub async fn wait_phase(
     name: &str,
     trial: u32,
     timeout: Duration,
+    stepwise: bool,
 ) -> anyhow::Result<(PhaseStatus, String, Vec<String>)> {
     let live = side.current().context("no sandbox")?;
     let id = live.sandbox.id.clone();
     let plan = &run.agent_plans[&side.side];
     let hub = run.station.hub();
-    let phase = sandbox::run_phase(&hub, &id, plan, name, trial, timeout);
+    let phase = async {
+        sandbox::start_phase(&hub, &id, plan, name, trial, stepwise).await?;
+        hub.wait_done(&id, &sandbox::command_id(name, trial), timeout).await
+    };
     tokio::pin!(phase);
     // The engine is pinged often (a restart can take under a second, and an outage nobody
     // saw would leave a sandbox lost with it unexplained and not retried); whether the

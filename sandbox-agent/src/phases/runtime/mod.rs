@@ -78,6 +78,9 @@ pub fn run_section(
         engine.close(&format!("{}-{trial}", scenario.name));
         checked(ctx, user)?;
         ctx.hold();
+        if !ctx.yield_turn() {
+            break;
+        }
     }
     for repeated in &section.commands {
         if let Err(err) = repeat_command(ctx, plan, user, base, trial, repeated) {
@@ -87,6 +90,9 @@ pub fn run_section(
     for script in &section.scripts {
         if let Err(err) = run_script(ctx, plan, user, base, trial, script) {
             failures.push(format!("{}: {err:#}", script.name));
+        }
+        if !ctx.yield_turn() {
+            break;
         }
     }
     checked(ctx, user)?;
@@ -200,6 +206,11 @@ fn timed_runs(
         if run >= warmup {
             took(&done);
             times.push(done.elapsed);
+            // A stepwise command's segment ends with each timed run (the warmup goes with the
+            // first, so it stays this side's own).
+            if !ctx.yield_turn() {
+                bail!("canceled");
+            }
         }
     }
     Ok(times)
@@ -779,6 +790,7 @@ mod tests {
             state_dir: state_dir.to_path_buf(),
             held: Default::default(),
             output: Mutex::new(OutputCap::new(1 << 20)),
+            turns: Default::default(),
         };
         (ctx, rx)
     }

@@ -1,0 +1,197 @@
+//! The rounds of a stepwise order ([`Order::Interleaved`], [`Order::Duet`]): trial `t` of both
+//! sides of a pair starts stepwise in both sandboxes (each ready, waiting for its first turn),
+//! and the conductor grants their segments — one timed run each, the warmup with the first —
+//! one side at a time in the order A, B, B, A, A, … (A: the side the ABBA schedule puts first
+//! in the round) when interleaved, so drift slower than one run hits both sides alike; both at
+//! once in a duet, each sandbox pinned to CPUs of its own, swapped every other trial.
+//!
+//! A side whose trial ends (done, failed or lost) takes no more turns; the other goes on alone.
+//! A round with one side to run (the other skipped by the gates, or completed by an earlier
+//! attempt of a resumed run) runs it as a plain trial. A lost sandbox's slot is retried as in
+//! the ABBA walk ([`renew`]), alone.
+
+use futures_util::future::join_all;
+use tokio::sync::watch;
+
+use super::super::gate::{Decision, Stop, TrialResult};
+use super::super::schedule::{Side, Slot, remaining_after};
+use super::renew::renew;
+use super::side::SideRun;
+use super::state::Run;
+use super::trial::trial;
+use crate::observations::server::Hub;
+use crate::provision::Lost;
+use crate::spec::Order;
+use crate::station::sandbox;
+
+/// One pair's lane of a stepwise stage, round by round (a round: one trial of both sides).
+pub async fn walk_rounds(run: &Run, sides: &[SideRun], lane: &[Slot]) -> Option<Stop> {
+    let mut at = 0;
+    while at < lane.len() {
+        let end = lane[at..].iter().position(|s| s.trial != lane[at].trial).map_or(lane.len(), |n| at + n);
+        if let Err(stop) = round(run, sides, lane, at..end).await {
+            return Some(stop);
+        }
+        at = end;
+    }
+    None
+}
+
+/// The slots `range` of `lane` (one trial, both sides): each passed through the gates, those
+/// that run run together, then every result recorded in the lane's order.
+async fn round(run: &Run, sides: &[SideRun], lane: &[Slot], range: std::ops::Range<usize>) -> Result<(), Stop> {
+    let slots = &lane[range.clone()];
+    let mut results: Vec<Option<TrialResult>> = vec![None; slots.len()];
+    let mut todo: Vec<(usize, &SideRun)> = Vec::new();
+    for (i, slot) in slots.iter().enumerate() {
+        if let Some(result) = run.done_before(slot) {
+            // Completed by an earlier attempt (a resumed run): counted as it ended.
+            if let Some(stop) = run.check() {
+                return Err(stop);
+            }
+            results[i] = Some(result);
+            continue;
+        }
+        let stop = run.check();
+        let (decision, error) = run.gates().decide(slot, stop.as_ref());
+        if let Some(error) = error {
+            run.error(error);
+        }
+        match decision {
+            Decision::Run => {
+                if let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) {
+                    todo.push((i, side));
+                }
+            }
+            Decision::Skip => {}
+            Decision::Stop(stop) => return Err(stop),
+        }
+    }
+    let ran = together(run, slots, &todo).await;
+    for (&(i, side), (mut result, lost)) in todo.iter().zip(ran) {
+        let slot = &slots[i];
+        if let TrialResult::Failed { cause, lost: true } = &result
+            && let Some(retried) = renew(run, side, slot, cause, lost.as_ref()).await
+        {
+            result = retried;
+        }
+        if result == TrialResult::Ok {
+            side.seen_running(run.engine.outages());
+        }
+        results[i] = Some(result);
+    }
+    for (i, slot) in slots.iter().enumerate() {
+        let Some(result) = &results[i] else { continue };
+        for error in run.gates().record(slot, result, remaining_after(lane, range.start + i)) {
+            run.error(error);
+        }
+    }
+    Ok(())
+}
+
+/// Runs the round's slots `todo` (indexes into `slots`, with their sides): stepwise under the
+/// conductor when there are two, as a plain trial when one.
+async fn together(run: &Run, slots: &[Slot], todo: &[(usize, &SideRun)]) -> Vec<(TrialResult, Option<Lost>)> {
+    if todo.len() < 2 {
+        return join_all(todo.iter().map(|&(i, side)| trial(run, side, &slots[i], false))).await;
+    }
+    let duet = run.plan.trials.order == Order::Duet;
+    if duet {
+        pin(run, todo, slots[todo[0].0].trial).await;
+    }
+    let (ended, watched) = watch::channel(vec![false; todo.len()]);
+    let trials = todo.iter().enumerate().map(|(k, &(i, side))| {
+        let ended = &ended;
+        async move {
+            let result = trial(run, side, &slots[i], true).await;
+            ended.send_modify(|e| e[k] = true);
+            result
+        }
+    });
+    let targets: Vec<Target> = todo
+        .iter()
+        .map(|&(i, side)| Target {
+            sandbox: side.current().map(|l| l.sandbox.id).unwrap_or_default(),
+            command: sandbox::command_id(slots[i].phase, slots[i].trial),
+        })
+        .collect();
+    let hub = run.station.hub();
+    let (results, ()) = tokio::join!(join_all(trials), conduct(&hub, &targets, duet, watched));
+    results
+}
+
+/// A stepwise command the conductor grants turns to.
+struct Target {
+    sandbox: String,
+    command: String,
+}
+
+/// The turns, in order (see the module's text), until every target's trial has ended.
+async fn conduct(hub: &Hub, targets: &[Target], duet: bool, mut ended: watch::Receiver<Vec<bool>>) {
+    let mut next = vec![1u32; targets.len()];
+    for step in 0usize.. {
+        let order: Vec<usize> = if duet || step.is_multiple_of(2) {
+            (0..targets.len()).collect()
+        } else {
+            (0..targets.len()).rev().collect()
+        };
+        let groups: Vec<Vec<usize>> = if duet { vec![order] } else { order.into_iter().map(|k| vec![k]).collect() };
+        let mut granted = false;
+        for group in groups {
+            let live: Vec<usize> = group.into_iter().filter(|&k| !finished(hub, &targets[k], &ended, k)).collect();
+            for &k in &live {
+                // A lost grant is resent with the command after a reconnection (the hub keeps it).
+                let _ = sandbox::grant_turn(hub, &targets[k].sandbox, &targets[k].command, next[k]).await;
+            }
+            for &k in &live {
+                segment_ended(hub, &targets[k], next[k], &mut ended, k).await;
+                next[k] += 1;
+            }
+            granted |= !live.is_empty();
+        }
+        if !granted {
+            return;
+        }
+    }
+}
+
+/// Whether target `k`'s trial has ended: its command done, or its trial over on our side.
+fn finished(hub: &Hub, target: &Target, ended: &watch::Receiver<Vec<bool>>, k: usize) -> bool {
+    ended.borrow()[k] || hub.status(&target.sandbox).is_none_or(|s| s.borrow().done.contains_key(&target.command))
+}
+
+/// Waits until target `k` ended its segment `index` (or its command, or its trial).
+async fn segment_ended(hub: &Hub, target: &Target, index: u32, ended: &mut watch::Receiver<Vec<bool>>, k: usize) {
+    let Some(mut status) = hub.status(&target.sandbox) else { return };
+    loop {
+        {
+            let s = status.borrow_and_update();
+            if s.done.contains_key(&target.command) || s.yielded.get(&target.command).is_some_and(|&y| y >= index) {
+                return;
+            }
+        }
+        if ended.borrow_and_update()[k] {
+            return;
+        }
+        tokio::select! {
+            changed = status.changed() => if changed.is_err() { return },
+            changed = ended.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// A duet's round: each side on CPUs of its own, which side has which swapped every other trial.
+async fn pin(run: &Run, todo: &[(usize, &SideRun)], trial: u32) {
+    let sets = match run.plan.duet_cpus_here() {
+        Ok(sets) => sets,
+        Err(err) => return run.error(format!("{err:#}")),
+    };
+    for &(_, side) in todo {
+        let Some(live) = side.current() else { continue };
+        let first = usize::from(side.side == Side::Head);
+        let set = &sets[(first + trial as usize) % 2];
+        if let Err(err) = run.station.provisioner().pin(&live.sandbox.id, set).await {
+            run.error(format!("{}: {err:#}", side.label));
+        }
+    }
+}

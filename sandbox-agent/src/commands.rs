@@ -60,14 +60,17 @@ impl Workloads {
                     flag.store(true, Ordering::Relaxed);
                 }
             }
-            command::Body::Turn(turn) => {
-                if let Some(turns) = self.turns.get(&turn.target_command_id) {
-                    turns.grant(turn.index);
-                }
-            }
+            // A turn may come before its command (sent on another path of the controller's):
+            // kept until the command starts.
+            command::Body::Turn(turn) => self.stepwise_turns(&turn.target_command_id).grant(turn.index),
             // Shutdown is handled by the session, which owns the connection.
             command::Body::Shutdown(_) => {}
         }
+    }
+
+    /// The turns of stepwise command `command_id`, created at its first mention.
+    fn stepwise_turns(&mut self, command_id: &str) -> Arc<Turns> {
+        self.turns.entry(command_id.to_string()).or_insert_with(|| Arc::new(Turns::new(true))).clone()
     }
 
     pub fn cancel_all(&self) {
@@ -86,10 +89,7 @@ impl Workloads {
         }
         let cancel = Arc::new(AtomicBool::new(false));
         self.started.insert(command_id.clone(), cancel.clone());
-        let turns = Arc::new(Turns::new(run.stepwise));
-        if run.stepwise {
-            self.turns.insert(command_id.clone(), turns.clone());
-        }
+        let turns = if run.stepwise { self.stepwise_turns(&command_id) } else { Arc::new(Turns::new(false)) };
         let ctx = PhaseContext {
             command_id,
             trial: run.trial,

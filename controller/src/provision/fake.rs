@@ -397,6 +397,7 @@ impl Provisioner for FakeProvisioner {
                 log: sandbox.log.clone(),
                 lost: sandbox.lost.clone(),
                 timeline: self.timeline.clone(),
+                granted: BTreeMap::new(),
                 done: BTreeSet::new(),
                 installed: false,
                 seq: 0,
@@ -708,6 +709,8 @@ struct FakeAgent {
     /// Why the engine says the sandbox died.
     lost: Arc<Mutex<Option<LostCause>>>,
     timeline: Timeline,
+    /// Turns that came before their command, by command id.
+    granted: BTreeMap<String, u32>,
     /// Commands answered (a repeated command id is not run again).
     done: BTreeSet<String>,
     /// An installation succeeded (the real agent's measure user exists).
@@ -777,7 +780,12 @@ impl FakeAgent {
                             }
                         }
                         Some(command::Body::Shutdown(_)) => return Ok("shut down".to_string()),
-                        Some(command::Body::Cancel(_)) | Some(command::Body::Turn(_)) | None => {}
+                        // A turn that came before its command: kept for it.
+                        Some(command::Body::Turn(turn)) => {
+                            let granted = self.granted.entry(turn.target_command_id).or_default();
+                            *granted = (*granted).max(turn.index);
+                        }
+                        Some(command::Body::Cancel(_)) | None => {}
                     }
                 }
                 _ = heartbeat.tick() => {
@@ -796,8 +804,8 @@ impl FakeAgent {
         tx: &Outbound,
         inbound: &mut Inbound,
     ) -> anyhow::Result<()> {
+        let mut granted = self.granted.get(command_id).copied().unwrap_or(0);
         for index in 1..=FAKE_SEGMENTS {
-            let mut granted = 0;
             while granted < index {
                 let Some(msg) = inbound.message().await? else { bail!("the controller closed the stream") };
                 if let Some(controller_message::Body::Command(cmd)) = msg.body

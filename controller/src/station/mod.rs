@@ -49,6 +49,7 @@ pub struct StationOptions {
 pub fn hub_config(plan: &Plan, dead_man: Duration) -> HubConfig {
     HubConfig {
         output_cap_bytes: plan.sandbox.output_cap_bytes,
+        registries: plan.sandbox.registries.clone().map(Arc::new),
         ..HubConfig::with_dead_man(DEFAULT_HEARTBEAT, dead_man)
     }
 }
@@ -254,7 +255,8 @@ impl Station {
     /// The end of every path: removes whatever sandbox of this run is left, stops serving, closes
     /// the hub and removes the socket folders. Returns what could not be cleaned up.
     pub async fn close(&self) -> Vec<String> {
-        let mut warnings = Vec::new();
+        // The registry bridge's totals, each timed trial's requests and cache hits, its refusals.
+        let mut warnings = self.hub().bridge().map(|b| b.summary()).unwrap_or_default();
         match self.provisioner.list(Some((labels::RUN, &self.run_id))).await {
             Ok(leftovers) => {
                 for leftover in leftovers {

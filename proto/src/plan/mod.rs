@@ -71,6 +71,55 @@ pub struct AgentPlan {
     /// full disk says so, naming it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_gb: Option<f64>,
+    /// The registry bridge (`network = "registries"`): served on the sandbox's loopback before
+    /// any phase runs, its environment given to the builder (the benchmark users have it in
+    /// `env` already).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registries: Option<RegistryBridge>,
+}
+
+/// The agent's end of the registry bridge: plain HTTP on `127.0.0.1:port`, each request carried
+/// to the controller (`Fetch`), which answers it or refuses it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryBridge {
+    pub port: u16,
+    /// What points npm, pip and uv at the bridge.
+    pub env: BTreeMap<String, String>,
+}
+
+/// Where the bridge serves what: the npm registry at its root (npm's tarball URLs keep only
+/// their path when `replace-registry-host` rewrites them), the Python index under
+/// `BRIDGE_PYPI`, and another allowed host `h` under `BRIDGE_HOST` + `h/`. Neither prefix can
+/// be an npm package name (those never start with `_`).
+pub const BRIDGE_PYPI: &str = "/_/pypi/";
+pub const BRIDGE_HOST: &str = "/_/h/";
+
+impl RegistryBridge {
+    /// The environment that points npm, pip and uv at a bridge on `port`.
+    pub fn environment(port: u16, pypi: bool) -> BTreeMap<String, String> {
+        let base = format!("http://127.0.0.1:{port}");
+        let mut env = BTreeMap::new();
+        for (k, v) in [
+            ("npm_config_registry", format!("{base}/")),
+            // Lockfiles and packuments name the upstream's tarball URLs: npm keeps their path.
+            ("npm_config_replace_registry_host", "always".to_string()),
+            // Audit and fund are POSTs to the registry, which the bridge refuses.
+            ("npm_config_audit", "false".to_string()),
+            ("npm_config_fund", "false".to_string()),
+            ("npm_config_update_notifier", "false".to_string()),
+        ] {
+            env.insert(k.to_string(), v);
+        }
+        if pypi {
+            let index = format!("{base}{BRIDGE_PYPI}");
+            for k in ["PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"] {
+                env.insert(k.to_string(), index.clone());
+            }
+            env.insert("PIP_DISABLE_PIP_VERSION_CHECK".into(), "1".into());
+        }
+        env
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

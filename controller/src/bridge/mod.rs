@@ -132,7 +132,8 @@ impl Bridge {
         for note in &upstreams.notes {
             tracing::info!("registry bridge: {note}");
         }
-        let cache = Cache::open(&Cache::default_dir(), settings.cache_bytes)?;
+        let cache_dir = settings.cache_dir.clone().unwrap_or_else(Cache::default_dir);
+        let cache = Cache::open(&cache_dir, settings.cache_bytes)?;
         let log_path = run_dir.join(LOG_FILE);
         let log = std::fs::File::options()
             .create(true)

@@ -93,6 +93,8 @@ pub struct RegistrySettings {
     pub requests_per_second: u32,
     pub cache_bytes: u64,
     pub metadata_ttl: Duration,
+    /// The content cache's folder (None: `bridge::cache::Cache::default_dir`); not in the spec.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl SandboxSettings {

@@ -71,6 +71,7 @@ impl Validator<'_> {
             requests_per_second: rate,
             cache_bytes: (cache_mb * 1e6) as u64,
             metadata_ttl: Duration::from_secs_f64(ttl * 60.0),
+            cache_dir: None,
         })
     }
 

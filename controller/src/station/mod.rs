@@ -252,11 +252,16 @@ impl Station {
         self.hub().close().await;
     }
 
+    /// What the report says of the registry bridge (none without one): its totals, each timed
+    /// trial's requests and cache hits, its refusals.
+    pub fn bridge_summary(&self) -> Vec<String> {
+        self.hub().bridge().map(|b| b.summary()).unwrap_or_default()
+    }
+
     /// The end of every path: removes whatever sandbox of this run is left, stops serving, closes
     /// the hub and removes the socket folders. Returns what could not be cleaned up.
     pub async fn close(&self) -> Vec<String> {
-        // The registry bridge's totals, each timed trial's requests and cache hits, its refusals.
-        let mut warnings = self.hub().bridge().map(|b| b.summary()).unwrap_or_default();
+        let mut warnings = Vec::new();
         match self.provisioner.list(Some((labels::RUN, &self.run_id))).await {
             Ok(leftovers) => {
                 for leftover in leftovers {

@@ -747,6 +747,7 @@ fn network_registries_bridges_npm_pip_and_uv_for_the_builder_and_every_user() {
         assert_eq!(env["npm_config_registry"], "http://127.0.0.1:4999/");
         assert_eq!(env["PIP_INDEX_URL"], "http://127.0.0.1:4999/_/pypi/");
         assert_eq!(env["UV_INDEX_URL"], "http://127.0.0.1:4999/_/pypi/");
+        assert_eq!(env["npm_config_replace_registry_host"], "registry.npmjs.org");
     }
     assert_eq!(agent.env["npm_config_fund"], "true", "the spec's env wins");
     // Off and on as before; the bridge is on neither.

@@ -22,9 +22,16 @@ fn bridged_env(
     env: &BTreeMap<String, String>,
     registries: Option<&super::RegistrySettings>,
 ) -> BTreeMap<String, String> {
-    let mut out = registries.map(|r| RegistryBridge::environment(r.port, true)).unwrap_or_default();
+    let mut out = registries.map(bridge_environment).unwrap_or_default();
     out.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
     out
+}
+
+/// What points npm, pip and uv at the bridge of `registries`.
+fn bridge_environment(registries: &super::RegistrySettings) -> BTreeMap<String, String> {
+    let npm_host =
+        registries.npm.as_deref().and_then(|u| u.split('/').nth(2)).map(|h| h.split(':').next().unwrap_or(h));
+    RegistryBridge::environment(registries.port, true, npm_host)
 }
 
 pub(super) struct Validator<'a> {
@@ -149,7 +156,7 @@ impl Validator<'_> {
             registries: sandbox
                 .registries
                 .as_ref()
-                .map(|r| RegistryBridge { port: r.port, env: RegistryBridge::environment(r.port, true) }),
+                .map(|r| RegistryBridge { port: r.port, env: bridge_environment(r) }),
         };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);

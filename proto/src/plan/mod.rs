@@ -96,14 +96,18 @@ pub const BRIDGE_PYPI: &str = "/_/pypi/";
 pub const BRIDGE_HOST: &str = "/_/h/";
 
 impl RegistryBridge {
-    /// The environment that points npm, pip and uv at a bridge on `port`.
-    pub fn environment(port: u16, pypi: bool) -> BTreeMap<String, String> {
+    /// The environment that points npm, pip and uv at a bridge on `port`. `npm_host`: the npm
+    /// upstream's host when the spec names it; lockfiles and packuments name its tarball URLs,
+    /// which npm then sends to the bridge keeping their path (npm does so by itself for
+    /// registry.npmjs.org; never `always`, which would send a release tarball's own URL there).
+    pub fn environment(port: u16, pypi: bool, npm_host: Option<&str>) -> BTreeMap<String, String> {
         let base = format!("http://127.0.0.1:{port}");
         let mut env = BTreeMap::new();
+        if let Some(host) = npm_host {
+            env.insert("npm_config_replace_registry_host".to_string(), host.to_string());
+        }
         for (k, v) in [
             ("npm_config_registry", format!("{base}/")),
-            // Lockfiles and packuments name the upstream's tarball URLs: npm keeps their path.
-            ("npm_config_replace_registry_host", "always".to_string()),
             // Audit and fund are POSTs to the registry, which the bridge refuses.
             ("npm_config_audit", "false".to_string()),
             ("npm_config_fund", "false".to_string()),

@@ -272,7 +272,7 @@ async fn a_flood_of_output_keeps_its_head_and_tail_and_the_log_stays_small() {
 async fn output_cut_before_a_controller_restart_stays_bounded_after_it() {
     let cap = 64 << 10;
     let config = HubConfig { output_cap_bytes: cap, ..HubConfig::default() };
-    let f = fixture_with(config).await;
+    let f = fixture_with(config.clone()).await;
     let token = f.hub.register("sb").unwrap();
     let all: Vec<Event> = (1..=200).map(|seq| log_event(seq, "c", &[b'x'; 4096])).collect();
     let mut s = open(&f, "sb", &token).await.unwrap();
@@ -392,7 +392,7 @@ async fn a_command_sent_the_moment_an_agent_says_hello_comes_after_the_welcome()
 #[tokio::test]
 async fn commands_finished_before_a_controller_restart_stay_finished_after_it() {
     let config = HubConfig::default();
-    let f = fixture_with(config).await;
+    let f = fixture_with(config.clone()).await;
     let token = f.hub.register("sb").unwrap();
     let mut s = open(&f, "sb", &token).await.unwrap();
     let failed = PhaseDone { command_id: "c1".into(), status: PhaseStatus::Failed as i32, error: "boom".into() };

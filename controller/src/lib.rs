@@ -8,6 +8,7 @@
 pub mod agent_binary;
 pub mod bench;
 pub mod bisect;
+pub mod bridge;
 pub mod by_hand;
 pub mod cli;
 pub mod cost;

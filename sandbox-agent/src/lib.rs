@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod as_user;
+pub mod bridge;
 pub mod commands;
 pub mod conditions;
 pub mod context;

@@ -45,7 +45,7 @@ impl Origin {
 /// A listening socket on 127.0.0.1, made with socket(2)/bind(2)/listen(2) directly: std's
 /// `TcpListener::bind` drags the libc resolver into a static binary, which the agent must not
 /// contain.
-fn listen_loopback(port: u16) -> std::io::Result<TcpListener> {
+pub(crate) fn listen_loopback(port: u16) -> std::io::Result<TcpListener> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType, bind, listen, socket_with, sockopt};
     let socket = socket_with(AddressFamily::INET, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
     sockopt::set_socket_reuseaddr(&socket, true)?;

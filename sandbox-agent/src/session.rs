@@ -212,6 +212,7 @@ impl Session {
             other => bail!("expected Welcome, got {other:?}"),
         };
         self.welcomed(&welcome, connected_once);
+        crate::bridge::connected(client.clone(), &self.identity.sandbox_id, &self.identity.token);
 
         let mut acked = welcome.acked_seq;
         let mut reader = self.journal.reader_at(acked + 1).context("cannot read the journal")?;

@@ -111,6 +111,7 @@ pub(super) async fn execute(
 
     // Teardown, whatever happened.
     let (records, mut warnings) = walk::teardown(&run, &sides).await;
+    warnings.extend(run.station.bridge_summary());
     warnings.extend(run.station.close().await);
     warnings.splice(0..0, run.notes.lock().map(|n| n.clone()).unwrap_or_default());
 

@@ -32,7 +32,11 @@ fn setting(out: &mut String, plan: &Plan) {
         s.memory_bytes as f64 / (1u64 << 30) as f64,
         s.disk_gb,
         s.pids_limit,
-        if s.network { "on" } else { "off" },
+        match (s.network, &s.registries) {
+            (true, _) => "on".to_string(),
+            (false, Some(r)) => format!("off, registries bridged on 127.0.0.1:{}", r.port),
+            (false, None) => "off".to_string(),
+        },
         s.ttl.as_secs() / 60,
         s.output_cap_bytes / 1024
     );

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod numbers;
 mod phases;
 mod raw;
+pub mod registries;
 mod runtime;
 pub mod units;
 mod validate;
@@ -71,8 +72,29 @@ pub struct SandboxSettings {
     /// Output kept per command (its first and last halves, with a marker between them saying
     /// how much was cut); `sandbox.output_kb`.
     pub output_cap_bytes: u64,
+    /// A network of its own (`network = true`).
     pub network: bool,
+    /// The registry bridge instead (`network = "registries"`): no network, the agent's loopback
+    /// endpoint carried to the controller, which reaches these registries only.
+    pub registries: Option<RegistrySettings>,
     pub ttl: Duration,
+}
+
+/// `[registries]`, validated. Upstreams left out come from the host's configuration when the
+/// bridge starts (`crate::bridge::Upstreams::resolve`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegistrySettings {
+    pub npm: Option<String>,
+    pub pypi: Option<String>,
+    pub hosts: Vec<String>,
+    /// The agent's loopback port.
+    pub port: u16,
+    pub max_response_bytes: u64,
+    pub requests_per_second: u32,
+    pub cache_bytes: u64,
+    pub metadata_ttl: Duration,
+    /// The content cache's folder (None: `bridge::cache::Cache::default_dir`); not in the spec.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl SandboxSettings {

@@ -47,6 +47,27 @@ pub struct RawSpec {
     /// What `run --bisect` may spend on each regressed metric.
     #[serde(default)]
     pub bisect: RawBisect,
+    /// The registry bridge's upstreams and bounds (`sandbox.network = "registries"`).
+    #[serde(default)]
+    pub registries: Option<Spanned<RawRegistries>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegistries {
+    /// The npm registry (default: the host's npm configuration).
+    pub npm: Option<Spanned<String>>,
+    /// The Python package index, its simple API (default: the host's pip configuration).
+    pub pypi: Option<Spanned<String>>,
+    /// More hosts the bridge may reach, by name (a Python index's files host, …).
+    #[serde(default)]
+    pub hosts: Vec<Spanned<String>>,
+    pub port: Option<Spanned<i64>>,
+    pub max_response_mb: Option<Spanned<f64>>,
+    pub requests_per_second: Option<Spanned<i64>>,
+    pub cache_mb: Option<Spanned<f64>>,
+    /// How long a registry's metadata (packuments, index pages) is served from the cache.
+    pub metadata_ttl_minutes: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,8 +106,8 @@ pub struct RawSandbox {
     pub pids: Option<Spanned<i64>>,
     /// Output kept per command, in KiB: its first and last halves.
     pub output_kb: Option<Spanned<i64>>,
-    #[serde(default)]
-    pub network: bool,
+    /// `false` (default), `true`, or `"registries"` (no network, the registry bridge).
+    pub network: Option<Spanned<toml::Value>>,
     pub ttl_minutes: Option<Spanned<f64>>,
 }
 

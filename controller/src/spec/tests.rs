@@ -728,3 +728,62 @@ unit = "ms"
         assert!(found.len() == 1 && found[0].starts_with(&prefix), "{bad}: {found:?}");
     }
 }
+
+#[test]
+fn network_registries_bridges_npm_pip_and_uv_for_the_builder_and_every_user() {
+    let text = MINIMAL.replace(
+        "[install]",
+        "[sandbox]\nnetwork = \"registries\"\n[registries]\nnpm = \"https://registry.npmjs.org\"\nhosts = [\"Files.PythonHosted.org\"]\nport = 4999\n[env]\nnpm_config_fund = \"true\"\n[install]",
+    );
+    let plan = parse(Path::new("bench.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!plan.sandbox.network, "the sandbox itself has no network");
+    let r = plan.sandbox.registries.as_ref().unwrap();
+    assert_eq!((r.npm.as_deref(), r.pypi.as_deref(), r.port), (Some("https://registry.npmjs.org/"), None, 4999));
+    assert_eq!(r.hosts, ["files.pythonhosted.org"]);
+    let agent = plan.agent_plan("abc");
+    let bridge = agent.registries.as_ref().unwrap();
+    assert_eq!(bridge.port, 4999);
+    for env in [&bridge.env, &agent.env] {
+        assert_eq!(env["npm_config_registry"], "http://127.0.0.1:4999/");
+        assert_eq!(env["PIP_INDEX_URL"], "http://127.0.0.1:4999/_/pypi/");
+        assert_eq!(env["UV_INDEX_URL"], "http://127.0.0.1:4999/_/pypi/");
+        assert_eq!(env["npm_config_replace_registry_host"], "registry.npmjs.org");
+    }
+    assert_eq!(agent.env["npm_config_fund"], "true", "the spec's env wins");
+    // Off and on as before; the bridge is on neither.
+    for (value, on) in [("false", false), ("true", true)] {
+        let plan = parse(
+            Path::new("bench.toml"),
+            &MINIMAL.replace("[install]", &format!("[sandbox]\nnetwork = {value}\n[install]")),
+        )
+        .unwrap();
+        assert_eq!(
+            (plan.sandbox.network, plan.sandbox.registries.is_none(), plan.agent.registries.is_none()),
+            (on, true, true)
+        );
+    }
+}
+
+#[test]
+fn network_and_registries_errors_name_line_and_field() {
+    let with = |sandbox: &str, registries: &str| {
+        errors(&MINIMAL.replace("[install]", &format!("[sandbox]\n{sandbox}\n{registries}\n[install]")))
+    };
+    assert_eq!(
+        with("network = \"internet\"", ""),
+        ["bench.toml:4: sandbox.network: expected true, false or \"registries\", got \"internet\""]
+    );
+    assert_eq!(
+        with("network = true", "[registries]\nnpm = \"https://r.example/\""),
+        ["bench.toml:5: registries: the [registries] section needs sandbox.network = \"registries\""]
+    );
+    let errs = with(
+        "network = \"registries\"",
+        "[registries]\nnpm = \"http://r.example/\"\npypi = \"https://u:p@pypi.example/simple\"\nhosts = [\"a b\"]\nport = 0",
+    );
+    assert_eq!(errs.len(), 4, "{errs:?}");
+    assert!(errs[0].starts_with("bench.toml:6: registries.npm: expected an https URL"), "{errs:?}");
+    assert!(errs[1].contains("registries.pypi: expected an https URL with a host name and no credentials"), "{errs:?}");
+    assert!(errs[2].contains("registries.hosts: expected a host name"), "{errs:?}");
+    assert!(errs[3].contains("registries.port: expected a whole number from 1 to 65535"), "{errs:?}");
+}

@@ -8,12 +8,31 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbench_proto::phase;
-use sandbench_proto::plan::{AgentPlan, Source, Step};
+use sandbench_proto::plan::{AgentPlan, RegistryBridge, Source, Step};
 use toml::Spanned;
 
 use super::raw::*;
+use super::registries::Network;
 use super::{Plan, SandboxSettings, SourceSettings, SpecError, Trials, interaction};
 use crate::cost::RateCard;
+
+/// The benchmark users' environment: the bridge's variables (when there is one), then the
+/// spec's, which win.
+fn bridged_env(
+    env: &BTreeMap<String, String>,
+    registries: Option<&super::RegistrySettings>,
+) -> BTreeMap<String, String> {
+    let mut out = registries.map(bridge_environment).unwrap_or_default();
+    out.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    out
+}
+
+/// What points npm, pip and uv at the bridge of `registries`.
+fn bridge_environment(registries: &super::RegistrySettings) -> BTreeMap<String, String> {
+    let npm_host =
+        registries.npm.as_deref().and_then(|u| u.split('/').nth(2)).map(|h| h.split(':').next().unwrap_or(h));
+    RegistryBridge::environment(registries.port, true, npm_host)
+}
 
 pub(super) struct Validator<'a> {
     pub(super) file: PathBuf,
@@ -102,8 +121,11 @@ impl Validator<'_> {
             self.error(&raw.name, "name", "expected a non-empty name");
         }
         let mut sandbox = self.sandbox(&raw.sandbox);
+        let network = self.network(&raw.sandbox);
+        sandbox.network = network == Network::On;
+        sandbox.registries = self.registries(&raw.registries, network);
         self.environment(&raw.env, "env", self.line_of("[env]"));
-        let source = self.source(&raw.source, raw.sandbox.network);
+        let source = self.source(&raw.source, sandbox.network);
         let trials = self.trials(&raw.trials);
         let prepare = self.prepare(&raw.prepare, &source);
         let install = self.install(&raw.install);
@@ -127,10 +149,14 @@ impl Validator<'_> {
             runtime,
             transport,
             ui,
-            env: raw.env.clone(),
+            env: bridged_env(&raw.env, sandbox.registries.as_ref()),
             harness,
             lens: self.lens(&raw.lens),
             disk_gb: None,
+            registries: sandbox
+                .registries
+                .as_ref()
+                .map(|r| RegistryBridge { port: r.port, env: bridge_environment(r) }),
         };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);
@@ -279,7 +305,8 @@ impl Validator<'_> {
             disk_gb,
             pids_limit,
             output_cap_bytes: output_kb as u64 * 1024,
-            network: s.network,
+            network: false,
+            registries: None,
             ttl: Duration::from_secs_f64(ttl_minutes * 60.0),
         }
     }

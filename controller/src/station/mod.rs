@@ -49,6 +49,7 @@ pub struct StationOptions {
 pub fn hub_config(plan: &Plan, dead_man: Duration) -> HubConfig {
     HubConfig {
         output_cap_bytes: plan.sandbox.output_cap_bytes,
+        registries: plan.sandbox.registries.clone().map(Arc::new),
         ..HubConfig::with_dead_man(DEFAULT_HEARTBEAT, dead_man)
     }
 }
@@ -249,6 +250,12 @@ impl Station {
             server.stop().await;
         }
         self.hub().close().await;
+    }
+
+    /// What the report says of the registry bridge (none without one): its totals, each timed
+    /// trial's requests and cache hits, its refusals.
+    pub fn bridge_summary(&self) -> Vec<String> {
+        self.hub().bridge().map(|b| b.summary()).unwrap_or_default()
     }
 
     /// The end of every path: removes whatever sandbox of this run is left, stops serving, closes

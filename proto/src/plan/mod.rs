@@ -71,6 +71,59 @@ pub struct AgentPlan {
     /// full disk says so, naming it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_gb: Option<f64>,
+    /// The registry bridge (`network = "registries"`): served on the sandbox's loopback before
+    /// any phase runs, its environment given to the builder (the benchmark users have it in
+    /// `env` already).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registries: Option<RegistryBridge>,
+}
+
+/// The agent's end of the registry bridge: plain HTTP on `127.0.0.1:port`, each request carried
+/// to the controller (`Fetch`), which answers it or refuses it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryBridge {
+    pub port: u16,
+    /// What points npm, pip and uv at the bridge.
+    pub env: BTreeMap<String, String>,
+}
+
+/// Where the bridge serves what: the npm registry at its root (npm's tarball URLs keep only
+/// their path when `replace-registry-host` rewrites them), the Python index under
+/// `BRIDGE_PYPI`, and another allowed host `h` under `BRIDGE_HOST` + `h/`. Neither prefix can
+/// be an npm package name (those never start with `_`).
+pub const BRIDGE_PYPI: &str = "/_/pypi/";
+pub const BRIDGE_HOST: &str = "/_/h/";
+
+impl RegistryBridge {
+    /// The environment that points npm, pip and uv at a bridge on `port`. `npm_host`: the npm
+    /// upstream's host when the spec names it; lockfiles and packuments name its tarball URLs,
+    /// which npm then sends to the bridge keeping their path (npm does so by itself for
+    /// registry.npmjs.org; never `always`, which would send a release tarball's own URL there).
+    pub fn environment(port: u16, pypi: bool, npm_host: Option<&str>) -> BTreeMap<String, String> {
+        let base = format!("http://127.0.0.1:{port}");
+        let mut env = BTreeMap::new();
+        if let Some(host) = npm_host {
+            env.insert("npm_config_replace_registry_host".to_string(), host.to_string());
+        }
+        for (k, v) in [
+            ("npm_config_registry", format!("{base}/")),
+            // Audit and fund are POSTs to the registry, which the bridge refuses.
+            ("npm_config_audit", "false".to_string()),
+            ("npm_config_fund", "false".to_string()),
+            ("npm_config_update_notifier", "false".to_string()),
+        ] {
+            env.insert(k.to_string(), v);
+        }
+        if pypi {
+            let index = format!("{base}{BRIDGE_PYPI}");
+            for k in ["PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"] {
+                env.insert(k.to_string(), index.clone());
+            }
+            env.insert("PIP_DISABLE_PIP_VERSION_CHECK".into(), "1".into());
+        }
+        env
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

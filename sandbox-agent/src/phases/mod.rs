@@ -31,6 +31,9 @@ pub fn run(name: &str, ctx: &PhaseContext) -> anyhow::Result<()> {
     let plan: AgentPlan =
         serde_json::from_slice(&ctx.plan).with_context(|| format!("invalid plan for phase {name}"))?;
     crate::probes::command::set_disk_bound(plan.disk_gb);
+    if let Some(bridge) = &plan.registries {
+        crate::bridge::serve(bridge.port)?;
+    }
     harness::write(&plan).context("cannot write the harness files")?;
     let before = isolation::snapshot(&isolation::RealFs, &isolation::SHARED_PLACES);
     let timed = phase::TIMED.contains(&name);

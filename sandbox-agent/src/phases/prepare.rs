@@ -19,9 +19,11 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
     std::fs::create_dir_all(&source)?;
     chown_tree(&source, builder.uid, builder.gid)?;
     fetch_source(ctx, &plan.source, &builder, &source)?;
+    // The builder reaches the registries through the bridge, when the sandbox has one.
+    let env = plan.registries.as_ref().map(|r| r.env.clone()).unwrap_or_default();
     for step in &plan.prepare.commands {
         ctx.note(&format!("$ {}", step.run));
-        common::run_step(ctx, step, &builder, &source, &Default::default())?.success(&format!("`{}`", step.run))?;
+        common::run_step(ctx, step, &builder, &source, &env)?.success(&format!("`{}`", step.run))?;
     }
     ctx.file("facts.json", &serde_json::to_vec_pretty(&tool_versions(&builder, &source)).unwrap_or_default());
     if plan.prepare.artifacts.is_empty() {

@@ -20,8 +20,9 @@ use tonic::transport::server::Connected;
 /// Connections one socket holds at once: an agent uses one, and a reconnection may overlap the
 /// old one while it closes; beyond, a connection is closed as soon as it is accepted.
 pub const MAX_CONNECTIONS_PER_SOCKET: usize = 4;
-/// HTTP/2 streams one connection may have open: an agent's session is one stream.
-pub const MAX_STREAMS_PER_CONNECTION: u32 = 2;
+/// HTTP/2 streams one connection may have open: an agent's session is one stream, and the
+/// registry bridge's requests (`Fetch`) take up to 8 more.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 10;
 
 /// Whether a Hello was accepted on a connection (set by the session, read by the connection).
 #[derive(Debug, Clone, Default)]

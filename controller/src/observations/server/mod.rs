@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use sandbench_proto::v1::agent_server::{Agent, AgentServer};
 use sandbench_proto::v1::{
-    AgentMessage, Command, ControllerMessage, Event, Facts, Heartbeat, PhaseStatus, Welcome, agent_message, command,
-    controller_message, event, observation,
+    AgentMessage, Command, ControllerMessage, Event, Facts, FetchReply, FetchRequest, Heartbeat, PhaseStatus, Welcome,
+    agent_message, command, controller_message, event, observation,
 };
 use serde::{Deserialize, Serialize};
 use tokio::net::UnixListener;
@@ -34,7 +34,7 @@ pub use crate::observations::intake::Refusal;
 const TOKENS_FILE: &str = ".agent-tokens.json";
 
 /// Timing of the conversation with agents.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HubConfig {
     pub heartbeat: Duration,
     /// Missed heartbeats after which either side gives the other up.
@@ -49,6 +49,8 @@ pub struct HubConfig {
     /// How long a connection may stay silent before it is closed (a live agent's heartbeats
     /// come every `heartbeat`).
     pub idle_timeout: Duration,
+    /// The registry bridge agents may call (`sandbox.network = "registries"`).
+    pub registries: Option<Arc<crate::spec::RegistrySettings>>,
 }
 
 /// How long either side carries on without word from the other by default: long enough for a
@@ -72,6 +74,7 @@ impl HubConfig {
             files: FileLimits::default(),
             // Twice the dead-man window: by then the session gave the agent up on its own.
             idle_timeout: (heartbeat * intervals).saturating_mul(2),
+            registries: None,
         }
     }
 
@@ -158,6 +161,7 @@ struct Inner {
     closed: watch::Sender<bool>,
     /// Every event once persisted, for live displays.
     events: tokio::sync::broadcast::Sender<StoredEvent>,
+    bridge: Option<crate::bridge::Bridge>,
 }
 
 /// The controller's registry of sandboxes and their agents' sessions. Cheap to clone.
@@ -207,9 +211,14 @@ impl Hub {
                 (id, state)
             })
             .collect();
+        let bridge = match &config.registries {
+            Some(settings) => Some(crate::bridge::Bridge::open(run_dir, settings)?),
+            None => None,
+        };
         Ok(Hub {
             inner: Arc::new(Inner {
                 run_dir: run_dir.to_path_buf(),
+                bridge,
                 config,
                 log: tokio::sync::RwLock::new(Some(log)),
                 sandboxes: Mutex::new(sandboxes),
@@ -223,7 +232,27 @@ impl Hub {
     }
 
     pub fn config(&self) -> HubConfig {
-        self.inner.config
+        self.inner.config.clone()
+    }
+
+    /// The run's registry bridge, when its sandboxes have one.
+    pub fn bridge(&self) -> Option<&crate::bridge::Bridge> {
+        self.inner.bridge.as_ref()
+    }
+
+    /// What the sandbox whose agent presents `token` is running (`install#2`), for a bridged
+    /// request; refused like a Hello with a wrong token.
+    fn fetch_caller(&self, sandbox_id: &str, token: &str) -> Result<String, Status> {
+        let sandboxes = lock(&self.inner.sandboxes);
+        let state = sandboxes
+            .get(sandbox_id)
+            .filter(|s| !s.retired && constant_time_eq(s.token.as_bytes(), token.as_bytes()))
+            .ok_or_else(|| Status::unauthenticated("unknown sandbox or wrong token"))?;
+        let running = state.pending.iter().rev().find_map(|c| match &c.body {
+            Some(command::Body::RunPhase(run)) => Some(format!("{}#{}", run.phase, run.trial)),
+            _ => None,
+        });
+        Ok(running.unwrap_or_else(|| "between phases".to_string()))
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -487,7 +516,7 @@ impl Hub {
         let generation = *state.generation.borrow();
         // The Welcome and the pending commands are queued before the session is published: a
         // command sent once the Hello is known must not overtake the Welcome.
-        let config = self.inner.config;
+        let config = self.inner.config.clone();
         let welcome = Welcome {
             acked_seq: state.persisted_seq,
             heartbeat_interval_ms: config.heartbeat.as_millis() as u32,
@@ -608,7 +637,7 @@ impl Hub {
     /// What of a batch (in order, contiguous) goes to the log: output within its cap (and the
     /// tail of a command's output where it ends), file chunks written or refused, texts bounded.
     fn intake(&self, sandbox_id: &str, events: Vec<Event>) -> anyhow::Result<Vec<StoredEvent>> {
-        let config = self.inner.config;
+        let config = self.inner.config.clone();
         let mut outputs = lock(&self.inner.outputs);
         let outputs =
             outputs.entry(sandbox_id.to_string()).or_insert_with(|| Outputs::new(config.output_cap_bytes, []));
@@ -795,7 +824,7 @@ impl ServerHandle {
         let listener = UnixListener::bind(socket).with_context(|| format!("cannot listen on {}", socket.display()))?;
         let connections = self.connections.clone();
         let path = socket.to_path_buf();
-        let config = self.hub.inner.config;
+        let config = self.hub.inner.config.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(conn::MAX_CONNECTIONS_PER_SOCKET));
         let accept = tokio::spawn(async move {
             let mut refused = 0u64;
@@ -870,12 +899,29 @@ type Outbound = mpsc::Sender<Result<ControllerMessage, Status>>;
 #[tonic::async_trait]
 impl Agent for Service {
     type SessionStream = ReceiverStream<Result<ControllerMessage, Status>>;
+    type FetchStream = ReceiverStream<Result<FetchReply, Status>>;
+
+    async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<Self::FetchStream>, Status> {
+        let request = request.into_inner();
+        let command = self.hub.fetch_caller(&request.sandbox_id, &request.token)?;
+        let bridge = self.hub.bridge().ok_or_else(|| {
+            Status::failed_precondition("this run has no registry bridge (sandbox.network is not \"registries\")")
+        })?;
+        let ask = crate::bridge::Ask {
+            sandbox: request.sandbox_id,
+            command,
+            method: request.method,
+            target: request.target,
+            accept: request.accept,
+        };
+        Ok(Response::new(bridge.serve(ask)))
+    }
 
     async fn session(
         &self,
         request: Request<Streaming<AgentMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let config = self.hub.inner.config;
+        let config = self.hub.inner.config.clone();
         let greeted = request.extensions().get::<conn::Greeted>().cloned();
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(config.hello_timeout, inbound.message())
@@ -917,7 +963,7 @@ async fn run_session(
     mut inbound: Streaming<AgentMessage>,
     tx: &Outbound,
 ) -> anyhow::Result<()> {
-    let config = hub.inner.config;
+    let config = hub.inner.config.clone();
     let mut current = lock(&hub.inner.sandboxes).get(sandbox_id).context("unknown sandbox")?.generation.subscribe();
     let mut closed = hub.inner.closed.subscribe();
     let mut heartbeat = tokio::time::interval(config.heartbeat);

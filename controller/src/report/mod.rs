@@ -233,6 +233,9 @@ pub struct Report {
     /// The deciding rule; absent in the JSON for the reference rule.
     #[serde(default = "Rule::absent", skip_serializing_if = "Rule::is_reference")]
     pub rule: Rule,
+    /// How the sides took their runs (`[trials] order`).
+    #[serde(default, skip_serializing_if = "crate::spec::Order::is_abba")]
+    pub order: crate::spec::Order,
     /// The CI attempt of this run (the marker's ATTEMPT); 1 outside CI.
     #[serde(default = "first_attempt", skip_serializing_if = "is_first_attempt")]
     pub attempt: u32,

@@ -109,6 +109,7 @@ pub(super) fn example(status: Status) -> Report {
         errors: vec!["head install trial 2: failed | see <log>".into()],
         warnings: vec!["base: cannot collect the agent log".into()],
         rule: Rule::Reference,
+        order: Default::default(),
         attempt: 1,
         noise: None,
         sequential: None,

@@ -219,6 +219,7 @@ pub fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Re
         errors: Vec::new(),
         warnings: Vec::new(),
         rule: plan.rule,
+        order: plan.trials.order,
         attempt: report::ci_attempt(),
         noise: None,
         // Set by the adaptive loop when it looks (`report::Sequential::for_plan`); a run that

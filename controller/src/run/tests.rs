@@ -560,6 +560,9 @@ async fn an_interleaved_run_alternates_single_runs_between_the_sides_abba() {
     assert_eq!(trials(&result.report, true, "cold"), [0, 1]);
     assert_eq!(trials(&result.report, false, "git_status"), [0, 1]);
     assert!(fake.timeline().iter().all(|e| !e.contains("pinned")), "only a duet pins");
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    assert!(markdown.contains("Runs are interleaved one by one"), "the method says the order");
+    assert_eq!(result.report.order, crate::spec::Order::Interleaved);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -170,6 +170,10 @@ impl Order {
         Order::NAMES[self as usize]
     }
 
+    pub fn is_abba(&self) -> bool {
+        *self == Order::Abba
+    }
+
     /// Whether a phase's trials are taken run by run (stepwise) in this order.
     pub fn stepwise(self, phase: &str) -> bool {
         self != Order::Abba && phase != phase::INSTALL

@@ -316,6 +316,44 @@ startup = ["product"]
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_interleaved_run_killed_mid_round_runs_only_the_trial_left_unfinished() {
+        use crate::provision::fake::{FAKE_SEGMENTS, FakeProvisioner, Script};
+        // Measure trial 0 starts with base, whose last run ends before head's (A B B A A B):
+        // cut in head's trial 0, base's is complete, and everything after is cut too.
+        let spec = spec_with("install = 1\nmeasure = 3\nruntime = 1\norder = \"interleaved\"\nfailure_limit = 2");
+        let (_tmp, opts, dir, mark) = killed_run_of(&spec, Script::for_plan, "measure-0").await;
+        let plan = crate::spec::load(&opts.spec).unwrap();
+        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let result = resume_on(resume_options(&dir, opts.ledger.clone()), mark, watch::channel(false).1, fake.clone())
+            .await
+            .unwrap();
+        let report = &result.report;
+        assert_eq!(result.status, Status::Completed, "{:?}", report.errors);
+        for side in [&report.base_side, &report.head_side] {
+            for (metric, samples) in &side.metrics {
+                let trials: Vec<u32> = samples.iter().map(|s| s.trial).collect();
+                let expected = report.expected.get(metric).copied().unwrap_or(1);
+                assert_eq!(trials, (0..expected).collect::<Vec<_>>(), "{metric}: every trial once");
+            }
+        }
+        // Head's trial 0 runs alone (a plain trial: no turns), base's is not run again; the
+        // rounds no side finished run whole, interleaved again.
+        let events =
+            crate::observations::store::read_events(&dir.join(crate::observations::store::OBSERVATIONS_FILE)).unwrap();
+        let started = |role: &str, command: &str| {
+            events.iter().any(|e| {
+                e.sandbox == format!("sandbench-{FAKE_RUN}-{role}")
+                    && matches!(&e.body, StoredBody::PhaseStarted { command_id, .. } if command_id == command)
+            })
+        };
+        assert!(started("head-r2", "measure-0") && !started("base-r2", "measure-0"));
+        let timeline = fake.timeline();
+        let of = |t: u32| timeline.iter().filter(|e| e.contains(&format!(" measure {t} "))).count();
+        let whole = 2 * FAKE_SEGMENTS as usize;
+        assert_eq!((of(0), of(1), of(2)), (0, whole, whole), "{timeline:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_adaptive_run_killed_while_adding_pairs_is_resumed_to_the_same_look() {
         use crate::provision::fake::{FakeProvisioner, Script};
         // Looks at 3, 6 and 9 pairs; head's start swings in the planned trials, so the run

@@ -312,7 +312,12 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
     let good = Revision { rev: opts.good.clone(), commit: crate::source::resolve(repository, &opts.good).await? };
     let bad = Revision { rev: opts.bad.clone(), commit: crate::source::resolve(repository, &opts.bad).await? };
     let started = SystemTime::now();
-    let id = opts.id.clone().unwrap_or_else(|| format!("bisect-{}", crate::report::stamp(started)));
+    // The start time and a random suffix, as a run's: two bisections begun in one second on one
+    // engine must not share sandbox names.
+    let id = opts.id.clone().unwrap_or_else(|| {
+        let suffix: String = rand::random::<[u8; 3]>().iter().map(|b| format!("{b:02x}")).collect();
+        format!("bisect-{}-{suffix}", crate::report::stamp(started))
+    });
     let dir = crate::station::run_dir(&opts.out.join(&id))?;
     let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(2).await?);
     // The ledger entry is made before the first sandbox, so a bisection killed from here on

@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand};
 use crate::bench::{BenchArgs, Shipping};
 use crate::cost::ledger::Ledger;
 use crate::cost::view::{self, CostArgs};
-pub use crate::options::{DeadMan, available_cpus, check_pairs, exit, exit_code, parse_dead_man, parse_engine_wait};
+pub use crate::options::{
+    DeadMan, RunFlags, available_cpus, check_pairs, exit, exit_code, parse_dead_man, parse_engine_wait,
+};
 
 /// The exit statuses, as `--help` and the README state them.
 const EXIT_STATUS_HELP: &str = "\
@@ -158,41 +160,11 @@ pub struct RunArgs {
     /// are used; a spec, --base or --head given must be the run's.
     #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["trials", "pairs", "budget", "noise"])]
     pub resume: Option<std::path::PathBuf>,
-    /// Where run directories go.
-    #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
-    pub out: std::path::PathBuf,
-    /// Measure, runtime and transport trials (overrides the spec; ui and install keep theirs).
-    #[arg(long)]
-    pub trials: Option<u32>,
-    /// Sandbox pairs, each pinned to its own CPUs, sharing the trials (at most one per CPU).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub pairs: u32,
-    /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
-    #[arg(long)]
-    pub oversubscribe: bool,
-    /// Run only shard I of N of the pairs (e.g. 1/2; merge the shards with `sandbench merge`).
-    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard)]
-    pub shard: Option<crate::shard::Shard>,
-    /// Once the run is decided, bisect every regressed metric between base and head (within
-    /// `[bisect] max_steps` and the budget): which commit did it, in the report and the comment.
-    #[arg(long, conflicts_with = "shard")]
-    pub bisect: bool,
-    /// Stop scheduling work when the estimated cost reaches this many USD.
-    #[arg(long)]
-    pub budget: Option<f64>,
-    /// Stop scheduling work after this many minutes.
-    #[arg(long, default_value_t = 60.0)]
-    pub timeout_minutes: f64,
+    #[command(flatten)]
+    pub flags: RunFlags,
     /// How the agent gets into the sandboxes.
     #[arg(long, value_enum, default_value_t = Shipping::Bind)]
     pub shipping: Shipping,
-    /// The sandbox-agent executable to ship (default: beside this one).
-    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
-    pub agent: Option<std::path::PathBuf>,
-    /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors; `none`:
-    /// the spec's floors. Default: the ledger's latest A/A profile of this spec, image and machine.
-    #[arg(long, value_name = "PATH|none")]
-    pub noise: Option<std::path::PathBuf>,
     /// USD per vCPU-hour (overrides the spec's rate card).
     #[arg(long)]
     pub cpu_usd_per_hour: Option<f64>,
@@ -202,8 +174,6 @@ pub struct RunArgs {
     /// USD per GiB-hour of disk (overrides the spec's rate card).
     #[arg(long)]
     pub disk_usd_per_gb_hour: Option<f64>,
-    #[command(flatten)]
-    pub dead_man: DeadMan,
     /// How long to wait for a Docker engine that stops answering (a restart) before the run
     /// fails, e.g. 30s, 5m.
     #[arg(long, env = "SANDBENCH_ENGINE_WAIT", default_value = "120s", value_name = "DURATION",
@@ -330,44 +300,31 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
             spec: args.spec,
             base: args.base,
             head: args.head,
-            agent: args.agent,
+            agent: args.flags.agent.clone(),
             shipping: args.shipping.into(),
             ledger: Some(ledger),
             engine_wait: args.engine_wait,
-            dead_man: args.dead_man.window,
+            dead_man: args.flags.dead_man.window,
         };
         let (mark, _) = crate::run::resume::check(&options)?;
-        check_pairs(mark.pairs, available_cpus(), args.oversubscribe)?;
+        args.flags.check_pairs(mark.pairs)?;
         let result = crate::run::resume::resume(options, cancel_on_signals()).await?;
         return Ok(print_result(&result));
     }
-    check_pairs(args.pairs, available_cpus(), args.oversubscribe)?;
+    args.flags.check_pairs(args.flags.pairs)?;
     let cancel_rx = cancel_on_signals();
+    // clap requires them without --resume.
+    let (spec, base, head) =
+        (args.spec.unwrap_or_default(), args.base.unwrap_or_default(), args.head.unwrap_or_default());
     let options = crate::run::RunOptions {
-        // clap requires them without --resume.
-        spec: args.spec.unwrap_or_default(),
-        base: args.base.unwrap_or_default(),
-        head: args.head.unwrap_or_default(),
-        out: args.out,
-        trials: args.trials,
-        pairs: args.pairs,
-        budget_usd: args.budget,
-        run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
-        agent: args.agent,
         shipping: args.shipping.into(),
-        noise_from_ledger: args.noise.is_none(),
-        noise: args.noise.filter(|p| p.as_os_str() != "none"),
-        ledger: Some(ledger),
         rates: crate::run::RateOverrides {
             cpu_usd_per_hour: args.cpu_usd_per_hour,
             memory_usd_per_gb_hour: args.memory_usd_per_gb_hour,
             disk_usd_per_gb_hour: args.disk_usd_per_gb_hour,
         },
-        shard: args.shard,
         engine_wait: args.engine_wait,
-        dead_man: args.dead_man.window,
-        force_valgrind: false,
-        bisect: args.bisect,
+        ..args.flags.run_options(spec, base, head, ledger)
     };
     let result = crate::run::run(options, cancel_rx).await?;
     Ok(print_result(&result))
@@ -489,6 +446,28 @@ mod tests {
         super::Cli::command().debug_assert();
     }
 
+    #[test]
+    fn run_and_ci_share_their_run_flags_word_for_word_but_cis_shard_needs_no_publish() {
+        let mut cli = super::Cli::command();
+        cli.build();
+        let help = |command: &str, flag: &str| {
+            let command = cli.find_subcommand(command).unwrap();
+            let arg = command.get_arguments().find(|a| a.get_id() == flag).unwrap_or_else(|| panic!("{flag}"));
+            (arg.get_help().map(ToString::to_string), arg.get_default_values().to_vec(), arg.get_env().is_some())
+        };
+        let shared = ["out", "trials", "pairs", "oversubscribe", "bisect", "budget", "timeout_minutes", "agent"];
+        for flag in shared.into_iter().chain(["noise", "window"]) {
+            assert_eq!(help("run", flag), help("ci", flag), "--{flag}");
+        }
+        assert_ne!(help("run", "shard"), help("ci", "shard"));
+        let ci = ["sandbench", "ci", "s.toml", "--event", "e", "--event-name", "pull_request", "--shard", "1/2"];
+        let err = super::Cli::try_parse_from(ci).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument, "{err}");
+        assert!(super::Cli::try_parse_from(ci.into_iter().chain(["--no-publish"])).is_ok());
+        let run = ["sandbench", "run", "s.toml", "--base", "a", "--head", "b", "--shard", "1/2", "--bisect"];
+        assert!(super::Cli::try_parse_from(run).is_err(), "--bisect conflicts with --shard");
+    }
+
     /// Every argument of every command, with the path of commands leading to it, that has no
     /// help text.
     fn undocumented(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
@@ -556,7 +535,7 @@ mod tests {
         assert!(super::parse_dead_man("-5s").is_err());
         let cli = super::Cli::try_parse_from(["sandbench", "run", "s.toml", "--base", "a", "--head", "b"]).unwrap();
         let super::Command::Run(args) = cli.command else { panic!("{:?}", cli.command) };
-        assert!(args.dead_man.window >= Duration::from_secs(30), "the default tolerates a stalled controller");
+        assert!(args.flags.dead_man.window >= Duration::from_secs(30), "the default tolerates a stalled controller");
         let cli =
             super::Cli::try_parse_from(["sandbench", "debug", "s.toml", "--rev", "a", "--dead-man", "45s"]).unwrap();
         let super::Command::Debug { dead_man, .. } = cli.command else { panic!("{:?}", cli.command) };

@@ -1,8 +1,12 @@
 //! Command-line values shared by `run`, `debug`, `ci` and `merge`: exit statuses, the dead-man
-//! window, durations, and how many pairs a machine holds. Below the commands, so `publish` and
-//! `merge` use them without reaching up into [`crate::cli`].
+//! window, durations, how many pairs a machine holds, the flags of a run (`run` and `ci`). Below
+//! the commands, so `publish` and `merge` use them without reaching up into [`crate::cli`].
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::run::RunOptions;
 
 /// Exit statuses of `sandbench`. 2 is clap's usage error and no run status uses it.
 pub mod exit {
@@ -83,4 +87,70 @@ pub fn check_pairs(pairs: u32, cpus: usize, oversubscribe: bool) -> anyhow::Resu
 /// The CPUs sandboxes can be pinned to (those this process may run on).
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// The flags `run` and `ci` share: where runs go, trials and pairs, the bounds, the agent, the
+/// noise profile, the dead-man window, `--bisect`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunFlags {
+    /// Where run directories go.
+    #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
+    pub out: PathBuf,
+    /// Measure, runtime and transport trials (overrides the spec; ui and install keep theirs).
+    #[arg(long)]
+    pub trials: Option<u32>,
+    /// Sandbox pairs, each pinned to its own CPUs, sharing the trials (at most one per CPU).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pairs: u32,
+    /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
+    #[arg(long)]
+    pub oversubscribe: bool,
+    /// Run only shard I of N of the pairs (e.g. 1/2; merge the shards with `sandbench merge`).
+    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard)]
+    pub shard: Option<crate::shard::Shard>,
+    /// Once the run is decided, bisect every regressed metric between base and head (within
+    /// `[bisect] max_steps` and the budget): which commit did it, in the report and the comment.
+    #[arg(long, conflicts_with = "shard")]
+    pub bisect: bool,
+    /// Stop scheduling work when the estimated cost reaches this many USD.
+    #[arg(long)]
+    pub budget: Option<f64>,
+    /// Stop scheduling work after this many minutes.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_minutes: f64,
+    /// The sandbox-agent executable to ship (default: beside this one).
+    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
+    pub agent: Option<PathBuf>,
+    /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors; `none`:
+    /// the spec's floors. Default: the ledger's latest A/A profile of this spec, image and machine.
+    #[arg(long, value_name = "PATH|none")]
+    pub noise: Option<PathBuf>,
+    #[command(flatten)]
+    pub dead_man: DeadMan,
+}
+
+impl RunFlags {
+    /// Refuses more pairs than CPUs unless `--oversubscribe` ([`check_pairs`]).
+    pub fn check_pairs(&self, pairs: u32) -> anyhow::Result<()> {
+        check_pairs(pairs, available_cpus(), self.oversubscribe)
+    }
+
+    /// The run these flags ask for, of `spec` from `base` to `head`, charged to `ledger`; the
+    /// rest (shipping, rate overrides, engine wait) as [`RunOptions::new`] has it.
+    pub fn run_options(self, spec: PathBuf, base: String, head: String, ledger: PathBuf) -> RunOptions {
+        RunOptions {
+            trials: self.trials,
+            pairs: self.pairs,
+            budget_usd: self.budget,
+            run_timeout: Duration::from_secs_f64(self.timeout_minutes.max(0.0) * 60.0),
+            agent: self.agent,
+            noise_from_ledger: self.noise.is_none(),
+            noise: self.noise.filter(|p| p.as_os_str() != "none"),
+            ledger: Some(ledger),
+            shard: self.shard,
+            dead_man: self.dead_man.window,
+            bisect: self.bisect,
+            ..RunOptions::new(spec, base, head, self.out)
+        }
+    }
 }

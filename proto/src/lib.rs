@@ -10,6 +10,7 @@ pub mod v1 {
 /// The agent's plan, as JSON inside `RunPhase`.
 pub mod plan;
 
+pub mod cap;
 pub mod conditions;
 pub mod lens;
 pub mod metric;

@@ -4,11 +4,11 @@
 //! ends, after a marker saying how many were cut ([`OutputCap`]). A flood fills neither the
 //! journal nor the stream.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use sandbench_proto::cap::{Cuts, HeadTail};
 use sandbench_proto::v1::{FileChunk, Log, LogStream, Observation, PhaseYielded, event, observation};
 use tokio::sync::mpsc;
 
@@ -21,21 +21,18 @@ pub type Emit = mpsc::Sender<event::Body>;
 /// Room kept in the controller's tail for the agent's own marker.
 const MARKER_ROOM: u64 = 256;
 
-/// One command's output against the cap: the head passes, the tail waits, the middle is counted.
+/// One command's output against the cap: the head passes, the tail waits, the middle is counted
+/// ([`HeadTail`], cut anywhere, each piece held apart).
 #[derive(Debug)]
 pub struct OutputCap {
     cap: u64,
-    head_left: u64,
-    tail_cap: u64,
-    tail: VecDeque<(LogStream, Vec<u8>)>,
-    tail_bytes: u64,
-    cut: u64,
+    kept: HeadTail<LogStream>,
 }
 
 impl OutputCap {
     pub fn new(cap: u64) -> OutputCap {
         let tail_cap = (cap / 2).saturating_sub(MARKER_ROOM);
-        OutputCap { cap, head_left: cap - cap / 2, tail_cap, tail: VecDeque::new(), tail_bytes: 0, cut: 0 }
+        OutputCap { cap, kept: HeadTail::new(cap - cap / 2, tail_cap, Cuts::Anywhere) }
     }
 
     /// The part of `bytes` to send now; the rest is held in the tail (whose oldest bytes are cut).
@@ -43,45 +40,22 @@ impl OutputCap {
         if self.cap == 0 {
             return bytes;
         }
-        let now = (self.head_left.min(bytes.len() as u64)) as usize;
-        self.head_left -= now as u64;
-        let rest = &bytes[now..];
-        if !rest.is_empty() {
-            // Only the last tail_cap bytes of what is left can be kept.
-            let keep = rest.len().min(self.tail_cap as usize);
-            self.cut += (rest.len() - keep) as u64;
-            if keep > 0 {
-                self.tail.push_back((stream, rest[rest.len() - keep..].to_vec()));
-                self.tail_bytes += keep as u64;
-            }
-            while self.tail_bytes > self.tail_cap {
-                let excess = (self.tail_bytes - self.tail_cap) as usize;
-                let Some(front) = self.tail.front_mut() else { break };
-                let drop = excess.min(front.1.len());
-                front.1.drain(..drop);
-                if front.1.is_empty() {
-                    self.tail.pop_front();
-                }
-                self.tail_bytes -= drop as u64;
-                self.cut += drop as u64;
-            }
-        }
-        &bytes[..now]
+        &bytes[..self.kept.admit(stream, bytes, |_, _| false)]
     }
 
     /// What is still to send when the command ends: a marker when bytes were cut, then the tail.
     pub fn finish(&mut self) -> Vec<(LogStream, Vec<u8>)> {
         let mut out = Vec::new();
-        if self.cut > 0 {
+        if self.kept.cut() > 0 {
             let marker = format!(
                 "\n[sandbox-agent: {} bytes of output cut here (cap {} bytes); the last {} bytes follow]\n",
-                self.cut, self.cap, self.tail_bytes
+                self.kept.cut(),
+                self.cap,
+                self.kept.tail_bytes()
             );
             out.push((LogStream::Agent, marker.into_bytes()));
         }
-        out.extend(self.tail.drain(..));
-        self.tail_bytes = 0;
-        self.cut = 0;
+        out.extend(self.kept.take_tail());
         out
     }
 
@@ -102,14 +76,13 @@ pub fn capped_file(file: &mut std::fs::File, cap: u64) -> std::io::Result<Vec<u8
     let len = file.metadata()?.len().saturating_sub(start);
     let mut kept = OutputCap::new(cap);
     let mut out = Vec::new();
-    file.by_ref().take(len.min(kept.head_left)).read_to_end(&mut out)?;
-    kept.head_left -= out.len() as u64;
+    file.by_ref().take(len.min(kept.kept.head_left())).read_to_end(&mut out)?;
+    kept.admit(LogStream::Stdout, &out);
     let rest = len - out.len() as u64;
     if rest > 0 {
-        // Fill the head (none is left) and skip the middle, counted as cut, then the tail.
-        let tail_len = rest.min(kept.tail_cap);
-        kept.head_left = 0;
-        kept.cut += rest - tail_len;
+        // The head is full: skip the middle, counted as cut, then the tail.
+        let tail_len = rest.min(kept.kept.tail_cap());
+        kept.kept.skipped(rest - tail_len);
         file.seek(SeekFrom::Start(start + len - tail_len))?;
         let mut tail = Vec::new();
         file.by_ref().take(tail_len).read_to_end(&mut tail)?;

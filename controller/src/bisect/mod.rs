@@ -302,6 +302,13 @@ pub async fn conduct(
     Ok(Bisected { report, made, error })
 }
 
+/// A new bisection's id: its start time and a random suffix, as a run's (two bisections begun in
+/// one second on one engine must not share sandbox names).
+fn new_id(started: SystemTime) -> String {
+    let suffix: String = rand::random::<[u8; 3]>().iter().map(|b| format!("{b:02x}")).collect();
+    format!("bisect-{}-{suffix}", crate::report::stamp(started))
+}
+
 /// `sandbench bisect`: the bisection on Docker, in its own directory and ledger entry.
 pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<(BisectReport, PathBuf)> {
     let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -312,7 +319,7 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
     let good = Revision { rev: opts.good.clone(), commit: crate::source::resolve(repository, &opts.good).await? };
     let bad = Revision { rev: opts.bad.clone(), commit: crate::source::resolve(repository, &opts.bad).await? };
     let started = SystemTime::now();
-    let id = opts.id.clone().unwrap_or_else(|| format!("bisect-{}", crate::report::stamp(started)));
+    let id = opts.id.clone().unwrap_or_else(|| new_id(started));
     let dir = crate::station::run_dir(&opts.out.join(&id))?;
     let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(2).await?);
     // The ledger entry is made before the first sandbox, so a bisection killed from here on
@@ -852,6 +859,18 @@ pub async fn command(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyh
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bisections_begun_in_one_second_get_ids_of_their_own() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_790_000);
+        let ids: std::collections::BTreeSet<String> = (0..20).map(|_| new_id(now)).collect();
+        assert_eq!(ids.len(), 20, "{ids:?}");
+        assert!(
+            ids.iter()
+                .all(|id| id.starts_with("bisect-20251203-") && id.len() == "bisect-20251203-192640-abcdef".len()),
+            "{ids:?}"
+        );
+    }
 
     fn report(good: f64, bad: f64, outcome: Outcome) -> BisectReport {
         let commits: Vec<Commit> = (0..4)

@@ -199,3 +199,19 @@ async fn shell_runs_a_command_or_a_terminal_in_a_running_sandbox() {
     assert_eq!(shell::exit_code(&fake, &id).await.unwrap(), 0);
     assert!(fake.terminal("sandbench-r1-base", vec![], 24, 80).await.is_err(), "not running");
 }
+
+#[tokio::test]
+async fn a_failure_through_the_trait_says_what_failed_by_its_kind() {
+    use crate::provision::{ProvisionError, Provisioner};
+    let dir = tempfile::tempdir().unwrap();
+    let fake = three(dir.path()).await;
+    let provisioner: &dyn Provisioner = &fake;
+    let again = provisioner.create(&request("r1", "base", Duration::from_secs(900), dir.path())).await;
+    assert!(matches!(&again, Err(ProvisionError::Create { name, .. }) if name == "sandbench-r1-base"), "{again:?}");
+    let stopped = provisioner.exec("sandbench-r1-base", vec!["echo".into()]).await;
+    assert!(matches!(&stopped, Err(ProvisionError::Exec { name, .. }) if name == "sandbench-r1-base"), "{stopped:?}");
+    fake.engine_down_for(Duration::from_secs(60));
+    let down = provisioner.running("sandbench-r1-base").await;
+    assert!(matches!(&down, Err(ProvisionError::Connect { host, .. }) if host == "fake://engine"), "{down:?}");
+    assert!(matches!(provisioner.ping().await, Err(ProvisionError::Connect { .. })));
+}

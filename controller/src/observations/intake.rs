@@ -10,6 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use sandbench_proto::cap::{Cuts, HeadTail};
+
 use crate::observations::store::{Data, OutputCut, StoredBody, StoredEvent};
 
 pub use sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES;
@@ -97,26 +99,35 @@ impl Files {
     }
 }
 
-/// A piece of output waiting in a command's tail.
+/// Where a piece of output waiting in a command's tail came from: its last event's sequence
+/// number, its first one's time, its stream.
 #[derive(Debug, Clone)]
 struct Piece {
     seq: u64,
     unix_ms: u64,
     stream: String,
-    bytes: Vec<u8>,
+}
+
+impl Piece {
+    /// Consecutive pieces of one stream are joined: a flood of tiny chunks costs no more than
+    /// one.
+    fn join(held: &mut Piece, new: &Piece) -> bool {
+        let same = held.stream == new.stream;
+        if same {
+            held.seq = new.seq;
+        }
+        same
+    }
 }
 
 /// One command's output as it comes: the head is let through, the rest waits in a tail that
-/// keeps only its last bytes.
+/// keeps only its last bytes ([`HeadTail`], cut between UTF-8 characters).
 #[derive(Debug)]
 struct Output {
-    head_left: u64,
+    kept: HeadTail<Piece>,
     /// Bytes let through (the head).
-    kept: u64,
-    tail_cap: u64,
+    head: u64,
     total: u64,
-    tail: VecDeque<Piece>,
-    tail_bytes: u64,
     last_used: u64,
 }
 
@@ -137,8 +148,8 @@ impl Outputs {
         let mut outputs = Outputs { cap, commands: HashMap::new(), ended: VecDeque::new(), uses: 0 };
         for (command, bytes) in kept {
             let output = outputs.output(&command);
-            output.head_left = output.head_left.saturating_sub(bytes);
-            output.kept = bytes;
+            output.kept.passed(bytes);
+            output.head = bytes;
             output.total = bytes;
         }
         outputs
@@ -148,12 +159,9 @@ impl Outputs {
         self.uses += 1;
         let (head, tail) = (self.cap - self.cap / 2, self.cap / 2);
         let output = self.commands.entry(command.to_string()).or_insert_with(|| Output {
-            head_left: head,
-            kept: 0,
-            tail_cap: tail,
+            kept: HeadTail::new(head, tail, Cuts::Utf8),
+            head: 0,
             total: 0,
-            tail: VecDeque::new(),
-            tail_bytes: 0,
             last_used: 0,
         });
         output.last_used = self.uses;
@@ -183,16 +191,14 @@ impl Outputs {
         }
         let output = self.output(command);
         output.total += bytes.len() as u64;
-        if bytes.len() as u64 <= output.head_left {
-            output.head_left -= bytes.len() as u64;
-            output.kept += bytes.len() as u64;
+        let piece = Piece { seq, unix_ms, stream: stream.to_string() };
+        let split = output.kept.admit(piece, &bytes, Piece::join);
+        output.head += split as u64;
+        if split == bytes.len() {
             return (Some(bytes), closed);
         }
-        let split = utf8_floor(&bytes, output.head_left as usize);
-        let head = bytes[..split].to_vec();
-        output.head_left = 0;
-        output.kept += split as u64;
-        output.push_tail(Piece { seq, unix_ms, stream: stream.to_string(), bytes: bytes[split..].to_vec() });
+        let mut head = bytes;
+        head.truncate(split);
         closed.extend(self.make_room(sandbox, command));
         ((!head.is_empty()).then_some(head), closed)
     }
@@ -201,7 +207,7 @@ impl Outputs {
     /// [`MAX_TAIL_BYTES_PER_SANDBOX`]; their events.
     fn make_room(&mut self, sandbox: &str, keep: &str) -> Vec<StoredEvent> {
         let mut closed = Vec::new();
-        while self.commands.values().map(|o| o.tail_bytes).sum::<u64>() > MAX_TAIL_BYTES_PER_SANDBOX {
+        while self.commands.values().map(|o| o.kept.tail_bytes()).sum::<u64>() > MAX_TAIL_BYTES_PER_SANDBOX {
             let oldest = self
                 .commands
                 .iter()
@@ -217,22 +223,19 @@ impl Outputs {
     /// Ends `command`'s output: the marker (when anything was cut) and the tail, as events to
     /// log where the command ends.
     pub fn close(&mut self, sandbox: &str, command: &str) -> Vec<StoredEvent> {
-        let Some(output) = self.commands.remove(command) else { return Vec::new() };
+        let Some(mut output) = self.commands.remove(command) else { return Vec::new() };
         if self.ended.len() == MAX_ENDED_COMMANDS {
             self.ended.pop_front();
         }
         self.ended.push_back(command.to_string());
-        if output.tail.is_empty() {
-            return Vec::new();
-        }
-        let head = output.kept;
-        let dropped = output.total.saturating_sub(head + output.tail_bytes);
+        let (head, dropped, tail_bytes) = (output.head, output.kept.cut(), output.kept.tail_bytes());
+        let tail = output.kept.take_tail();
+        let Some((first, _)) = tail.first() else { return Vec::new() };
         let mut events = Vec::new();
-        let first = &output.tail[0];
         if dropped > 0 {
             let note = format!(
-                "\n[… {dropped} bytes of output not kept ({} in all): the first {head} and the last {} bytes are …]\n",
-                output.total, output.tail_bytes
+                "\n[… {dropped} bytes of output not kept ({} in all): the first {head} and the last {tail_bytes} bytes are …]\n",
+                output.total
             );
             events.push(StoredEvent {
                 sandbox: sandbox.to_string(),
@@ -246,14 +249,14 @@ impl Outputs {
                 },
             });
         }
-        events.extend(output.tail.into_iter().map(|piece| StoredEvent {
+        events.extend(tail.into_iter().map(|(piece, bytes)| StoredEvent {
             sandbox: sandbox.to_string(),
             seq: piece.seq,
             unix_ms: piece.unix_ms,
             body: StoredBody::Log {
                 command_id: command.to_string(),
                 stream: piece.stream,
-                data: Data::from_bytes(piece.bytes),
+                data: Data::from_bytes(bytes),
                 cut: None,
             },
         }));
@@ -266,52 +269,6 @@ impl Outputs {
         commands.sort();
         commands.into_iter().flat_map(|(_, command)| self.close(sandbox, &command)).collect()
     }
-}
-
-impl Output {
-    fn push_tail(&mut self, piece: Piece) {
-        self.tail_bytes += piece.bytes.len() as u64;
-        match self.tail.back_mut() {
-            // Consecutive pieces of one stream are joined: a flood of tiny chunks costs no more
-            // than one.
-            Some(last) if last.stream == piece.stream => {
-                last.bytes.extend_from_slice(&piece.bytes);
-                last.seq = piece.seq;
-            }
-            _ => self.tail.push_back(piece),
-        }
-        while self.tail_bytes > self.tail_cap {
-            let excess = self.tail_bytes - self.tail_cap;
-            let Some(front) = self.tail.front_mut() else { break };
-            if front.bytes.len() as u64 <= excess {
-                self.tail_bytes -= front.bytes.len() as u64;
-                self.tail.pop_front();
-            } else {
-                let cut = utf8_ceil(&front.bytes, excess as usize);
-                front.bytes.drain(..cut);
-                self.tail_bytes -= cut as u64;
-            }
-        }
-    }
-}
-
-/// The largest cut at or below `at` that does not split a UTF-8 character (of text that is
-/// UTF-8 around it; other bytes are cut anywhere).
-fn utf8_floor(bytes: &[u8], at: usize) -> usize {
-    let mut cut = at.min(bytes.len());
-    while cut > 0 && at - cut < 4 && bytes.get(cut).is_some_and(|b| (b & 0xc0) == 0x80) {
-        cut -= 1;
-    }
-    if at - cut >= 4 { at.min(bytes.len()) } else { cut }
-}
-
-/// The smallest cut at or above `at` that does not split a UTF-8 character.
-fn utf8_ceil(bytes: &[u8], at: usize) -> usize {
-    let mut cut = at.min(bytes.len());
-    while cut < bytes.len() && cut - at < 4 && (bytes[cut] & 0xc0) == 0x80 {
-        cut += 1;
-    }
-    if cut - at >= 4 { at } else { cut }
 }
 
 /// A refused Hello, as kept for diagnosis (its sandbox id cut short).
@@ -497,7 +454,7 @@ mod tests {
                         closed_commands.insert(command_id);
                     }
                 }
-                let held: u64 = outputs.commands.values().map(|o| o.tail_bytes).sum();
+                let held: u64 = outputs.commands.values().map(|o| o.kept.tail_bytes()).sum();
                 assert!(held <= MAX_TAIL_BYTES_PER_SANDBOX, "{held} bytes held after c{n} chunk {k}");
             }
         }

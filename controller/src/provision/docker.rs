@@ -20,7 +20,7 @@ use futures_util::stream::BoxStream;
 use sandbench_proto::{SOCKET_DIR_IN_SANDBOX, SOCKET_NAME, env};
 use tokio::sync::Semaphore;
 
-use super::{AgentShipping, DiskBound, Provisioner, Sandbox, SandboxRequest, Usage, labels};
+use super::{AgentShipping, DiskBound, ProvisionError, Provisioner, Sandbox, SandboxRequest, Usage, labels};
 pub use super::{ContainerInfo, Reaped};
 
 /// Where the agent lives inside a sandbox.
@@ -29,49 +29,6 @@ pub const AGENT_PATH_IN_SANDBOX: &str = "/sandbench/sandbox-agent";
 /// Capabilities the agent needs: create users and chown their files, switch to them, kill their
 /// processes, and read their /proc entries (smaps for PSS). Everything else is dropped.
 const CAPABILITIES: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL", "SYS_PTRACE"];
-
-/// One error per Docker operation, because raw Docker errors rarely say what was being done.
-#[derive(Debug, thiserror::Error)]
-pub enum ProvisionError {
-    #[error(
-        "cannot reach the Docker engine ({host}): {cause}; is dockerd running? (images/ensure-docker.sh starts one)"
-    )]
-    Connect { host: String, cause: bollard::errors::Error },
-    #[error(
-        "image {image} is not present and cannot be pulled: {cause}. Without a registry, build it with images/node24-bookworm/build-offline.sh"
-    )]
-    Pull { image: String, cause: bollard::errors::Error },
-    #[error("cannot import image {tag}: {cause}")]
-    Import { tag: String, cause: bollard::errors::Error },
-    #[error("cannot create container {name}: {cause}")]
-    Create { name: String, cause: bollard::errors::Error },
-    #[error("cannot upload the agent into {name}: {cause}")]
-    Upload { name: String, cause: anyhow::Error },
-    #[error("cannot read {path} from {name}: {cause}")]
-    Download { name: String, path: String, cause: anyhow::Error },
-    #[error("cannot start container {name}: {cause}")]
-    Start { name: String, cause: bollard::errors::Error },
-    #[error("cannot inspect container {name}: {cause}")]
-    Inspect { name: String, cause: bollard::errors::Error },
-    #[error("cannot signal container {name}: {cause}")]
-    Kill { name: String, cause: bollard::errors::Error },
-    #[error("cannot read the logs of {name}: {cause}")]
-    Logs { name: String, cause: bollard::errors::Error },
-    #[error("cannot remove container {name}: {cause}")]
-    Remove { name: String, cause: bollard::errors::Error },
-    #[error("cannot run a command in {name}: {cause}")]
-    Exec { name: String, cause: bollard::errors::Error },
-    #[error("cannot list containers: {cause}")]
-    List { cause: bollard::errors::Error },
-    #[error("cannot wait for container {name}: {cause}")]
-    Wait { name: String, cause: bollard::errors::Error },
-    #[error("cannot inspect image {image}: {cause}")]
-    InspectImage { image: String, cause: bollard::errors::Error },
-    #[error("cannot build an image from {image}: {cause}")]
-    Build { image: String, cause: String },
-    #[error("cannot tag image {id} as {tag}: {cause}")]
-    Tag { id: String, tag: String, cause: bollard::errors::Error },
-}
 
 /// An image as the engine holds it (what derived images are keyed by).
 #[derive(Debug, Clone, Default)]
@@ -155,7 +112,8 @@ impl DockerProvisioner {
     /// Connects through `DOCKER_HOST` (or the local socket) and negotiates the API version.
     pub async fn connect(max_concurrent_creates: usize) -> Result<DockerProvisioner, ProvisionError> {
         let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
-        let connect_error = |cause| ProvisionError::Connect { host: host.clone(), cause };
+        let connect_error =
+            |cause: bollard::errors::Error| ProvisionError::Connect { host: host.clone(), cause: cause.into() };
         let docker = Docker::connect_with_defaults().map_err(connect_error)?;
         Self::negotiate(docker, host, max_concurrent_creates).await
     }
@@ -168,7 +126,7 @@ impl DockerProvisioner {
     ) -> Result<DockerProvisioner, ProvisionError> {
         let host = format!("unix://{}", socket.display());
         let docker = Docker::connect_with_unix(&host, 120, bollard::API_DEFAULT_VERSION)
-            .map_err(|cause| ProvisionError::Connect { host: host.clone(), cause })?;
+            .map_err(|cause| ProvisionError::Connect { host: host.clone(), cause: cause.into() })?;
         Self::negotiate(docker, host, max_concurrent_creates).await
     }
 
@@ -177,8 +135,10 @@ impl DockerProvisioner {
         host: String,
         max_concurrent_creates: usize,
     ) -> Result<DockerProvisioner, ProvisionError> {
-        let docker =
-            docker.negotiate_version().await.map_err(|cause| ProvisionError::Connect { host: host.clone(), cause })?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|cause| ProvisionError::Connect { host: host.clone(), cause: cause.into() })?;
         let api_version = docker.client_version().to_string();
         Ok(DockerProvisioner {
             docker,
@@ -198,7 +158,8 @@ impl DockerProvisioner {
 
     /// Whether the engine answers a ping within a few seconds.
     pub async fn ping(&self) -> Result<(), ProvisionError> {
-        let connect_error = |cause| ProvisionError::Connect { host: self.host.clone(), cause };
+        let connect_error =
+            |cause: bollard::errors::Error| ProvisionError::Connect { host: self.host.clone(), cause: cause.into() };
         match tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await {
             Ok(answer) => answer.map(|_| ()).map_err(connect_error),
             Err(_) => Err(connect_error(bollard::errors::Error::RequestTimeoutError)),
@@ -229,7 +190,7 @@ impl DockerProvisioner {
         let mut pull = self.docker.create_image(Some(options), None, None);
         let mut last = String::new();
         while let Some(item) = pull.next().await {
-            let info = item.map_err(|cause| ProvisionError::Pull { image: image.to_string(), cause })?;
+            let info = item.map_err(|cause| ProvisionError::Pull { image: image.to_string(), cause: cause.into() })?;
             let detail = info.progress_detail.map(|d| format!("{}/{}", d.current.unwrap_or(0), d.total.unwrap_or(0)));
             let line = [info.status.unwrap_or_default(), detail.unwrap_or_default()].join(" ");
             if line != last {
@@ -251,7 +212,7 @@ impl DockerProvisioner {
         };
         let mut import = self.docker.create_image(Some(options), Some(bollard::body_full(tar.into())), None);
         while let Some(item) = import.next().await {
-            item.map_err(|cause| ProvisionError::Import { tag: tag.to_string(), cause })?;
+            item.map_err(|cause| ProvisionError::Import { tag: tag.to_string(), cause: cause.into() })?;
         }
         Ok(())
     }
@@ -261,7 +222,7 @@ impl DockerProvisioner {
         let info = match self.docker.inspect_image(image).await {
             Ok(info) => info,
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => return Ok(None),
-            Err(cause) => return Err(ProvisionError::InspectImage { image: image.to_string(), cause }),
+            Err(cause) => return Err(ProvisionError::InspectImage { image: image.to_string(), cause: cause.into() }),
         };
         let config = info.config.unwrap_or_default();
         Ok(Some(ImageFacts {
@@ -277,11 +238,10 @@ impl DockerProvisioner {
     pub async fn images_labelled(&self, key: &str, value: &str) -> Result<Vec<ImageFacts>, ProvisionError> {
         let filters = HashMap::from([("label".to_string(), vec![format!("{key}={value}")])]);
         let options = bollard::query_parameters::ListImagesOptions { filters: Some(filters), ..Default::default() };
-        let images = self
-            .docker
-            .list_images(Some(options))
-            .await
-            .map_err(|cause| ProvisionError::InspectImage { image: format!("label {key}={value}"), cause })?;
+        let images = self.docker.list_images(Some(options)).await.map_err(|cause| ProvisionError::InspectImage {
+            image: format!("label {key}={value}"),
+            cause: cause.into(),
+        })?;
         Ok(images
             .into_iter()
             .map(|i| ImageFacts { id: i.id, tags: i.repo_tags, labels: i.labels, ..Default::default() })
@@ -305,7 +265,7 @@ impl DockerProvisioner {
         network: bool,
         progress: &mut (dyn FnMut(&str) + Send),
     ) -> Result<Built, ProvisionError> {
-        let fail = |cause: String| ProvisionError::Build { image: from.to_string(), cause };
+        let fail = |cause: String| ProvisionError::Build { image: from.to_string(), cause: cause.into() };
         let options = bollard::query_parameters::BuildImageOptions {
             dockerfile: "Dockerfile".to_string(),
             rm: true,
@@ -343,7 +303,7 @@ impl DockerProvisioner {
         self.docker.tag_image(id, Some(options)).await.map_err(|cause| ProvisionError::Tag {
             id: id.to_string(),
             tag: tag.to_string(),
-            cause,
+            cause: cause.into(),
         })
     }
 
@@ -375,7 +335,7 @@ impl DockerProvisioner {
             .create_container(Some(options), body)
             .await
             .map(|_| ())
-            .map_err(|cause| ProvisionError::Create { name: name.to_string(), cause })
+            .map_err(|cause| ProvisionError::Create { name: name.to_string(), cause: cause.into() })
     }
 
     /// Removes the image (its tag, and its layers no other image uses). Absent is fine.
@@ -383,7 +343,7 @@ impl DockerProvisioner {
         let options = bollard::query_parameters::RemoveImageOptions { force: true, ..Default::default() };
         match self.docker.remove_image(image, Some(options), None).await {
             Ok(_) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
-            Err(cause) => Err(ProvisionError::InspectImage { image: image.to_string(), cause }),
+            Err(cause) => Err(ProvisionError::InspectImage { image: image.to_string(), cause: cause.into() }),
         }
     }
 
@@ -443,7 +403,7 @@ impl DockerProvisioner {
             .await;
             if let Err(cause) = result {
                 let _ = self.remove(&name).await;
-                return Err(ProvisionError::Upload { name, cause });
+                return Err(ProvisionError::Upload { name, cause: cause.into() });
             }
         }
         Ok(sandbox)
@@ -468,7 +428,8 @@ impl DockerProvisioner {
         let host_config = body.host_config.get_or_insert_with(Default::default);
         host_config.storage_opt = storage;
         let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
-        let fail = |cause| ProvisionError::Create { name: name.to_string(), cause };
+        let fail =
+            |cause: bollard::errors::Error| ProvisionError::Create { name: name.to_string(), cause: cause.into() };
         match self.docker.create_container(Some(options.clone()), body.clone()).await {
             Ok(created) => {
                 if bounded {
@@ -559,8 +520,11 @@ impl DockerProvisioner {
             })?;
             tar.extend_from_slice(&chunk);
         }
-        let fail =
-            |cause: anyhow::Error| ProvisionError::Download { name: name.to_string(), path: path.to_string(), cause };
+        let fail = |cause: anyhow::Error| ProvisionError::Download {
+            name: name.to_string(),
+            path: path.to_string(),
+            cause: cause.into(),
+        };
         let mut archive = tar::Archive::new(tar.as_slice());
         let mut entries = archive.entries().map_err(|e| fail(e.into()))?;
         let mut entry =
@@ -574,7 +538,7 @@ impl DockerProvisioner {
         self.docker
             .start_container(name, None::<StartContainerOptions>)
             .await
-            .map_err(|cause| ProvisionError::Start { name: name.to_string(), cause })
+            .map_err(|cause| ProvisionError::Start { name: name.to_string(), cause: cause.into() })
     }
 
     /// Sends a signal to the container's main process (the agent).
@@ -583,7 +547,7 @@ impl DockerProvisioner {
         self.docker
             .kill_container(name, Some(options))
             .await
-            .map_err(|cause| ProvisionError::Kill { name: name.to_string(), cause })
+            .map_err(|cause| ProvisionError::Kill { name: name.to_string(), cause: cause.into() })
     }
 
     /// Waits until the container stops; returns its exit code.
@@ -593,7 +557,7 @@ impl DockerProvisioner {
         match wait.next().await {
             Some(Ok(response)) => Ok(response.status_code),
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
-            Some(Err(cause)) => Err(ProvisionError::Wait { name: name.to_string(), cause }),
+            Some(Err(cause)) => Err(ProvisionError::Wait { name: name.to_string(), cause: cause.into() }),
             None => Ok(0),
         }
     }
@@ -604,7 +568,7 @@ impl DockerProvisioner {
             .docker
             .inspect_container(name, None)
             .await
-            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause })?;
+            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause: cause.into() })?;
         let config = info.config.unwrap_or_default();
         let host = info.host_config.unwrap_or_default();
         Ok(ContainerSettings {
@@ -653,13 +617,13 @@ impl DockerProvisioner {
                 Ok(cpu.zip(memory))
             }
             Some(Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })) | None => Ok(None),
-            Some(Err(cause)) => Err(ProvisionError::Inspect { name: name.to_string(), cause }),
+            Some(Err(cause)) => Err(ProvisionError::Inspect { name: name.to_string(), cause: cause.into() }),
         }
     }
 
     /// Runs a command in the container to its end; returns its exit code and its output.
     pub async fn exec_capture(&self, name: &str, cmd: Vec<String>) -> Result<(i64, String), ProvisionError> {
-        let fail = |cause| ProvisionError::Exec { name: name.to_string(), cause };
+        let fail = |cause: bollard::errors::Error| ProvisionError::Exec { name: name.to_string(), cause: cause.into() };
         let config =
             ExecConfig { cmd: Some(cmd), attach_stdout: Some(true), attach_stderr: Some(true), ..Default::default() };
         let exec = self.docker.create_exec(name, config).await.map_err(fail)?;
@@ -683,7 +647,7 @@ impl DockerProvisioner {
         rows: u16,
         cols: u16,
     ) -> Result<ExecSession, ProvisionError> {
-        let fail = |cause| ProvisionError::Exec { name: name.to_string(), cause };
+        let fail = |cause: bollard::errors::Error| ProvisionError::Exec { name: name.to_string(), cause: cause.into() };
         let config = ExecConfig {
             cmd: Some(cmd),
             attach_stdin: Some(true),
@@ -709,7 +673,7 @@ impl DockerProvisioner {
         self.docker
             .resize_exec(exec_id, options)
             .await
-            .map_err(|cause| ProvisionError::Exec { name: exec_id.to_string(), cause })
+            .map_err(|cause| ProvisionError::Exec { name: exec_id.to_string(), cause: cause.into() })
     }
 
     /// The exit code of a finished exec.
@@ -718,7 +682,7 @@ impl DockerProvisioner {
             .docker
             .inspect_exec(exec_id)
             .await
-            .map_err(|cause| ProvisionError::Exec { name: exec_id.to_string(), cause })?;
+            .map_err(|cause| ProvisionError::Exec { name: exec_id.to_string(), cause: cause.into() })?;
         Ok(info.exit_code.unwrap_or(-1))
     }
 
@@ -729,7 +693,7 @@ impl DockerProvisioner {
         let name = name.to_string();
         self.docker.logs(&name, Some(options)).map(move |item| {
             item.map(|o| String::from_utf8_lossy(&o.into_bytes()).into_owned())
-                .map_err(|cause| ProvisionError::Logs { name: name.clone(), cause })
+                .map_err(|cause| ProvisionError::Logs { name: name.clone(), cause: cause.into() })
         })
     }
 
@@ -753,7 +717,7 @@ impl DockerProvisioner {
         let name = name.to_string();
         self.docker.logs(&name, Some(options)).map(move |item| {
             item.map(|o| String::from_utf8_lossy(&o.into_bytes()).into_owned())
-                .map_err(|cause| ProvisionError::Logs { name: name.clone(), cause })
+                .map_err(|cause| ProvisionError::Logs { name: name.clone(), cause: cause.into() })
         })
     }
 
@@ -765,7 +729,7 @@ impl DockerProvisioner {
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
                 return Ok(super::lost::ContainerState::default());
             }
-            Err(cause) => return Err(ProvisionError::Inspect { name: name.to_string(), cause }),
+            Err(cause) => return Err(ProvisionError::Inspect { name: name.to_string(), cause: cause.into() }),
         };
         let state = info.state.unwrap_or_default();
         // The engine writes 0001-01-01T00:00:00Z for "never".
@@ -796,7 +760,7 @@ impl DockerProvisioner {
             .docker
             .inspect_container(name, None)
             .await
-            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause })?;
+            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause: cause.into() })?;
         Ok(info.log_path.unwrap_or_default())
     }
 
@@ -810,7 +774,7 @@ impl DockerProvisioner {
         match self.docker.inspect_container(name, None).await {
             Ok(info) => Ok(info.state.and_then(|s| s.running).unwrap_or(false)),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(false),
-            Err(cause) => Err(ProvisionError::Inspect { name: name.to_string(), cause }),
+            Err(cause) => Err(ProvisionError::Inspect { name: name.to_string(), cause: cause.into() }),
         }
     }
 
@@ -820,7 +784,7 @@ impl DockerProvisioner {
             .docker
             .inspect_container(name, None)
             .await
-            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause })?;
+            .map_err(|cause| ProvisionError::Inspect { name: name.to_string(), cause: cause.into() })?;
         let pid = info.state.and_then(|s| s.pid).filter(|&p| p > 0);
         Ok(pid.map(|p| p as u32))
     }
@@ -834,7 +798,7 @@ impl DockerProvisioner {
         let mut stream = self.docker.logs(name, Some(options));
         let mut kept = LogTail::new(LOG_READ_BYTES);
         while let Some(item) = stream.next().await {
-            let output = item.map_err(|cause| ProvisionError::Logs { name: name.to_string(), cause })?;
+            let output = item.map_err(|cause| ProvisionError::Logs { name: name.to_string(), cause: cause.into() })?;
             kept.push(&output.into_bytes());
         }
         Ok(kept.text())
@@ -861,9 +825,9 @@ impl DockerProvisioner {
                         _ => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
                     }
                 }
-                Err(ProvisionError::Remove { name: name.to_string(), cause })
+                Err(ProvisionError::Remove { name: name.to_string(), cause: cause.into() })
             }
-            Err(cause) => Err(ProvisionError::Remove { name: name.to_string(), cause }),
+            Err(cause) => Err(ProvisionError::Remove { name: name.to_string(), cause: cause.into() }),
         }
     }
 
@@ -875,8 +839,11 @@ impl DockerProvisioner {
         };
         let filters = HashMap::from([("label".to_string(), vec![filter])]);
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-        let containers =
-            self.docker.list_containers(Some(options)).await.map_err(|cause| ProvisionError::List { cause })?;
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|cause| ProvisionError::List { cause: cause.into() })?;
         Ok(containers
             .into_iter()
             .filter(|c| c.labels.as_ref().is_some_and(|l| l.contains_key(labels::OWNER)))
@@ -936,7 +903,7 @@ impl DockerProvisioner {
         self.docker
             .create_container(Some(options), body)
             .await
-            .map_err(|cause| ProvisionError::Create { name: name.to_string(), cause })?;
+            .map_err(|cause| ProvisionError::Create { name: name.to_string(), cause: cause.into() })?;
         let result = async {
             self.start(name).await?;
             self.wait_exit(name).await
@@ -957,8 +924,8 @@ impl Provisioner for DockerProvisioner {
         &'a self,
         image: &'a str,
         progress: &'a mut (dyn FnMut(&str) + Send),
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move { Ok(DockerProvisioner::ensure_image(self, image, progress).await?) })
+    ) -> BoxFuture<'a, Result<(), ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::ensure_image(self, image, progress).await })
     }
 
     fn ensure_valgrind<'a>(
@@ -973,26 +940,26 @@ impl Provisioner for DockerProvisioner {
         Box::pin(super::valgrind::probe(self, image))
     }
 
-    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>> {
-        Box::pin(async move { Ok(DockerProvisioner::create(self, request).await?) })
+    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::create(self, request).await })
     }
 
-    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move { Ok(DockerProvisioner::start(self, id).await?) })
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::start(self, id).await })
     }
 
-    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<bool>> {
-        Box::pin(async move { Ok(DockerProvisioner::running(self, id).await?) })
+    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::running(self, id).await })
     }
 
-    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>> {
         Box::pin(async move {
             let body =
                 bollard::models::ContainerUpdateBody { cpuset_cpus: Some(cpuset.to_string()), ..Default::default() };
             self.docker
                 .update_container(id, body)
                 .await
-                .map_err(|cause| anyhow::anyhow!("cannot pin sandbox {id} to CPUs {cpuset}: {cause}"))
+                .map_err(|cause| ProvisionError::Pin { name: format!("{id} (CPUs {cpuset})"), cause: cause.into() })
         })
     }
 
@@ -1000,39 +967,42 @@ impl Provisioner for DockerProvisioner {
         Box::pin(DockerProvisioner::exists(self, id))
     }
 
-    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<Option<Usage>>> {
+    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Usage>, ProvisionError>> {
         Box::pin(async move {
             let usage = DockerProvisioner::usage(self, id).await?;
             Ok(usage.map(|(cpu_ns, memory_bytes)| Usage { cpu_ns, memory_bytes }))
         })
     }
 
-    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<String>> {
-        Box::pin(async move { Ok(DockerProvisioner::logs(self, id).await?) })
+    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<String, ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::logs(self, id).await })
     }
 
-    fn logs_follow(&self, id: &str) -> BoxStream<'static, anyhow::Result<String>> {
-        DockerProvisioner::logs_follow(self, id).map(|item| item.map_err(anyhow::Error::from)).boxed()
+    fn logs_follow(&self, id: &str) -> BoxStream<'static, Result<String, ProvisionError>> {
+        DockerProvisioner::logs_follow(self, id).boxed()
     }
 
-    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>> {
-        Box::pin(async move { Ok(self.exec_capture(id, cmd).await?) })
+    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, Result<(i64, String), ProvisionError>> {
+        Box::pin(async move { self.exec_capture(id, cmd).await })
     }
 
-    fn upload<'a>(&'a self, id: &'a str, tar: super::TarStream) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move { Ok(DockerProvisioner::upload(self, id, tar).await?) })
+    fn upload<'a>(&'a self, id: &'a str, tar: super::TarStream) -> BoxFuture<'a, Result<(), ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::upload(self, id, tar).await })
     }
 
-    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move { Ok(DockerProvisioner::remove(self, id).await?) })
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::remove(self, id).await })
     }
 
-    fn list<'a>(&'a self, label: Option<(&'a str, &'a str)>) -> BoxFuture<'a, anyhow::Result<Vec<ContainerInfo>>> {
-        Box::pin(async move { Ok(DockerProvisioner::list(self, label).await?) })
+    fn list<'a>(
+        &'a self,
+        label: Option<(&'a str, &'a str)>,
+    ) -> BoxFuture<'a, Result<Vec<ContainerInfo>, ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::list(self, label).await })
     }
 
-    fn reap(&self) -> BoxFuture<'_, anyhow::Result<Vec<Reaped>>> {
-        Box::pin(async move { Ok(DockerProvisioner::reap(self).await?) })
+    fn reap(&self) -> BoxFuture<'_, Result<Vec<Reaped>, ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::reap(self).await })
     }
 
     fn lost_cause<'a>(&'a self, id: &'a str) -> BoxFuture<'a, super::Lost> {
@@ -1056,12 +1026,17 @@ impl Provisioner for DockerProvisioner {
         self.host.clone()
     }
 
-    fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
-        Box::pin(async move { Ok(DockerProvisioner::ping(self).await?) })
+    fn ping(&self) -> BoxFuture<'_, Result<(), ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::ping(self).await })
     }
 
-    fn log_lines(&self, id: &str, tail: Option<usize>, follow: bool) -> BoxStream<'static, anyhow::Result<String>> {
-        DockerProvisioner::log_lines(self, id, tail, follow).map(|item| item.map_err(anyhow::Error::from)).boxed()
+    fn log_lines(
+        &self,
+        id: &str,
+        tail: Option<usize>,
+        follow: bool,
+    ) -> BoxStream<'static, Result<String, ProvisionError>> {
+        DockerProvisioner::log_lines(self, id, tail, follow).boxed()
     }
 
     fn terminal<'a>(
@@ -1070,7 +1045,7 @@ impl Provisioner for DockerProvisioner {
         cmd: Vec<String>,
         rows: u16,
         cols: u16,
-    ) -> BoxFuture<'a, anyhow::Result<super::Terminal>> {
+    ) -> BoxFuture<'a, Result<super::Terminal, ProvisionError>> {
         Box::pin(async move {
             let ExecSession { id, output, input } = self.exec_terminal(id, cmd, rows, cols).await?;
             let output = output.map(|chunk| Ok(chunk?.into_bytes().to_vec())).boxed();
@@ -1078,12 +1053,17 @@ impl Provisioner for DockerProvisioner {
         })
     }
 
-    fn resize_terminal<'a>(&'a self, terminal: &'a str, rows: u16, cols: u16) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move { Ok(DockerProvisioner::resize_terminal(self, terminal, rows, cols).await?) })
+    fn resize_terminal<'a>(
+        &'a self,
+        terminal: &'a str,
+        rows: u16,
+        cols: u16,
+    ) -> BoxFuture<'a, Result<(), ProvisionError>> {
+        Box::pin(async move { DockerProvisioner::resize_terminal(self, terminal, rows, cols).await })
     }
 
-    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, anyhow::Result<i64>> {
-        Box::pin(async move { Ok(self.exec_exit_code(terminal).await?) })
+    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, Result<i64, ProvisionError>> {
+        Box::pin(async move { self.exec_exit_code(terminal).await })
     }
 
     fn probe_disk_bound<'a>(&'a self, image: &'a str) -> BoxFuture<'a, DiskBound> {

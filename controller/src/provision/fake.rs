@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 
-use super::{ContainerInfo, LostCause, Provisioner, Reaped, Sandbox, SandboxRequest, Usage, labels};
+use super::{ContainerInfo, LostCause, ProvisionError, Provisioner, Reaped, Sandbox, SandboxRequest, Usage, labels};
 use crate::spec::Plan;
 
 /// How a fake sandbox answers one phase command. Every rule that matches a command applies, in
@@ -282,14 +282,14 @@ impl FakeProvisioner {
         engine_down_for(&self.engine, down);
     }
 
-    fn engine_reachable(&self) -> anyhow::Result<()> {
+    fn engine_reachable(&self) -> Result<(), ProvisionError> {
         let down = self
             .engine
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_some_and(|until| until > std::time::Instant::now());
         if down {
-            bail!("cannot reach the fake engine: connection refused");
+            return Err(ProvisionError::Connect { host: "fake://engine".into(), cause: "connection refused".into() });
         }
         Ok(())
     }
@@ -332,7 +332,7 @@ impl Provisioner for FakeProvisioner {
         &'a self,
         _image: &'a str,
         _progress: &'a mut (dyn FnMut(&str) + Send),
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
+    ) -> BoxFuture<'a, Result<(), ProvisionError>> {
         async { Ok(()) }.boxed()
     }
 
@@ -349,7 +349,7 @@ impl Provisioner for FakeProvisioner {
         async { super::ValgrindProbe::Built(Self::VALGRIND_TAG.to_string()) }.boxed()
     }
 
-    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>> {
+    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, ProvisionError>> {
         async move {
             let id = request.sandbox_id();
             let requested_at = SystemTime::now();
@@ -364,7 +364,7 @@ impl Provisioner for FakeProvisioner {
             };
             let mut sandboxes = self.sandboxes();
             if sandboxes.contains_key(&id) {
-                bail!("cannot create sandbox {id}: the name is in use");
+                return Err(ProvisionError::Create { name: id, cause: "the name is in use".into() });
             }
             let fake = FakeSandbox {
                 request: request.clone(),
@@ -382,10 +382,10 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>> {
         async move {
             let mut sandboxes = self.sandboxes();
-            let sandbox = sandboxes.get_mut(id).with_context(|| format!("cannot start {id}: no such fake sandbox"))?;
+            let sandbox = sandboxes.get_mut(id).ok_or_else(|| fail::start(id, "no such fake sandbox"))?;
             if sandbox.running() {
                 return Ok(());
             }
@@ -417,10 +417,12 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>> {
         async move {
             let mut sandboxes = self.sandboxes();
-            let sandbox = sandboxes.get_mut(id).with_context(|| format!("cannot pin {id}: no such fake sandbox"))?;
+            let Some(sandbox) = sandboxes.get_mut(id) else {
+                return Err(ProvisionError::Pin { name: id.to_string(), cause: "no such fake sandbox".into() });
+            };
             sandbox.request.resources.cpuset = Some(cpuset.to_string());
             let entry = format!("{} pinned {cpuset}", sandbox.request.role);
             self.timeline.lock().unwrap_or_else(PoisonError::into_inner).push(entry);
@@ -429,7 +431,7 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<bool>> {
+    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, ProvisionError>> {
         async move {
             self.engine_reachable()?;
             Ok(self.sandboxes().get(id).is_some_and(FakeSandbox::running))
@@ -441,7 +443,7 @@ impl Provisioner for FakeProvisioner {
         "fake://engine".to_string()
     }
 
-    fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
+    fn ping(&self) -> BoxFuture<'_, Result<(), ProvisionError>> {
         async move { self.engine_reachable() }.boxed()
     }
 
@@ -449,7 +451,7 @@ impl Provisioner for FakeProvisioner {
         async move { self.sandboxes().contains_key(id) }.boxed()
     }
 
-    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<Option<Usage>>> {
+    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Usage>, ProvisionError>> {
         async move {
             self.engine_reachable()?;
             let running = self.sandboxes().get(id).is_some_and(FakeSandbox::running);
@@ -458,32 +460,31 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<String>> {
+    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<String, ProvisionError>> {
         async move {
             let sandboxes = self.sandboxes();
-            let sandbox =
-                sandboxes.get(id).with_context(|| format!("cannot read the logs of {id}: no such sandbox"))?;
+            let sandbox = sandboxes.get(id).ok_or_else(|| fail::logs(id, "no such sandbox"))?;
             Ok(sandbox.log.lock().unwrap_or_else(PoisonError::into_inner).clone())
         }
         .boxed()
     }
 
-    fn logs_follow(&self, id: &str) -> BoxStream<'static, anyhow::Result<String>> {
+    fn logs_follow(&self, id: &str) -> BoxStream<'static, Result<String, ProvisionError>> {
         let source = self.sandboxes().get(id).map(|s| (s.log.clone(), s.alive.clone()));
         let Some((log, alive)) = source else {
             let id = id.to_string();
-            return futures_util::stream::once(async move { Err(anyhow::anyhow!("no fake sandbox {id}")) }).boxed();
+            return futures_util::stream::once(async move { Err(fail::logs(&id, "no fake sandbox")) }).boxed();
         };
         follow_log(log, alive, 0)
     }
 
     /// Runs `echo ARGS` (its arguments, a line) and `false` (exit 1); any other command is not
     /// found (exit 127).
-    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>> {
+    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, Result<(i64, String), ProvisionError>> {
         async move {
             self.engine_reachable()?;
             if !self.sandboxes().get(id).is_some_and(FakeSandbox::running) {
-                bail!("cannot run a command in {id}: it is not running");
+                return Err(fail::exec(id, "it is not running"));
             }
             Ok(match cmd.split_first() {
                 Some((name, args)) if name == "echo" => (0, format!("{}\n", args.join(" "))),
@@ -494,19 +495,21 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn upload<'a>(&'a self, id: &'a str, tar: super::TarStream) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn upload<'a>(&'a self, id: &'a str, tar: super::TarStream) -> BoxFuture<'a, Result<(), ProvisionError>> {
         async move {
             if !self.sandboxes().contains_key(id) {
-                bail!("cannot upload into {id}: no such sandbox");
+                return Err(fail::upload(id, "no such sandbox"));
             }
             // Read as the engine would, chunk by chunk: an error in the stream fails the upload.
             let mut tar = tar.0;
             let mut received = 0u64;
             while let Some(chunk) = tar.next().await {
-                received += chunk.with_context(|| format!("cannot upload into {id}"))?.len() as u64;
+                received += chunk
+                    .map_err(|cause| ProvisionError::Upload { name: id.to_string(), cause: cause.into() })?
+                    .len() as u64;
             }
             let sandboxes = self.sandboxes();
-            let sandbox = sandboxes.get(id).with_context(|| format!("cannot upload into {id}: no such sandbox"))?;
+            let sandbox = sandboxes.get(id).ok_or_else(|| fail::upload(id, "no such sandbox"))?;
             sandbox
                 .log
                 .lock()
@@ -528,7 +531,7 @@ impl Provisioner for FakeProvisioner {
     }
 
     /// Removes the sandbox named `id`, or whose container id it is (as the engine takes either).
-    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>> {
         async move {
             let mut sandboxes = self.sandboxes();
             let name = sandboxes.values().find(|s| s.sandbox.container_id == id).map(|s| s.sandbox.id.clone());
@@ -543,7 +546,10 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn list<'a>(&'a self, label: Option<(&'a str, &'a str)>) -> BoxFuture<'a, anyhow::Result<Vec<ContainerInfo>>> {
+    fn list<'a>(
+        &'a self,
+        label: Option<(&'a str, &'a str)>,
+    ) -> BoxFuture<'a, Result<Vec<ContainerInfo>, ProvisionError>> {
         async move {
             let all = self.sandboxes().values().map(info).collect::<Vec<_>>();
             Ok(all
@@ -554,7 +560,7 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn reap(&self) -> BoxFuture<'_, anyhow::Result<Vec<Reaped>>> {
+    fn reap(&self) -> BoxFuture<'_, Result<Vec<Reaped>, ProvisionError>> {
         async move {
             let now = SystemTime::now();
             let expired: Vec<String> = self
@@ -574,14 +580,19 @@ impl Provisioner for FakeProvisioner {
     }
 
     /// The log's lines, each stamped with the sandbox's creation time.
-    fn log_lines(&self, id: &str, tail: Option<usize>, follow: bool) -> BoxStream<'static, anyhow::Result<String>> {
+    fn log_lines(
+        &self,
+        id: &str,
+        tail: Option<usize>,
+        follow: bool,
+    ) -> BoxStream<'static, Result<String, ProvisionError>> {
         let source = self.sandboxes().get(id).map(|s| {
             let text = s.log.lock().unwrap_or_else(PoisonError::into_inner).clone();
             (s.log.clone(), s.alive.clone(), text, s.created_unix)
         });
         let Some((log, alive, text, created)) = source else {
             let id = id.to_string();
-            return futures_util::stream::once(async move { Err(anyhow::anyhow!("no fake sandbox {id}")) }).boxed();
+            return futures_util::stream::once(async move { Err(fail::logs(&id, "no fake sandbox")) }).boxed();
         };
         let stamp = jiff::Timestamp::from_second(created).unwrap_or_default().to_string();
         let lines: Vec<&str> = text.lines().collect();
@@ -601,11 +612,11 @@ impl Provisioner for FakeProvisioner {
         _cmd: Vec<String>,
         _rows: u16,
         _cols: u16,
-    ) -> BoxFuture<'a, anyhow::Result<super::Terminal>> {
+    ) -> BoxFuture<'a, Result<super::Terminal, ProvisionError>> {
         async move {
             self.engine_reachable()?;
             if !self.sandboxes().get(id).is_some_and(FakeSandbox::running) {
-                bail!("cannot start a terminal in {id}: it is not running");
+                return Err(fail::exec(id, "it is not running"));
             }
             let (input, keys) = tokio::io::duplex(4096);
             let mut terminals = self.terminals.lock().unwrap_or_else(PoisonError::into_inner);
@@ -616,18 +627,44 @@ impl Provisioner for FakeProvisioner {
         .boxed()
     }
 
-    fn resize_terminal<'a>(&'a self, terminal: &'a str, _rows: u16, _cols: u16) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn resize_terminal<'a>(
+        &'a self,
+        terminal: &'a str,
+        _rows: u16,
+        _cols: u16,
+    ) -> BoxFuture<'a, Result<(), ProvisionError>> {
         async move { self.terminal_exit_code(terminal).await.map(drop) }.boxed()
     }
 
-    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, anyhow::Result<i64>> {
+    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, Result<i64, ProvisionError>> {
         async move {
             match self.terminals.lock().unwrap_or_else(PoisonError::into_inner).contains(terminal) {
                 true => Ok(0),
-                false => bail!("no fake terminal {terminal}"),
+                false => Err(fail::exec(terminal, "no such fake terminal")),
             }
         }
         .boxed()
+    }
+}
+
+/// The fake's failures, as the engine's would be.
+mod fail {
+    use super::ProvisionError;
+
+    pub fn start(name: &str, why: &str) -> ProvisionError {
+        ProvisionError::Start { name: name.to_string(), cause: why.into() }
+    }
+
+    pub fn logs(name: &str, why: &str) -> ProvisionError {
+        ProvisionError::Logs { name: name.to_string(), cause: why.into() }
+    }
+
+    pub fn exec(name: &str, why: &str) -> ProvisionError {
+        ProvisionError::Exec { name: name.to_string(), cause: why.into() }
+    }
+
+    pub fn upload(name: &str, why: &str) -> ProvisionError {
+        ProvisionError::Upload { name: name.to_string(), cause: why.into() }
     }
 }
 
@@ -637,7 +674,7 @@ fn follow_log(
     log: Arc<Mutex<String>>,
     alive: Arc<AtomicBool>,
     sent: usize,
-) -> BoxStream<'static, anyhow::Result<String>> {
+) -> BoxStream<'static, Result<String, ProvisionError>> {
     futures_util::stream::unfold((sent, false), move |(sent, ended)| {
         let (log, alive) = (log.clone(), alive.clone());
         async move {

@@ -5,6 +5,7 @@
 
 pub mod disk;
 pub mod docker;
+pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod lost;
@@ -17,7 +18,8 @@ use std::time::{Duration, SystemTime};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
-pub use docker::{DockerProvisioner, ProvisionError};
+pub use docker::DockerProvisioner;
+pub use error::ProvisionError;
 #[cfg(any(test, feature = "fake"))]
 pub use fake::FakeProvisioner;
 pub use lost::{Lost, LostCause};
@@ -25,7 +27,8 @@ pub use valgrind::{ValgrindError, ValgrindProbe};
 
 /// What orchestration (run, debug, bench) needs from where sandboxes live. Every sandbox is named
 /// by its id ([`SandboxRequest::sandbox_id`]); an absent sandbox is not an error for `running`
-/// (false), `remove` (done) or `usage` (None).
+/// (false), `remove` (done) or `usage` (None). A failure is a [`ProvisionError`]: what was being
+/// done, in whichever backend.
 pub trait Provisioner: Send + Sync {
     /// The backend, for people: `Docker API 1.41`, `fake`.
     fn describe(&self) -> String;
@@ -41,7 +44,7 @@ pub trait Provisioner: Send + Sync {
         &'a self,
         image: &'a str,
         progress: &'a mut (dyn FnMut(&str) + Send),
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
+    ) -> BoxFuture<'a, Result<(), ProvisionError>>;
 
     /// Makes sure the image derived from `image` with valgrind exists (see [`valgrind`]),
     /// building it once when it does not, telling `progress` how it goes: its tag, which every
@@ -56,43 +59,46 @@ pub trait Provisioner: Send + Sync {
     fn probe_valgrind<'a>(&'a self, image: &'a str) -> BoxFuture<'a, ValgrindProbe>;
 
     /// Creates a sandbox (not started), shipping the agent as asked.
-    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, anyhow::Result<Sandbox>>;
+    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, ProvisionError>>;
 
     /// Starts a created sandbox: its agent dials the request's socket.
-    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>>;
 
     /// Moves a running sandbox onto these CPUs (Docker cpuset syntax: `0`, `2-3`).
-    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
+    fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>>;
 
     /// Whether the sandbox exists and runs.
-    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<bool>>;
+    fn running<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, ProvisionError>>;
 
     /// Whether the sandbox exists (running or not).
     fn exists<'a>(&'a self, id: &'a str) -> BoxFuture<'a, bool>;
 
     /// What the sandbox uses now; None when it does not run.
-    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<Option<Usage>>>;
+    fn usage<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Usage>, ProvisionError>>;
 
     /// The agent's log so far.
-    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<String>>;
+    fn logs<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<String, ProvisionError>>;
 
     /// The agent's log from the start, then as it is written, until the sandbox ends.
-    fn logs_follow(&self, id: &str) -> BoxStream<'static, anyhow::Result<String>>;
+    fn logs_follow(&self, id: &str) -> BoxStream<'static, Result<String, ProvisionError>>;
 
     /// Runs a command in the sandbox to its end: its exit code and output.
-    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, anyhow::Result<(i64, String)>>;
+    fn exec<'a>(&'a self, id: &'a str, cmd: Vec<String>) -> BoxFuture<'a, Result<(i64, String), ProvisionError>>;
 
     /// Unpacks a tar archive at the sandbox's root, sent as it is read.
-    fn upload<'a>(&'a self, id: &'a str, tar: TarStream) -> BoxFuture<'a, anyhow::Result<()>>;
+    fn upload<'a>(&'a self, id: &'a str, tar: TarStream) -> BoxFuture<'a, Result<(), ProvisionError>>;
 
     /// Removes the sandbox, running or not, with its volumes. Absent is fine.
-    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>>;
 
     /// Sandbench sandboxes, optionally only those with `label=value`.
-    fn list<'a>(&'a self, label: Option<(&'a str, &'a str)>) -> BoxFuture<'a, anyhow::Result<Vec<ContainerInfo>>>;
+    fn list<'a>(
+        &'a self,
+        label: Option<(&'a str, &'a str)>,
+    ) -> BoxFuture<'a, Result<Vec<ContainerInfo>, ProvisionError>>;
 
     /// Removes sandboxes that expired or whose controller is gone.
-    fn reap(&self) -> BoxFuture<'_, anyhow::Result<Vec<Reaped>>>;
+    fn reap(&self) -> BoxFuture<'_, Result<Vec<Reaped>, ProvisionError>>;
 
     /// Why a sandbox that is no longer running stopped (killed by a signal, exited, the agent
     /// lost its controller, the engine restarted, OOM-killed), as far as the backend can tell.
@@ -112,14 +118,19 @@ pub trait Provisioner: Send + Sync {
     }
 
     /// Whether the engine answers now (an error when it cannot be reached).
-    fn ping(&self) -> BoxFuture<'_, anyhow::Result<()>> {
+    fn ping(&self) -> BoxFuture<'_, Result<(), ProvisionError>> {
         Box::pin(async { Ok(()) })
     }
 
     /// The agent's log, each line prefixed with the time the backend took it (RFC 3339): the
     /// last `tail` lines (all when None), then, with `follow`, the new ones until the sandbox
     /// ends. Chunks need not end at line ends.
-    fn log_lines(&self, id: &str, tail: Option<usize>, follow: bool) -> BoxStream<'static, anyhow::Result<String>>;
+    fn log_lines(
+        &self,
+        id: &str,
+        tail: Option<usize>,
+        follow: bool,
+    ) -> BoxStream<'static, Result<String, ProvisionError>>;
 
     /// Starts `cmd` in the sandbox with a terminal of `rows` × `cols`, attached to this process
     /// (`sandbench shell`).
@@ -129,13 +140,18 @@ pub trait Provisioner: Send + Sync {
         cmd: Vec<String>,
         rows: u16,
         cols: u16,
-    ) -> BoxFuture<'a, anyhow::Result<Terminal>>;
+    ) -> BoxFuture<'a, Result<Terminal, ProvisionError>>;
 
     /// Sets the size of a [`Terminal`], named by its id.
-    fn resize_terminal<'a>(&'a self, terminal: &'a str, rows: u16, cols: u16) -> BoxFuture<'a, anyhow::Result<()>>;
+    fn resize_terminal<'a>(
+        &'a self,
+        terminal: &'a str,
+        rows: u16,
+        cols: u16,
+    ) -> BoxFuture<'a, Result<(), ProvisionError>>;
 
     /// The exit code of a [`Terminal`]'s command, -1 until the backend has recorded it.
-    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, anyhow::Result<i64>>;
+    fn terminal_exit_code<'a>(&'a self, terminal: &'a str) -> BoxFuture<'a, Result<i64, ProvisionError>>;
 
     /// Whether sandboxes of `image` get their disk bounded, found out once (Docker creates a
     /// container that is never started, asking for a bound, and removes it).

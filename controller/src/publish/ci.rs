@@ -19,6 +19,11 @@ use super::{ForgeArgs, Publication, Target};
 const EVENTS: [&str; 2] = ["pull_request", "pull_request_target"];
 
 #[derive(Debug, clap::Args)]
+// A shard's run is published once merged: --shard needs --no-publish here.
+#[command(mut_arg("shard", |shard| shard.requires("no_publish").help(
+    "Run only shard I of N of the pairs (e.g. 1/2), with --no-publish: `sandbench merge` combines the shards, \
+     and `sandbench publish` posts the merged run",
+)))]
 pub struct CiArgs {
     /// The bench spec (TOML), from the trusted checkout.
     pub spec: PathBuf,
@@ -47,43 +52,10 @@ pub struct CiArgs {
     /// Run but publish nothing; `sandbench publish RUN_DIR` publishes the run directory later.
     #[arg(long)]
     pub no_publish: bool,
-    /// Where run directories go.
-    #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
-    pub out: PathBuf,
-    /// Measure and runtime trials (overrides the spec).
-    #[arg(long)]
-    pub trials: Option<u32>,
-    /// Sandbox pairs, each pinned to its own CPUs (at most one per CPU).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub pairs: u32,
-    /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
-    #[arg(long)]
-    pub oversubscribe: bool,
-    /// Run only shard I of N of the pairs (e.g. 1/2), with --no-publish: `sandbench merge`
-    /// combines the shards, and `sandbench publish` posts the merged run.
-    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_shard, requires = "no_publish")]
-    pub shard: Option<crate::shard::Shard>,
-    /// Once the run is decided, bisect every regressed metric between base and head (within
-    /// `[bisect] max_steps` and the budget): which commit did it, in the report and the comment.
-    #[arg(long, conflicts_with = "shard")]
-    pub bisect: bool,
-    /// Stop scheduling work when the estimated cost reaches this many USD.
-    #[arg(long)]
-    pub budget: Option<f64>,
-    /// Stop scheduling work after this many minutes.
-    #[arg(long, default_value_t = 60.0)]
-    pub timeout_minutes: f64,
-    /// The sandbox-agent executable to ship (default: beside this one).
-    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
-    pub agent: Option<PathBuf>,
-    /// A noise profile from an A/A run, used for the floors; `none`: the spec's floors. Default:
-    /// the ledger's latest A/A profile of this spec, image and machine.
-    #[arg(long, value_name = "PATH|none")]
-    pub noise: Option<PathBuf>,
+    #[command(flatten)]
+    pub flags: crate::options::RunFlags,
     #[command(flatten)]
     pub forge: ForgeArgs,
-    #[command(flatten)]
-    pub dead_man: crate::options::DeadMan,
 }
 
 /// What the event says, resolved.
@@ -247,7 +219,7 @@ fn write_outputs(request: &Request) -> anyhow::Result<()> {
 /// `sandbench ci`.
 pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
     let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    crate::options::check_pairs(args.pairs, crate::options::available_cpus(), args.oversubscribe)?;
+    args.flags.check_pairs(args.flags.pairs)?;
     let request = request(&args).await?;
     write_outputs(&request)?;
     let target = &request.target;
@@ -275,27 +247,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
     if args.gate_only {
         return Ok(ExitCode::SUCCESS);
     }
-    let options = crate::run::RunOptions {
-        spec: args.spec.clone(),
-        base: request.base.clone(),
-        head: request.head.clone(),
-        out: args.out.clone(),
-        trials: args.trials,
-        pairs: args.pairs,
-        budget_usd: args.budget,
-        run_timeout: Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
-        agent: args.agent.clone(),
-        shipping: crate::provision::AgentShipping::Bind,
-        noise: args.noise.clone().filter(|p| p.as_os_str() != "none"),
-        noise_from_ledger: args.noise.is_none(),
-        ledger: Some(ledger),
-        rates: crate::run::RateOverrides::default(),
-        shard: args.shard,
-        engine_wait: crate::run::engine::DEFAULT_ENGINE_WAIT,
-        dead_man: args.dead_man.window,
-        force_valgrind: false,
-        bisect: args.bisect,
-    };
+    let options = args.flags.clone().run_options(args.spec.clone(), request.base.clone(), request.head.clone(), ledger);
     let result = match crate::run::run(options, cancel).await {
         Ok(result) => result,
         Err(err) => {

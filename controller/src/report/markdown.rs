@@ -98,11 +98,7 @@ fn reference(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], compa
     }
     top.push_str(&failure_diagnostics(&errors));
     blocks.push(Block::kept(top));
-    for group in warnings::groups(report, comparisons) {
-        let items = group.items.iter().map(|w| format!("- {}\n", escape_clipped(w, MAX_BULLET))).collect();
-        let tail = group.footer.map_or("\n".to_string(), |f| format!("\n{f}\n\n"));
-        blocks.push(Block::list(Class::Warnings, format!("**{}:**\n\n", group.title), items, tail, "warnings"));
-    }
+    blocks.extend(warnings::groups(report, comparisons).iter().map(warning_block));
     blocks.push(Block::kept(format!("{}\n\n", overall(comparisons))));
     blocks.extend(bisect_block(report));
     let rows = summary::rows(defs, comparisons);
@@ -179,12 +175,16 @@ fn collapsed_warnings(blocks: &mut Vec<Block>, groups: &[warnings::Group]) {
         return;
     }
     blocks.push(Block::kept(format!("<details><summary>{}</summary>\n\n", warnings::count(groups))));
-    for group in groups {
-        let items = group.items.iter().map(|w| format!("- {}\n", escape_clipped(w, MAX_BULLET))).collect();
-        let tail = group.footer.map_or("\n".to_string(), |f| format!("\n{f}\n\n"));
-        blocks.push(Block::list(Class::Warnings, format!("**{}:**\n\n", group.title), items, tail, "warnings"));
-    }
+    blocks.extend(groups.iter().map(warning_block));
     blocks.push(Block::kept("</details>\n\n"));
+}
+
+/// One group of warnings: its title, a bullet each (giving way, counting what it left out), its
+/// footer.
+fn warning_block(group: &warnings::Group) -> Block {
+    let items = group.items.iter().map(|w| format!("- {}\n", escape_clipped(w, MAX_BULLET))).collect();
+    let tail = group.footer.map_or("\n".to_string(), |f| format!("\n{f}\n\n"));
+    Block::list(Class::Warnings, format!("**{}:**\n\n", group.title), items, tail, "warnings")
 }
 
 /// Every metric, grouped, collapsed: the rows that give way first.

@@ -238,31 +238,7 @@ fn shift(d: &[f64], alpha: f64) -> Shift {
 /// `pairs` are (base, head) of the same trial index. `floor` is the relative change below which
 /// a difference is noise (e.g. the metric's relative floor, or an A/A noise profile's).
 pub fn paired(pairs: &[(f64, f64)], floor: f64) -> Paired {
-    let (d, _) = log_ratios(pairs);
-    let n = d.len();
-    let mut out = Paired {
-        verdict: Verdict::TooFewPairs,
-        pairs: n,
-        estimate: None,
-        interval: None,
-        floor,
-        method: "none".into(),
-        confidence: None,
-        mde: None,
-        spread: None,
-        dropped: 0,
-    };
-    if n < 3 {
-        return out;
-    }
-    let s = shift(&d, 0.05);
-    let (lo, hi) = s.interval.unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
-    let (lo, hi) = (lo.exp() - 1.0, hi.exp() - 1.0);
-    out.verdict = verdict_of(lo, hi, floor.max(0.0));
-    out.estimate = Some(s.estimate.exp() - 1.0);
-    out.interval = Some((lo, hi));
-    out.method = s.method;
-    out
+    analyse(pairs, floor, 0.05, Numbers::Exact)
 }
 
 /// Basis points (0.01 %): the resolution at which verdicts are displayed, and so decided.
@@ -282,9 +258,25 @@ fn to_bp(x: f64, up: bool) -> f64 {
 /// and the floor rounded to 0.01 %, the verdict taken on those displayed numbers, with the
 /// minimum detectable effect, the log ratios' spread and the count of dropped pairs.
 pub fn paired_at(pairs: &[(f64, f64)], floor: f64, alpha: f64) -> Paired {
+    analyse(pairs, floor, alpha, Numbers::Displayed)
+}
+
+/// How [`analyse`] states its figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Numbers {
+    /// As computed, and nothing beside them: the reference rule's details ([`paired`]).
+    Exact,
+    /// To 0.01 %, the interval outwards, with the confidence, the minimum detectable effect, the
+    /// spread and the dropped pairs: the default rule's ([`paired_at`]).
+    Displayed,
+}
+
+/// The paired analysis of `pairs` against `floor` at level `alpha`, its figures as `numbers` says.
+fn analyse(pairs: &[(f64, f64)], floor: f64, alpha: f64, numbers: Numbers) -> Paired {
+    let displayed = numbers == Numbers::Displayed;
     let (d, dropped) = log_ratios(pairs);
     let n = d.len();
-    let floor = (floor.max(0.0) * BP).round() / BP;
+    let floor = if displayed { (floor.max(0.0) * BP).round() / BP } else { floor };
     let mut out = Paired {
         verdict: Verdict::TooFewPairs,
         pairs: n,
@@ -292,28 +284,33 @@ pub fn paired_at(pairs: &[(f64, f64)], floor: f64, alpha: f64) -> Paired {
         interval: None,
         floor,
         method: "none".into(),
-        confidence: Some(1.0 - alpha),
+        confidence: displayed.then_some(1.0 - alpha),
         mde: None,
         spread: None,
-        dropped,
+        dropped: if displayed { dropped } else { 0 },
     };
     if n < 3 {
         return out;
     }
     let s = shift(&d, alpha);
-    out.estimate = Some((((s.estimate.exp() - 1.0) * BP).round()) / BP);
-    out.spread = Some(s.sd);
-    out.mde = Some(mde(floor, s.sd, n, alpha));
+    let estimate = s.estimate.exp() - 1.0;
+    out.estimate = Some(if displayed { (estimate * BP).round() / BP } else { estimate });
+    if displayed {
+        out.spread = Some(s.sd);
+        out.mde = Some(mde(floor, s.sd, n, alpha));
+    }
     out.method = s.method;
+    let relative = |x: f64, up: bool| if displayed { to_bp(x.exp() - 1.0, up) } else { x.exp() - 1.0 };
     match s.interval {
-        Some((lo, hi)) => {
-            let (lo, hi) = (to_bp(lo.exp() - 1.0, false), to_bp(hi.exp() - 1.0, true));
-            out.interval = Some((lo, hi));
-            out.verdict = verdict_of(lo, hi, floor);
-        }
-        None => {
+        None if displayed => {
             out.method = format!("{}; too few pairs for a {:.2}% interval", out.method, 100.0 * (1.0 - alpha));
             out.verdict = Verdict::Inconclusive;
+        }
+        interval => {
+            let (lo, hi) = interval.unwrap_or((f64::NEG_INFINITY, f64::INFINITY));
+            let (lo, hi) = (relative(lo, false), relative(hi, true));
+            out.interval = Some((lo, hi));
+            out.verdict = verdict_of(lo, hi, floor.max(0.0));
         }
     }
     out

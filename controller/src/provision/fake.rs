@@ -193,6 +193,8 @@ impl Script {
 /// A spec of the fake product (image `fake:1`, 2 CPUs): its `[trials]` table's lines, then the
 /// rest of the spec (phases, metrics). Whole-run tests write it to a file.
 pub fn spec_text(trials: &str, rest: &str) -> String {
+    // ABBA unless the test names an order: the default (`auto`) depends on the machine's CPUs.
+    let trials = if trials.contains("order") { trials.to_string() } else { format!("{trials}\norder = \"abba\"") };
     format!(
         "name = \"fake-product\"\n\n[sandbox]\nimage = \"fake:1\"\ncpus = 2\nmemory_gb = 2\ndisk_gb = 10\n\n[trials]\n{trials}\n{rest}"
     )

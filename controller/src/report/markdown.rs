@@ -527,7 +527,8 @@ fn paired_method(report: &Report) -> Vec<String> {
         None => format!("One look: {confidence:.0}% intervals."),
     };
     let order = match report.order {
-        crate::spec::Order::Abba => REFERENCE_METHOD[1],
+        // A report's order is resolved; `auto` is never in one.
+        crate::spec::Order::Abba | crate::spec::Order::Auto => REFERENCE_METHOD[1],
         crate::spec::Order::Interleaved => {
             "Runs are interleaved one by one: within each trial base and head take single runs in turn (A, B, B, A, …, the first side alternating from trial to trial), both sandboxes ready and one timed at a time, so drift slower than one run affects both sides alike."
         }

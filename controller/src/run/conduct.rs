@@ -320,6 +320,7 @@ pub(super) fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Resul
     if opts.pairs == 0 || opts.pairs > 8 {
         bail!("--pairs must be from 1 to 8, got {}", opts.pairs);
     }
+    plan.trials.order = plan.trials.order.resolve(opts.pairs, plan.duet_cpus_here().is_ok());
     if plan.trials.order == crate::spec::Order::Duet && opts.pairs > 1 {
         bail!(
             "{}: trials.order = \"duet\" runs one pair at a time, its two sandboxes on CPUs of their own; --pairs {} \

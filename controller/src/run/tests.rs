@@ -450,6 +450,20 @@ async fn a_run_decided_at_its_first_look_adds_no_pairs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a_a_run_grows_to_its_last_look_though_decided_at_the_first() {
+    let (_dir, plan, mut opts) = adaptive_setup();
+    opts.head = opts.base.clone();
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake, not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    // Its noise profile needs the pairs: every look is taken.
+    assert_eq!(trials(report, true, "cold"), (0..9).collect::<Vec<_>>());
+    assert_eq!(report.sequential.as_ref().unwrap().look, 3);
+    assert_eq!(outcome(report, "cold"), Outcome::NoClearChange);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairs_the_run_timeout_has_no_room_for_are_not_started() {
     // Up to 40 pairs: the next look is at 22. Each head measure trial takes 1 s, so 19 more
     // rounds need about 19 s, and the run has 20 s in all.
@@ -587,6 +601,22 @@ async fn a_duet_runs_both_sides_at_once_on_cpus_of_their_own_swapped_every_other
         pins,
         ["base pinned 0", "head pinned 1", "head pinned 0", "base pinned 1", "base pinned 0", "head pinned 1"]
     );
+}
+
+#[test]
+fn the_default_order_is_a_duet_where_it_fits_and_interleaved_runs_otherwise() {
+    use crate::spec::Order;
+    let (_dir, plan, _) = setup_spec(1, &spec_with("order = \"auto\""));
+    assert_eq!(plan.trials.order, Order::Auto);
+    assert_eq!(Order::Auto.resolve(1, true), Order::Duet);
+    assert_eq!(Order::Auto.resolve(2, true), Order::Interleaved, "a duet runs one pair");
+    assert_eq!(Order::Auto.resolve(1, false), Order::Interleaved);
+    assert_eq!(Order::Abba.resolve(1, true), Order::Abba, "a named order stays");
+    // A spec without an order takes the default.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bench.toml");
+    std::fs::write(&spec, "name = \"x\"\n[sandbox]\nimage = \"fake:1\"\n[install]\ncommand = \"true\"\n").unwrap();
+    assert_eq!(crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}")).trials.order, Order::Auto);
 }
 
 #[test]

@@ -64,6 +64,10 @@ fn setting(out: &mut String, plan: &Plan) {
         super::Order::Abba => None,
         super::Order::Interleaved => Some("single runs alternate between the sides within each trial"),
         super::Order::Duet => Some("both sides take each run at once, each on CPUs of its own"),
+        super::Order::Auto => Some(
+            "a duet where this machine has twice sandbox.cpus and one pair runs, else single runs alternating \
+             between the sides",
+        ),
     };
     if let Some(order) = order {
         let _ = writeln!(out, "order: {} ({order})", t.order.as_str());

@@ -139,7 +139,7 @@ pub struct Trials {
 }
 
 /// How the two sides of a pair take their runs (`[trials] order`). Install trials are one run
-/// each and always go ABBA.
+/// each and always go ABBA. A report without one was taken ABBA.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Order {
@@ -152,16 +152,21 @@ pub enum Order {
     /// Both sides take each run at once, each pinned to CPUs of its own (swapped every other
     /// trial).
     Duet,
+    /// The spec's default: the duet where the machine has twice the spec's CPUs and one pair
+    /// runs, else interleaved (`scripts/validity` measured both better than ABBA here). A run
+    /// resolves it before its first trial ([`Order::resolve`]).
+    Auto,
 }
 
 impl Order {
-    pub const NAMES: [&'static str; 3] = ["abba", "interleaved", "duet"];
+    pub const NAMES: [&'static str; 4] = ["abba", "interleaved", "duet", "auto"];
 
     pub fn parse(text: &str) -> Option<Order> {
         match text {
             "abba" => Some(Order::Abba),
             "interleaved" => Some(Order::Interleaved),
             "duet" => Some(Order::Duet),
+            "auto" => Some(Order::Auto),
             _ => None,
         }
     }
@@ -176,7 +181,17 @@ impl Order {
 
     /// Whether a phase's trials are taken run by run (stepwise) in this order.
     pub fn stepwise(self, phase: &str) -> bool {
-        self != Order::Abba && phase != phase::INSTALL
+        matches!(self, Order::Interleaved | Order::Duet) && phase != phase::INSTALL
+    }
+
+    /// The order a run of `pairs` pairs takes: [`Order::Auto`] made concrete (`duet_fits`:
+    /// whether this machine has twice the spec's CPUs), any other as it is.
+    pub fn resolve(self, pairs: u32, duet_fits: bool) -> Order {
+        match self {
+            Order::Auto if pairs == 1 && duet_fits => Order::Duet,
+            Order::Auto => Order::Interleaved,
+            order => order,
+        }
     }
 }
 

@@ -92,11 +92,22 @@ fn the_examples_are_valid() {
     assert!(demo.trials.gate.iter().all(|k| !sandbench_proto::lens::is_counted(k)), "{:?}", demo.trials.gate);
     assert!(demo.trials.ui > 0 && demo.trials.transport > 0);
     assert_eq!(demo.timed_phases().iter().map(|p| p.0).collect::<Vec<_>>(), phase::TIMED);
+    // The demo grows its pairs on its two gating metrics.
+    assert_eq!(
+        (demo.trials.max_pairs, demo.trials.gate.as_slice()),
+        (10, ["work".to_string(), "cold".to_string()].as_slice())
+    );
     // The default gate stays with measure and runtime, the phases `max_pairs` grows: ui and
     // transport keep their own trial counts, so more pairs would not settle their metrics.
+    let text = std::fs::read_to_string(root.join("examples/demo/bench.toml")).unwrap();
+    // Beside the demo's (its source and harness are found from there); removed when dropped.
+    let spec = tempfile::Builder::new().suffix(".toml").tempfile_in(root.join("examples/demo")).unwrap();
+    std::fs::write(spec.path(), text.replace("\ngate = [\"work\", \"cold\"]\n", "\n")).unwrap();
+    let defaulted = load(spec.path()).unwrap_or_else(|e| panic!("{e}"));
     let fixed = [demo.metrics_of_phase(phase::UI), demo.metrics_of_phase(phase::TRANSPORT)].concat();
-    assert!(demo.trials.gate.iter().any(|k| k == "cold") && demo.trials.gate.iter().any(|k| k == "kernel_exec"));
-    assert!(demo.trials.gate.iter().all(|k| !fixed.contains(k)), "{:?}", demo.trials.gate);
+    let gate = &defaulted.trials.gate;
+    assert!(gate.iter().any(|k| k == "cold") && gate.iter().any(|k| k == "kernel_exec"), "{gate:?}");
+    assert!(gate.iter().all(|k| !fixed.contains(k)), "{gate:?}");
     assert_eq!(prime.cost.budget_usd, Some(1.0));
 }
 

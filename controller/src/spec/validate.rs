@@ -378,7 +378,7 @@ impl Validator<'_> {
     }
 
     fn order(&mut self, raw: &Option<Spanned<String>>) -> super::Order {
-        let Some(order) = raw else { return super::Order::default() };
+        let Some(order) = raw else { return super::Order::Auto };
         super::Order::parse(order.get_ref()).unwrap_or_else(|| {
             let names = super::Order::NAMES.map(|n| format!("{n:?}")).join(", ");
             self.error(order, "trials.order", format!("expected one of {names}, got {:?}", order.get_ref()));

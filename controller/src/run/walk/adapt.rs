@@ -45,6 +45,7 @@ pub fn look(run: &Run, adaptive: &Adaptive, look: usize, sides: &[SideRun]) -> L
         }
     };
     let pairs_now = trials.values().copied().max().unwrap_or(0);
+    let next = calibrating(&adaptive.skeleton, &sequential, look, next);
     let ended = match next {
         Next::Decided => format!("every gating metric was decided at look {look} ({pairs_now} pairs)"),
         Next::Exhausted { undecided } => format!(
@@ -82,6 +83,19 @@ pub fn look(run: &Run, adaptive: &Adaptive, look: usize, sides: &[SideRun]) -> L
         a.sequential = Sequential { ended, ..sequential };
     });
     Look::Ended
+}
+
+/// An A/A run (the same commit on both sides) calibrates: its noise profile is used only for
+/// metrics with enough pairs, so it grows to every planned look even when its gating metrics
+/// are decided.
+fn calibrating(skeleton: &Report, sequential: &Sequential, look: usize, next: Next) -> Next {
+    let looks = sequential.design.looks();
+    match next {
+        Next::Decided if skeleton.base.commit == skeleton.head.commit && look < looks.len() => {
+            Next::MorePairs { pairs: looks[look], undecided: sequential.gate.clone() }
+        }
+        next => next,
+    }
 }
 
 /// Look `sequential.look` on the samples the run directory holds so far.

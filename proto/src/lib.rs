@@ -43,3 +43,35 @@ pub mod env {
     pub const SOCKET: &str = "SANDBENCH_SOCKET";
     pub const STATE_DIR: &str = "SANDBENCH_STATE_DIR";
 }
+
+/// The bytes a URL path's percent-escapes stand for (`%2e` is `.`); None for a malformed escape.
+/// Used wherever a path from a sandbox is checked (the agent's origin server, the registry
+/// bridge): each decides what bytes that are not UTF-8 mean.
+pub fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod percent_tests {
+    #[test]
+    fn escapes_are_decoded_and_a_malformed_one_is_refused() {
+        assert_eq!(super::percent_decode("/a%2E%2e/%41b").unwrap(), b"/a../Ab");
+        assert_eq!(super::percent_decode("%ff").unwrap(), [0xff]);
+        for bad in ["%", "%4", "%zz", "a%2"] {
+            assert_eq!(super::percent_decode(bad), None, "{bad}");
+        }
+    }
+}

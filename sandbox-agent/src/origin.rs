@@ -118,29 +118,12 @@ fn respond(stream: &mut TcpStream, status: &str, body: &[u8], head: bool) -> std
 /// Maps a request target to a file under `root`; None for anything that would leave it.
 pub fn resolve(root: &Path, target: &str) -> Option<PathBuf> {
     let path = target.split(['?', '#']).next()?;
-    let decoded = percent_decode(path)?;
+    let decoded = String::from_utf8(sandbench_proto::percent_decode(path)?).ok()?;
     let relative = Path::new(decoded.trim_start_matches('/'));
     if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
         return None;
     }
     Some(root.join(relative))
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -70,7 +70,9 @@ fn check_target(target: &str) -> Result<(), String> {
         return Err("the request target has a character the bridge does not forward".into());
     }
     let path = target.split('?').next().unwrap_or_default();
-    let decoded = percent_decode(path).ok_or("the request target has a malformed percent-escape")?;
+    let decoded = sandbench_proto::percent_decode(path)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .ok_or("the request target has a malformed percent-escape")?;
     for segment in decoded.split(['/', '\\']).skip(1) {
         if segment == "." || segment == ".." {
             return Err("a dot segment in the path (`.` or `..`) is refused".into());
@@ -80,23 +82,6 @@ fn check_target(target: &str) -> Result<(), String> {
         return Err("an empty segment in the path is refused".into());
     }
     Ok(())
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A Python index page with its links to allowed hosts made paths of the bridge (pip and uv

@@ -188,6 +188,17 @@ startup = ["product"]
 
     const FAKE_RUN: &str = "20260101-000000-fake";
 
+    /// Each metric of each side has every trial it should, once.
+    fn assert_every_trial_once(report: &crate::report::Report) {
+        for side in [&report.base_side, &report.head_side] {
+            for (metric, samples) in &side.metrics {
+                let trials: Vec<u32> = samples.iter().map(|s| s.trial).collect();
+                let expected = report.expected.get(metric).copied().unwrap_or(1);
+                assert_eq!(trials, (0..expected).collect::<Vec<_>>(), "{metric}: every trial once");
+            }
+        }
+    }
+
     /// A completed run on the fake provisioner, then cut back as a SIGKILL mid-measure would
     /// leave it: the log up to head's measure trial 1 (its observations, not its phase_done),
     /// report.json running, the ledger entry unfinished, controller.json naming a dead process.
@@ -277,13 +288,7 @@ startup = ["product"]
         let report = &result.report;
         assert_eq!(result.status, Status::Completed, "{:?}", report.errors);
         assert!(report.complete());
-        for side in [&report.base_side, &report.head_side] {
-            for (metric, samples) in &side.metrics {
-                let trials: Vec<u32> = samples.iter().map(|s| s.trial).collect();
-                let expected = report.expected.get(metric).copied().unwrap_or(1);
-                assert_eq!(trials, (0..expected).collect::<Vec<_>>(), "{metric}");
-            }
-        }
+        assert_every_trial_once(report);
         // Only the missing slots ran in the new sandboxes (after prepare, and head's untimed
         // install before its measure trials).
         let events =
@@ -329,13 +334,7 @@ startup = ["product"]
             .unwrap();
         let report = &result.report;
         assert_eq!(result.status, Status::Completed, "{:?}", report.errors);
-        for side in [&report.base_side, &report.head_side] {
-            for (metric, samples) in &side.metrics {
-                let trials: Vec<u32> = samples.iter().map(|s| s.trial).collect();
-                let expected = report.expected.get(metric).copied().unwrap_or(1);
-                assert_eq!(trials, (0..expected).collect::<Vec<_>>(), "{metric}: every trial once");
-            }
-        }
+        assert_every_trial_once(report);
         // Head's trial 0 runs alone (a plain trial: no turns), base's is not run again; the
         // rounds no side finished run whole, interleaved again.
         let events =

@@ -34,11 +34,11 @@ use sandbench_proto::plan::phase;
 use sandbench_proto::v1::PhaseStatus;
 use tokio::sync::watch;
 
-use super::gate::{Decision, Stop, TrialResult};
+use super::gate::{Stop, TrialResult};
 use super::schedule::{self, Slot, remaining_after};
 use crate::station::sandbox;
 pub use adaptive::{Adapted, Adaptive};
-use renew::renew;
+use renew::settle;
 pub use side::{SideRun, measured};
 pub use state::{MAX_ERRORS, Run, cpusets};
 pub use teardown::teardown;
@@ -169,27 +169,12 @@ async fn walk_lane(run: &Run, sides: &[SideRun], lane: &[Slot]) -> Option<Stop> 
 /// Runs one slot if the gates let it (retried once in a new sandbox when its sandbox was
 /// lost): how it ended, None when it was skipped, or the stop.
 async fn run_slot(run: &Run, sides: &[SideRun], slot: &Slot) -> Result<Option<TrialResult>, Stop> {
-    let stop = run.check();
-    let (decision, error) = run.gates().decide(slot, stop.as_ref());
-    if let Some(error) = error {
-        run.error(error);
-    }
-    match decision {
-        Decision::Run => {}
-        Decision::Skip => return Ok(None),
-        Decision::Stop(stop) => return Err(stop),
+    if !run.admit(slot)? {
+        return Ok(None);
     }
     let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) else { return Ok(None) };
-    let (mut result, lost) = trial(run, side, slot, false).await;
-    if let TrialResult::Failed { cause, lost: true } = &result
-        && let Some(retried) = renew(run, side, slot, cause, lost.as_ref()).await
-    {
-        result = retried;
-    }
-    if result == TrialResult::Ok {
-        side.seen_running(run.engine.outages());
-    }
-    Ok(Some(result))
+    let ran = trial(run, side, slot, false).await;
+    Ok(Some(settle(run, side, slot, ran).await))
 }
 
 /// A resumed sandbox needs an installation of its own before measure, runtime or ui run in

@@ -21,6 +21,21 @@ use super::trial::{trial, wait_phase};
 use crate::provision::Lost;
 use crate::station::sandbox;
 
+/// How a trial of `slot` ended, once settled: retried in a new sandbox when its sandbox was
+/// lost with the engine ([`renew`]), and the side marked as seen running when it succeeded.
+pub async fn settle(run: &Run, side: &SideRun, slot: &Slot, ran: (TrialResult, Option<Lost>)) -> TrialResult {
+    let (mut result, lost) = ran;
+    if let TrialResult::Failed { cause, lost: true } = &result
+        && let Some(retried) = renew(run, side, slot, cause, lost.as_ref()).await
+    {
+        result = retried;
+    }
+    if result == TrialResult::Ok {
+        side.seen_running(run.engine.outages());
+    }
+    result
+}
+
 /// Retries `slot`, whose sandbox was lost (`cause`, and `lost` when its backend named why), once
 /// in a new sandbox for its side when the loss came with the engine (an outage since the sandbox
 /// last ran a trial, or a restart the engine names) and the side had no retry yet: the retried

@@ -13,9 +13,9 @@
 use futures_util::future::join_all;
 use tokio::sync::watch;
 
-use super::super::gate::{Decision, Stop, TrialResult};
+use super::super::gate::{Stop, TrialResult};
 use super::super::schedule::{Side, Slot, remaining_after};
-use super::renew::renew;
+use super::renew::settle;
 use super::side::SideRun;
 use super::state::Run;
 use super::trial::trial;
@@ -52,33 +52,15 @@ async fn round(run: &Run, sides: &[SideRun], lane: &[Slot], range: std::ops::Ran
             results[i] = Some(result);
             continue;
         }
-        let stop = run.check();
-        let (decision, error) = run.gates().decide(slot, stop.as_ref());
-        if let Some(error) = error {
-            run.error(error);
-        }
-        match decision {
-            Decision::Run => {
-                if let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) {
-                    todo.push((i, side));
-                }
-            }
-            Decision::Skip => {}
-            Decision::Stop(stop) => return Err(stop),
+        if run.admit(slot)?
+            && let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side)
+        {
+            todo.push((i, side));
         }
     }
     let ran = together(run, slots, &todo).await;
-    for (&(i, side), (mut result, lost)) in todo.iter().zip(ran) {
-        let slot = &slots[i];
-        if let TrialResult::Failed { cause, lost: true } = &result
-            && let Some(retried) = renew(run, side, slot, cause, lost.as_ref()).await
-        {
-            result = retried;
-        }
-        if result == TrialResult::Ok {
-            side.seen_running(run.engine.outages());
-        }
-        results[i] = Some(result);
+    for (&(i, side), ran) in todo.iter().zip(ran) {
+        results[i] = Some(settle(run, side, &slots[i], ran).await);
     }
     for (i, slot) in slots.iter().enumerate() {
         let Some(result) = &results[i] else { continue };

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::super::accounting::Resumed;
 use super::super::display::Display;
 use super::super::engine::Engine;
-use super::super::gate::{Gates, Stop, TrialResult};
+use super::super::gate::{Decision, Gates, Stop, TrialResult};
 use super::super::options::RunOptions;
 use super::super::schedule::{Side, Slot};
 use super::adaptive::{Adaptive, RoundTimes};
@@ -65,6 +65,20 @@ impl Run {
     pub fn note(&self, text: String) {
         tracing::warn!("{text}");
         lock(&self.notes).push(text);
+    }
+
+    /// Passes `slot` through the gates (their error, if any, kept): whether it runs, or the stop.
+    pub fn admit(&self, slot: &Slot) -> Result<bool, Stop> {
+        let stop = self.check();
+        let (decision, error) = self.gates().decide(slot, stop.as_ref());
+        if let Some(error) = error {
+            self.error(error);
+        }
+        match decision {
+            Decision::Run => Ok(true),
+            Decision::Skip => Ok(false),
+            Decision::Stop(stop) => Err(stop),
+        }
     }
 
     pub fn gates(&self) -> MutexGuard<'_, Gates> {

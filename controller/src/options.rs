@@ -122,7 +122,8 @@ pub struct RunFlags {
     #[arg(long, env = crate::agent_binary::AGENT_ENV)]
     pub agent: Option<PathBuf>,
     /// A noise profile written by an A/A run (runs/<id>/noise.json), used for the floors; `none`:
-    /// the spec's floors. Default: the ledger's latest A/A profile of this spec, image and machine.
+    /// the spec's floors. Default: every A/A profile the ledger keeps of this spec, image and
+    /// machine, pooled.
     #[arg(long, value_name = "PATH|none")]
     pub noise: Option<PathBuf>,
     #[command(flatten)]

@@ -338,6 +338,29 @@ impl Ledger {
             .context("cannot read the noise profiles of the ledger")
     }
 
+    /// Every noise profile kept for `spec` on `image` and `machine`, oldest first: the A/A runs
+    /// a later run's floors pool.
+    pub fn noise_profiles(&self, spec: &str, image: &str, machine: &str) -> anyhow::Result<Vec<StoredNoise>> {
+        let read = || -> rusqlite::Result<Vec<StoredNoise>> {
+            let mut stmt = self.conn.prepare(
+                "SELECT run_id, spec, image, machine, recorded_at, profile FROM noise_profiles
+                 WHERE spec = ?1 AND image = ?2 AND machine = ?3 ORDER BY recorded_at, run_id",
+            )?;
+            let rows = stmt.query_map(params![spec, image, machine], |r| {
+                Ok(StoredNoise {
+                    run_id: r.get(0)?,
+                    spec: r.get(1)?,
+                    image: r.get(2)?,
+                    machine: r.get(3)?,
+                    recorded_at: r.get(4)?,
+                    profile: r.get(5)?,
+                })
+            })?;
+            rows.collect()
+        };
+        read().context("cannot read the noise profiles of the ledger")
+    }
+
     /// Runs that never recorded their end: (run id, run directory). Their controller may be
     /// alive (running) or dead (to be reconciled as abandoned).
     pub fn unfinished_runs(&self) -> anyhow::Result<Vec<(String, String)>> {
@@ -542,6 +565,28 @@ mod tests {
         assert_eq!((latest.run_id.as_str(), latest.profile.as_str()), ("aa-2", "{\"run_id\": \"aa-2\"}"));
         assert_eq!(ledger.latest_noise("demo", "node:22", "m1").unwrap(), None, "another image");
         assert!(this_machine().contains(" cpus/"), "{}", this_machine());
+    }
+
+    #[test]
+    fn every_noise_profile_of_a_spec_image_and_machine_is_listed_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("ledger.sqlite")).unwrap();
+        let noise = |run: &str, machine: &str, at: &str| StoredNoise {
+            run_id: run.into(),
+            spec: "demo".into(),
+            image: "node:24-bookworm".into(),
+            machine: machine.into(),
+            recorded_at: at.into(),
+            profile: "{}".into(),
+        };
+        assert!(ledger.noise_profiles("demo", "node:24-bookworm", "m1").unwrap().is_empty());
+        ledger.record_noise(&noise("aa-2", "m1", "2026-12-02T10:00:00Z")).unwrap();
+        ledger.record_noise(&noise("aa-1", "m1", "2026-12-01T10:00:00Z")).unwrap();
+        ledger.record_noise(&noise("aa-3", "m2", "2026-12-03T10:00:00Z")).unwrap();
+        ledger.record_noise(&noise("aa-0", "m1", "2026-12-02T10:00:00Z")).unwrap();
+        let runs: Vec<String> =
+            ledger.noise_profiles("demo", "node:24-bookworm", "m1").unwrap().into_iter().map(|n| n.run_id).collect();
+        assert_eq!(runs, ["aa-1", "aa-0", "aa-2"]);
     }
 
     #[test]

@@ -9,8 +9,11 @@
 //! missing measurements are not performance wins.
 //!
 //! **Floors.** From the A/A noise profile when it has at least [`MIN_PROFILE_PAIRS`] pairs of the
-//! metric (the farther end of its 95 % interval: the largest shift two identical sandboxes showed
-//! that could not be told from zero), never below [`PROFILE_FLOOR_MIN`]. Otherwise the metric's
+//! metric: a bound on the systematic difference between two identical sandboxes — one A/A run's
+//! 95 % interval's farther end, or, pooled over the runs of a spec, image and machine, the farther
+//! end of the 95 % interval of the difference a next run may carry ([`crate::stats::pool`]) —
+//! never below the spec's practical minimum (`[report] min_floor`, by default
+//! [`PROFILE_FLOOR_MIN`]). Otherwise the metric's
 //! relative floor, or its absolute floor over the base median when that is larger, capped at
 //! [`FLOOR_CAP`]. Why a cap: the floor is tested on head/base − 1, where "improved" means a ratio
 //! below 1 − floor; at 100 % nothing could ever improve, and an absolute floor of 100 ms on a
@@ -24,8 +27,9 @@ use crate::stats::{self, Comparison, Outcome, Paired, Verdict};
 
 /// The largest floor the paired rule tests (head/base − 1).
 pub const FLOOR_CAP: f64 = 0.5;
-/// A noise profile's floor is never below this (timer and scheduler resolution).
-pub const PROFILE_FLOOR_MIN: f64 = 0.005;
+/// A noise profile's floor is never below this unless the spec says otherwise
+/// (`[report] min_floor`): timer and scheduler resolution.
+pub const PROFILE_FLOOR_MIN: f64 = crate::spec::DEFAULT_MIN_FLOOR;
 /// Pairs a noise profile needs of a metric before its floor is used: with fewer, a spread is
 /// itself noise.
 pub const MIN_PROFILE_PAIRS: usize = 10;
@@ -43,9 +47,11 @@ pub fn floor(def: &MetricDef, base_median: Option<f64>, noise: Option<&NoiseProf
     if let Some(profile) = noise {
         match profile.floor(&def.key) {
             Ok(f) => {
-                let value = f.clamp(PROFILE_FLOOR_MIN, FLOOR_CAP);
+                let min = profile.min_floor.unwrap_or(PROFILE_FLOOR_MIN).min(FLOOR_CAP);
+                let value = f.clamp(min, FLOOR_CAP);
+                // Raised to the practical minimum: the method line says so once for every metric.
                 let note =
-                    (value != f).then(|| format!("the noise profile's floor {} was clamped to {}", pct(f), pct(value)));
+                    (value < f).then(|| format!("the noise profile's floor {} was clamped to {}", pct(f), pct(value)));
                 return Floor { value, note };
             }
             Err(why) => profile_note = Some(why),
@@ -283,6 +289,8 @@ mod tests {
             metrics: Default::default(),
             relative: Default::default(),
             found: None,
+            pooled: Vec::new(),
+            min_floor: None,
         };
         let noise = super::super::noise::MetricNoise {
             pairs: 1,
@@ -290,6 +298,8 @@ mod tests {
             estimate: 0.0,
             interval: (-0.002, 0.002),
             floor: 0.002,
+            runs: 1,
+            between: None,
         };
         profile.metrics.insert(def.key.clone(), noise.clone());
         assert_eq!(count_floor(&def, Some(&profile)).value, 0.002);

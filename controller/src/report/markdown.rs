@@ -500,10 +500,17 @@ fn paired_method(report: &Report) -> Vec<String> {
     let confidence = 100.0 * (1.0 - report.alpha());
     let floors = match &report.noise {
         Some(p) => format!(
-            "Floors come from the A/A noise profile of run `{}`{} where it has at least {} pairs of a metric (the farther end of its 95% interval), else from the metric's relative floor or its absolute floor over the base median, capped at {:.0}%.",
+            "Floors come from the A/A noise profile of run `{}`{}: {}. {} A metric takes its floor from the profile where the profile has at least {} pairs of it, never below {:.2}% (`[report] min_floor`), else from the metric's relative floor or its absolute floor over the base median, capped at {:.0}%.",
             escape(&p.run_id),
             p.found.as_deref().map_or(String::new(), |f| format!(" ({}; `--noise none` opts out)", escape(f))),
+            escape(&p.basis()),
+            if p.run_count() == 1 {
+                "One calibration cannot tell a systematic difference between identical sides from its own noise, so a floor is the farther end of its 95% interval, wider than pooled runs give; later A/A runs of the spec, image and machine narrow it."
+            } else {
+                "A floor bounds the systematic difference between identical sides: the farther end of the 95% interval of the difference a next run may carry, the runs' estimates pooled with their between-run spread counted (random effects); a run's own noise is its verdict interval's business."
+            },
             super::decide::MIN_PROFILE_PAIRS,
+            p.min_floor.unwrap_or(super::decide::PROFILE_FLOOR_MIN) * 100.0,
             super::decide::FLOOR_CAP * 100.0
         ),
         None => format!(

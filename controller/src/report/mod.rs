@@ -23,6 +23,8 @@ pub mod instructions;
 pub mod lens;
 pub mod markdown;
 pub mod noise;
+#[cfg(test)]
+mod noise_tests;
 pub mod runs;
 pub mod summary;
 #[cfg(test)]
@@ -455,6 +457,8 @@ impl Report {
                 let floor = decide::floor(def, out.comparison.base_median, self.noise.as_ref());
                 let (comparison, paired, notes) = decide::decide(&out.comparison, &evidence, &floor, self.alpha());
                 (out.comparison, out.paired, out.notes) = (comparison, paired, notes);
+                let far = self.noise.as_ref().and_then(|n| n.far(&def.key, &out.paired));
+                out.notes.extend(far.map(|f| f.note()));
             }
         }
         out.notes.extend(block_note);
@@ -491,6 +495,24 @@ impl Report {
             })
             .collect();
         Some(sequential::next(&plan.design, look, &gates))
+    }
+
+    /// What the noise profile leads this run to expect of its gating metrics, one line each: the
+    /// profile's pair sd and the floor, and the minimum detectable effect at the first and the
+    /// last planned look. Empty without a profile or an adaptive plan.
+    pub fn expectations(&self) -> Vec<String> {
+        let (Some(noise), Some(plan)) = (self.noise.as_ref(), self.sequential.as_ref()) else { return Vec::new() };
+        let looks = plan.design.looks();
+        let mut at: Vec<(u32, f64)> = vec![(looks[0], plan.design.alpha_at(1))];
+        if looks.len() > 1 {
+            at.push((looks[looks.len() - 1], plan.design.alpha_at(looks.len())));
+        }
+        let defs = self.metric_defs();
+        plan.gate
+            .iter()
+            .filter_map(|key| defs.iter().find(|d| &d.key == key))
+            .filter_map(|def| noise.expectation(&def.key, decide::floor(def, None, Some(noise)).value, &at))
+            .collect()
     }
 
     /// Run errors, then every failed sample as `<side> <metric> trial <n>: <error>`.

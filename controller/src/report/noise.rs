@@ -1,9 +1,11 @@
-//! A calibrated noise profile: what an A/A run (the same commit on both sides) measured per
-//! metric, kept beside the run as `noise.json` and given to later runs (`--noise`) for their
-//! floors. A metric's profile is used only with at least [`MIN_PROFILE_PAIRS`] pairs: a spread
-//! from 2 or 3 samples is itself noise.
+//! A calibrated noise profile: what A/A runs (the same commit on both sides) measured per metric,
+//! kept beside each run as `noise.json` and given to later runs for their floors: one file named
+//! by `--noise`, or every A/A run of the spec, image and machine the ledger keeps, pooled
+//! ([`NoiseProfile::pool`], the rule in [`crate::stats::pool`]). A metric's figures are used
+//! only from runs with at least [`MIN_PROFILE_PAIRS`] pairs of it: a spread from 2 or 3 samples
+//! is itself noise.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::Context;
@@ -11,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Report;
 use super::decide::MIN_PROFILE_PAIRS;
-use crate::stats;
+use crate::stats::{self, Paired, pool};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NoiseProfile {
@@ -24,23 +26,46 @@ pub struct NoiseProfile {
     /// Written by older versions (a bound without its pair count); never used for floors.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub relative: BTreeMap<String, f64>,
-    /// Where a run found it, when not named by `--noise` (the ledger's latest of its spec, image
-    /// and machine).
+    /// Where a run found it, when not named by `--noise` (the ledger's A/A runs of its spec,
+    /// image and machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub found: Option<String>,
+    /// The A/A runs pooled into `metrics`, oldest first (`run_id` the latest); empty for one
+    /// run's own profile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pooled: Vec<String>,
+    /// The least floor a metric takes from this profile: `[report] min_floor` of the spec of the
+    /// run using it (absent: [`super::decide::PROFILE_FLOOR_MIN`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_floor: Option<f64>,
 }
 
-/// One metric's A/A noise.
+/// One metric's A/A noise: one run's, or runs' pooled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricNoise {
     pub pairs: usize,
-    /// Standard deviation of the pairs' log ratios.
+    /// Standard deviation of the pairs' log ratios (pooled: within runs).
     pub spread: f64,
-    /// The A/A shift (head/base − 1) and its 95 % interval.
+    /// The A/A shift (head/base − 1) and its 95 % interval; pooled, the 95 % interval of the
+    /// systematic difference the next run may carry.
     pub estimate: f64,
     pub interval: (f64, f64),
     /// The interval's end farther from zero: the floor later runs test against.
     pub floor: f64,
+    /// A/A runs these figures rest on.
+    #[serde(default = "one_run", skip_serializing_if = "is_one_run")]
+    pub runs: usize,
+    /// Pooled runs: the between-run spread of their systematic differences (τ, log scale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between: Option<f64>,
+}
+
+fn one_run() -> usize {
+    1
+}
+
+fn is_one_run(n: &usize) -> bool {
+    *n == 1
 }
 
 impl NoiseProfile {
@@ -59,7 +84,16 @@ impl NoiseProfile {
                 let ((lo, hi), estimate, spread) = (p.interval?, p.estimate?, p.spread?);
                 let floor = lo.abs().max(hi.abs());
                 floor.is_finite().then(|| {
-                    (def.key.clone(), MetricNoise { pairs: p.pairs, spread, estimate, interval: (lo, hi), floor })
+                    let noise = MetricNoise {
+                        pairs: p.pairs,
+                        spread,
+                        estimate,
+                        interval: (lo, hi),
+                        floor,
+                        runs: 1,
+                        between: None,
+                    };
+                    (def.key.clone(), noise)
                 })
             })
             .collect();
@@ -70,6 +104,8 @@ impl NoiseProfile {
             metrics,
             relative: BTreeMap::new(),
             found: None,
+            pooled: Vec::new(),
+            min_floor: None,
         }
     }
 
@@ -79,7 +115,91 @@ impl NoiseProfile {
         let p = stats::paired_counts(pairs, 0.0, 0.0);
         let ((lo, hi), estimate) = (p.interval?, p.estimate?);
         let spread = lo.abs().max(hi.abs()).max(within.unwrap_or(0.0));
-        Some(MetricNoise { pairs: p.pairs, spread, estimate, interval: (lo, hi), floor: spread })
+        Some(MetricNoise {
+            pairs: p.pairs,
+            spread,
+            estimate,
+            interval: (lo, hi),
+            floor: spread,
+            runs: 1,
+            between: None,
+        })
+    }
+
+    /// The profiles of A/A runs of one spec, image and machine, oldest first, pooled into one
+    /// (`run_id` and `image` the latest's). Per metric, the runs with at least
+    /// [`MIN_PROFILE_PAIRS`] pairs of it pool by [`pool::pool`]: the floor is the farther end of
+    /// the 95 % interval of the systematic difference a next run may carry. A metric no run
+    /// calibrated keeps the latest run's figures (whose pairs say why it is not used). A lens
+    /// count keeps the largest change any run showed, as one run's does. None without a run.
+    pub fn pool(runs: &[NoiseProfile]) -> Option<NoiseProfile> {
+        let latest = runs.last()?;
+        let keys: BTreeSet<&String> = runs.iter().flat_map(|r| r.metrics.keys()).collect();
+        let metrics = keys
+            .into_iter()
+            .filter_map(|key| {
+                let entries: Vec<&MetricNoise> = runs.iter().filter_map(|r| r.metrics.get(key)).collect();
+                let pooled = if sandbench_proto::lens::is_counted(key) {
+                    NoiseProfile::pooled_counts(&entries)
+                } else {
+                    NoiseProfile::pooled_noise(&entries)
+                };
+                pooled.map(|m| (key.clone(), m))
+            })
+            .collect();
+        Some(NoiseProfile {
+            spec: latest.spec.clone(),
+            run_id: latest.run_id.clone(),
+            image: latest.image.clone(),
+            metrics,
+            relative: BTreeMap::new(),
+            found: None,
+            pooled: runs.iter().map(|r| r.run_id.clone()).collect(),
+            min_floor: None,
+        })
+    }
+
+    /// A timed metric's runs pooled: one calibrated run's own figures, the latest entry when no
+    /// run has the pairs.
+    fn pooled_noise(entries: &[&MetricNoise]) -> Option<MetricNoise> {
+        let (calibrated, shifts): (Vec<&MetricNoise>, Vec<pool::RunShift>) = entries
+            .iter()
+            .filter(|m| m.pairs >= MIN_PROFILE_PAIRS)
+            .filter_map(|m| pool::RunShift::new(m.estimate, m.interval, m.pairs, m.spread).map(|s| (*m, s)))
+            .unzip();
+        match calibrated[..] {
+            [] => return entries.last().map(|m| (*m).clone()),
+            [one] => return Some(one.clone()),
+            _ => {}
+        }
+        let p = pool::pool(&shifts)?;
+        Some(MetricNoise {
+            pairs: p.pairs,
+            spread: p.sd,
+            estimate: p.estimate,
+            interval: p.interval,
+            floor: p.bound,
+            runs: p.runs,
+            between: p.between,
+        })
+    }
+
+    /// A lens count's runs: the largest change any of them showed, as spread and floor.
+    fn pooled_counts(entries: &[&MetricNoise]) -> Option<MetricNoise> {
+        let latest = entries.last()?;
+        let max = |f: fn(&MetricNoise) -> f64| entries.iter().map(|m| f(m)).fold(0.0, f64::max);
+        Some(MetricNoise {
+            pairs: entries.iter().map(|m| m.pairs).sum(),
+            spread: max(|m| m.spread),
+            estimate: latest.estimate,
+            interval: (
+                entries.iter().map(|m| m.interval.0).fold(f64::INFINITY, f64::min),
+                entries.iter().map(|m| m.interval.1).fold(f64::NEG_INFINITY, f64::max),
+            ),
+            floor: max(|m| m.floor),
+            runs: entries.len(),
+            between: None,
+        })
     }
 
     pub fn load(path: &Path) -> anyhow::Result<NoiseProfile> {
@@ -126,4 +246,102 @@ impl NoiseProfile {
         keys.extend(self.relative.keys().filter(|k| !self.metrics.contains_key(*k)).cloned());
         keys
     }
+
+    /// A/A runs the profile rests on.
+    pub fn run_count(&self) -> usize {
+        self.pooled.len().max(1)
+    }
+
+    /// What the floors rest on: `11 A/A runs, 200–220 pairs a metric`.
+    pub fn basis(&self) -> String {
+        let pairs: Vec<usize> = self
+            .metrics
+            .iter()
+            .filter(|(k, m)| m.pairs >= MIN_PROFILE_PAIRS && !sandbench_proto::lens::is_counted(k))
+            .map(|(_, m)| m.pairs)
+            .collect();
+        let runs = match self.run_count() {
+            1 => "one A/A run".to_string(),
+            n => format!("{n} A/A runs"),
+        };
+        match (pairs.iter().min(), pairs.iter().max()) {
+            (Some(lo), Some(hi)) if lo == hi => format!("{runs}, {lo} pairs a metric"),
+            (Some(lo), Some(hi)) => format!("{runs}, {lo}–{hi} pairs a metric"),
+            _ => runs,
+        }
+    }
+
+    /// The profile's calibration of a timed metric: its pair sd and the degrees of freedom of
+    /// that sd, when it has the pairs.
+    fn calibrated_spread(&self, key: &str) -> Option<(f64, usize, usize)> {
+        if sandbench_proto::lens::is_counted(key) {
+            return None;
+        }
+        let m = self.metrics.get(key).filter(|m| m.pairs >= MIN_PROFILE_PAIRS)?;
+        Some((m.spread, m.pairs.saturating_sub(m.runs), m.runs))
+    }
+
+    /// This run's analysis of `key` against the profile, when its pair sd is far from the
+    /// profile's ([`pool::sd_far`]).
+    pub fn far(&self, key: &str, paired: &Paired) -> Option<DayNoise> {
+        let (profile, df, runs) = self.calibrated_spread(key)?;
+        let today = paired.spread?;
+        pool::sd_far(today, paired.pairs, profile, df).then(|| {
+            let alpha = 1.0 - paired.confidence.unwrap_or(0.95);
+            DayNoise {
+                key: key.to_string(),
+                today,
+                profile,
+                runs,
+                planned_mde: stats::mde(paired.floor, profile, paired.pairs, alpha),
+            }
+        })
+    }
+
+    /// What the profile leads a run to expect of `key` at `floor`: its pair sd and the minimum
+    /// detectable effect at each (pairs, alpha) look, for the terminal before the run.
+    pub fn expectation(&self, key: &str, floor: f64, looks: &[(u32, f64)]) -> Option<String> {
+        let (sd, _, runs) = self.calibrated_spread(key)?;
+        let at: Vec<String> = looks
+            .iter()
+            .map(|&(n, alpha)| format!("{} at {n} pairs", pct(stats::mde(floor, sd, n as usize, alpha))))
+            .collect();
+        Some(format!(
+            "{key}: pair sd {} over {}, floor ±{}: minimum detectable effect {}",
+            pct(sd),
+            if runs == 1 { "one A/A run".to_string() } else { format!("{runs} A/A runs") },
+            pct(floor),
+            at.join(", ")
+        ))
+    }
+}
+
+/// A metric whose pair sd today is far from its noise profile's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DayNoise {
+    pub key: String,
+    pub today: f64,
+    pub profile: f64,
+    /// A/A runs the profile's sd pools.
+    pub runs: usize,
+    /// The minimum detectable effect the profile's sd gives at this run's pairs and floor.
+    pub planned_mde: f64,
+}
+
+impl DayNoise {
+    /// The metric's note.
+    pub fn note(&self) -> String {
+        format!(
+            "pair sd {} today, far from the noise profile's {} over {} (more than {}× apart, and beyond what sampling gives 99% of the time): the verdict and its MDE use today's; the profile planned for an MDE of {} at these pairs",
+            pct(self.today),
+            pct(self.profile),
+            if self.runs == 1 { "one A/A run".to_string() } else { format!("{} A/A runs", self.runs) },
+            pool::FAR_FACTOR,
+            pct(self.planned_mde)
+        )
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
 }

@@ -245,7 +245,31 @@ pub fn terminal(report: &Report) -> Vec<String> {
             if unresolved.len() == 1 { "its" } else { "their" }
         ));
     }
+    lines.extend(noise_today(report));
     lines
+}
+
+/// Metrics named on the terminal whose pair sd is far from the noise profile's.
+const TERMINAL_FAR: usize = 5;
+
+/// The line saying which metrics' pair sd today is far from the noise profile's, if any.
+fn noise_today(report: &Report) -> Option<String> {
+    let noise = report.noise.as_ref()?;
+    let far: Vec<String> = report
+        .comparisons
+        .iter()
+        .filter_map(|c| noise.far(&c.key, &c.paired))
+        .map(|f| format!("{} {:.2}% against {:.2}%", f.key, f.today * 100.0, f.profile * 100.0))
+        .collect();
+    if far.is_empty() {
+        return None;
+    }
+    let more = far.len().saturating_sub(TERMINAL_FAR);
+    Some(format!(
+        "  pair sd today far from the noise profile's: {}{} (the verdicts use today's; report.md's notes say what the profile planned for)",
+        far[..far.len().min(TERMINAL_FAR)].join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    ))
 }
 
 #[cfg(test)]

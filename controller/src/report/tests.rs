@@ -179,7 +179,7 @@ fn paired_example(status: Status) -> Report {
 }
 
 /// One metric, `cold`, with the given base and head values (trial order) and 10 expected.
-fn one_metric(base: &[f64], head: &[f64]) -> Report {
+pub(super) fn one_metric(base: &[f64], head: &[f64]) -> Report {
     let mut r = paired_example(Status::Completed);
     r.metrics.retain(|m| m.key == "cold");
     r.expected = BTreeMap::from([("cold".to_string(), base.len() as u32)]);

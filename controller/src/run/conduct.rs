@@ -187,13 +187,19 @@ fn announce(
     }
     if let Some(noise) = report.noise.as_ref().filter(|n| n.found.is_some()) {
         display.line(&format!(
-            "floors from the noise profile of A/A run {} ({}); --noise none uses the spec's floors",
+            "floors from the noise profile of A/A run {} ({}): {}; --noise none uses the spec's floors",
             noise.run_id,
-            noise.found.as_deref().unwrap_or_default()
+            noise.found.as_deref().unwrap_or_default(),
+            noise.basis()
         ));
     }
     if let Some(warning) = report.noise.as_ref().and_then(|n| n.warning(plan.rule)) {
         display.line(&warning);
+    }
+    if plan.rule == crate::spec::Rule::Paired {
+        for line in report.expectations() {
+            display.line(&format!("expected from the noise profile: {line}"));
+        }
     }
 }
 
@@ -239,8 +245,9 @@ pub(crate) fn record_lens(ledger: &Ledger, report: &Report) -> anyhow::Result<()
 /// Where a run keeps the noise profile it found in the ledger (a resume reads it there).
 pub(super) const NOISE_USED: &str = "noise-used.json";
 
-/// The ledger's latest A/A noise profile of this spec, image and machine, kept in `dir` as
-/// [`NOISE_USED`]; a note says which it is, or why none could be read.
+/// Every A/A noise profile the ledger keeps of this spec, image and machine, pooled
+/// ([`NoiseProfile::pool`]) and kept in `dir` as [`NOISE_USED`]; a note says which it is, or why
+/// none (or some) could be read.
 pub(super) fn noise_from_ledger(
     opts: &RunOptions,
     plan: &Plan,
@@ -248,23 +255,36 @@ pub(super) fn noise_from_ledger(
     notes: &mut Vec<String>,
 ) -> Option<NoiseProfile> {
     let path = opts.ledger.as_ref()?;
-    let found = Ledger::open(path).and_then(|l| l.latest_noise(&plan.name, &plan.sandbox.image, &this_machine()));
+    let found = Ledger::open(path).and_then(|l| l.noise_profiles(&plan.name, &plan.sandbox.image, &this_machine()));
     let stored = match found {
-        Ok(stored) => stored?,
+        Ok(stored) => stored,
         Err(err) => {
             notes.push(format!("no noise profile from the ledger: {err:#}"));
             return None;
         }
     };
-    let mut profile: NoiseProfile = match serde_json::from_str(&stored.profile) {
-        Ok(profile) => profile,
-        Err(err) => {
-            notes.push(format!("the ledger's noise profile of A/A run {} cannot be read: {err}", stored.run_id));
-            return None;
+    let mut runs = Vec::new();
+    let mut latest_at = String::new();
+    for stored in stored {
+        match serde_json::from_str::<NoiseProfile>(&stored.profile) {
+            Ok(profile) => {
+                runs.push(profile);
+                latest_at = stored.recorded_at;
+            }
+            Err(err) => notes.push(format!(
+                "the ledger's noise profile of A/A run {} cannot be read: {err}; the floors pool the others",
+                stored.run_id
+            )),
         }
+    }
+    let mut profile = NoiseProfile::pool(&runs)?;
+    let earlier = match runs.len() - 1 {
+        0 => String::new(),
+        1 => ", pooled with the one before it".to_string(),
+        n => format!(", pooled with the {n} before it"),
     };
-    profile.found =
-        Some(format!("the ledger's latest A/A run of this spec, image and machine, {}", stored.recorded_at));
+    profile.found = Some(format!("the ledger's latest A/A run of this spec, image and machine, {latest_at}{earlier}"));
+    profile.min_floor = Some(plan.min_floor);
     let kept = serde_json::to_vec_pretty(&profile).map_err(anyhow::Error::from);
     if let Err(err) = kept.and_then(|json| Ok(std::fs::write(dir.join(NOISE_USED), json)?)) {
         notes.push(format!("the noise profile found in the ledger cannot be kept in the run directory: {err:#}"));
@@ -287,7 +307,10 @@ fn keep_noise_profile(ledger: &Ledger, report: &Report, path: &Path) -> String {
         })
     });
     match stored {
-        Ok(()) => "kept in the ledger: later runs of this spec on this machine use it; --noise none opts out".into(),
+        Ok(()) => {
+            "kept in the ledger: later runs of this spec on this machine pool it with the A/A runs before it; --noise none opts out"
+                .into()
+        }
         Err(err) => format!("not kept in the ledger: {err:#}; use it with --noise"),
     }
 }
@@ -349,10 +372,11 @@ pub(super) fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Resul
     }
     let mut noise = None;
     if let Some(path) = &opts.noise {
-        let profile = NoiseProfile::load(path)?;
+        let mut profile = NoiseProfile::load(path)?;
         if profile.spec != plan.name {
             bail!("the noise profile {} was measured for spec {:?}, not {:?}", path.display(), profile.spec, plan.name);
         }
+        profile.min_floor = Some(plan.min_floor);
         noise = Some(profile);
     }
     let mut notes = Vec::new();

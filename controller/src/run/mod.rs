@@ -95,7 +95,9 @@ pub async fn run_on(
     let dir = crate::station::run_dir(&opts.out.join(&run_id))?;
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
     let mut opts = opts;
-    if noise.is_none() && opts.noise_from_ledger && base.commit != head.commit {
+    // An A/A run too: its verdicts are judged against the runs before it (its own noise.json
+    // is from its pairs alone).
+    if noise.is_none() && opts.noise_from_ledger {
         noise = noise_from_ledger(&opts, &plan, &dir, &mut notes);
         // A resume reads the same profile, from the run directory.
         opts.noise = noise.as_ref().map(|_| dir.join(NOISE_USED));

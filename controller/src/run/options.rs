@@ -22,8 +22,8 @@ pub struct RunOptions {
     /// A noise profile from an A/A run (`noise.json`): its relative noise replaces the spec's
     /// relative floors.
     pub noise: Option<PathBuf>,
-    /// With no `noise`, use the ledger's latest A/A noise profile of this spec, image and machine
-    /// (`--noise none` turns it off).
+    /// With no `noise`, use the ledger's A/A noise profiles of this spec, image and machine,
+    /// pooled (`--noise none` turns it off).
     pub noise_from_ledger: bool,
     /// Rate card overrides (USD per vCPU-hour, per GiB-hour of memory, per GiB-hour of disk).
     pub rates: RateOverrides,

@@ -525,6 +525,39 @@ async fn an_a_a_runs_noise_profile_is_kept_in_the_ledger_and_used_by_the_next_ru
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_a_a_run_in_the_ledger_is_pooled_and_an_a_a_run_is_judged_by_those_before_it() {
+    let (dir, plan, opts) = setup(1);
+    let ledger = Some(dir.path().join("ledger.sqlite"));
+    let run = |opts: RunOptions, id: &str| {
+        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
+        let id = id.to_string();
+        async move { run_on(opts, not_canceled(), connect, id).await.unwrap() }
+    };
+    let opts = RunOptions { ledger, noise_from_ledger: true, ..opts };
+    let a_a = RunOptions { head: "v1".into(), ..opts.clone() };
+    let first = run(a_a.clone(), "20260101-000000-aa").await;
+    assert!(first.report.noise.is_none(), "nothing before it");
+    let second = run(a_a, "20260101-000001-ab").await;
+    assert_eq!(second.status, Status::Completed, "{:?}", second.report.errors);
+    let before = second.report.noise.as_ref().expect("the first A/A run's profile");
+    assert_eq!((before.run_id.as_str(), before.pooled.len()), ("20260101-000000-aa", 1));
+    // Its own noise.json is from its pairs alone.
+    let own = super::NoiseProfile::load(&second.dir.join("noise.json")).unwrap();
+    assert!(own.pooled.is_empty() && own.run_id == "20260101-000001-ab", "{own:?}");
+    let next = run(opts, "20260101-000002-b").await;
+    let noise = next.report.noise.as_ref().expect("the ledger's profiles");
+    assert_eq!(noise.pooled, ["20260101-000000-aa", "20260101-000001-ab"]);
+    assert_eq!(noise.run_id, "20260101-000001-ab");
+    assert!(noise.found.as_deref().is_some_and(|f| f.ends_with("pooled with the one before it")), "{noise:?}");
+    assert_eq!(noise.min_floor, Some(plan.min_floor));
+    let kept = super::NoiseProfile::load(&next.dir.join(super::NOISE_USED)).unwrap();
+    assert_eq!(&kept, noise, "a resume reads the same pool");
+    let markdown = std::fs::read_to_string(next.dir.join("report.md")).unwrap();
+    assert!(markdown.contains("pooled with the one before it; `--noise none` opts out): 2 A/A runs"), "{markdown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_past_the_specs_bound_are_dropped_with_a_warning() {
     let spec = format!("{}\n[report]\nmax_metrics = 3\n", spec_toml());
     let (_dir, plan, opts) = setup_spec(1, &spec);

@@ -57,8 +57,11 @@ fn setting(out: &mut String, plan: &Plan) {
         t.install, t.measure, t.runtime, t.transport, t.ui, t.failure_limit
     );
     let rule = match plan.rule {
-        super::Rule::Paired => "paired estimate and interval against each metric's floor",
-        super::Rule::Reference => "the reference rule (medians, floors and spreads)",
+        super::Rule::Paired => format!(
+            "paired estimate and interval against each metric's floor (from A/A runs: at least {:.2}%)",
+            plan.min_floor * 100.0
+        ),
+        super::Rule::Reference => "the reference rule (medians, floors and spreads)".to_string(),
     };
     let order = match t.order {
         super::Order::Abba => None,

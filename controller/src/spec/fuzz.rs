@@ -66,6 +66,7 @@ const KEYS: &[&str] = &[
     "relative",
     "group",
     "rule",
+    "min_floor",
     "budget_usd",
 ];
 

@@ -215,6 +215,9 @@ pub struct Plan {
     /// Metrics a side of the run may have (`[report] max_metrics`); the rest are dropped with
     /// a warning.
     pub max_metrics: usize,
+    /// The least floor a noise profile gives a metric, as head/base − 1 (`[report] min_floor`):
+    /// a systematic difference below it does not matter, however well A/A runs bound it.
+    pub min_floor: f64,
     /// The largest source archive uploaded into a sandbox (`[source] max_mb`).
     pub source_max_bytes: u64,
 }
@@ -234,6 +237,11 @@ impl Default for BisectSettings {
 
 /// Metrics a side may have by default (`[report] max_metrics`): far beyond any plan's.
 pub const DEFAULT_MAX_METRICS: i64 = 4096;
+/// The least floor a noise profile gives by default (`[report] min_floor`): timer and scheduler
+/// resolution.
+pub const DEFAULT_MIN_FLOOR: f64 = 0.005;
+/// The largest `[report] min_floor`: the paired rule's cap on floors.
+pub const MAX_MIN_FLOOR: f64 = 0.5;
 /// The largest source archive by default, in MB (`[source] max_mb`).
 pub const DEFAULT_SOURCE_MAX_MB: f64 = 512.0;
 

@@ -93,6 +93,8 @@ pub struct RawReport {
     pub rule: Option<Spanned<String>>,
     /// Metrics a side of the run may have; past it, the rest are dropped with a warning.
     pub max_metrics: Option<Spanned<i64>>,
+    /// The least floor a noise profile gives a metric (head/base − 1).
+    pub min_floor: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -337,6 +337,24 @@ rule = "reference"
 }
 
 #[test]
+fn the_practical_minimum_of_profile_floors_is_the_specs() {
+    let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
+    assert_eq!(plan.min_floor, DEFAULT_MIN_FLOOR);
+    assert!(describe(&plan).contains("(from A/A runs: at least 0.50%)"), "{}", describe(&plan));
+    let spec = format!("{MINIMAL}[report]\nmin_floor = 0.01\n");
+    let plan = parse(Path::new("bench.toml"), &spec).unwrap();
+    assert_eq!(plan.min_floor, 0.01);
+    assert!(describe(&plan).contains("at least 1.00%"), "{}", describe(&plan));
+    for bad in ["-0.01", "0.6", "nan"] {
+        let errors = errors(&format!("{MINIMAL}[report]\nmin_floor = {bad}\n"));
+        assert!(
+            errors.iter().any(|e| e.starts_with("bench.toml:6: report.min_floor: expected a number from 0 to 0.5")),
+            "{bad}: {errors:?}"
+        );
+    }
+}
+
+#[test]
 fn paths_names_envs_cpusets_and_repositories_that_escape_are_refused() {
     let spec = r#"name = "hostile"
 [sandbox]

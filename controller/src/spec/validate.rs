@@ -166,6 +166,12 @@ impl Validator<'_> {
         };
         let max_metrics =
             self.count(&raw.report.max_metrics, "report.max_metrics", 1, 65_536, super::DEFAULT_MAX_METRICS) as usize;
+        let min_floor = self.non_negative(
+            &raw.report.min_floor,
+            "report.min_floor",
+            super::MAX_MIN_FLOOR,
+            super::DEFAULT_MIN_FLOOR,
+        );
         let source_max_mb =
             self.number(&raw.source.max_mb, "source.max_mb", 0.0, 1_000_000.0, super::DEFAULT_SOURCE_MAX_MB);
         let ttl = sandbox.ttl;
@@ -182,6 +188,7 @@ impl Validator<'_> {
             rule,
             bisect,
             max_metrics,
+            min_floor,
             source_max_bytes: (source_max_mb * 1e6) as u64,
         };
         plan.metrics = self.metric_definitions(&plan, &raw.metrics);

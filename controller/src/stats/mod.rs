@@ -1,6 +1,6 @@
 //! Statistics, pure: the reference harness's comparison rule, and a paired verdict that uses the
 //! ABBA pairing of trials. Adaptive looks are in [`sequential`], distribution functions in
-//! [`dist`].
+//! [`dist`], floors from pooled A/A runs in [`pool`].
 //!
 //! Reference rule (reference-harness.md §4.1): medians; spread = IQR with inclusive quartiles
 //! (R type 7, Python's `statistics.quantiles(method="inclusive")`) for n ≥ 4, range below;
@@ -27,6 +27,7 @@
 mod counts;
 pub use counts::paired_counts;
 pub mod dist;
+pub mod pool;
 pub mod sequential;
 
 use serde::{Deserialize, Serialize};

@@ -497,19 +497,18 @@ impl Report {
         Some(sequential::next(&plan.design, look, &gates))
     }
 
-    /// What the noise profile leads this run to expect of its gating metrics, one line each: the
-    /// profile's pair sd and the floor, and the minimum detectable effect at the first and the
-    /// last planned look. Empty without a profile or an adaptive plan.
-    pub fn expectations(&self) -> Vec<String> {
-        let (Some(noise), Some(plan)) = (self.noise.as_ref(), self.sequential.as_ref()) else { return Vec::new() };
-        let looks = plan.design.looks();
-        let mut at: Vec<(u32, f64)> = vec![(looks[0], plan.design.alpha_at(1))];
+    /// What the noise profile leads a run of `design` to expect of its gating metrics `gate`,
+    /// one line each: the profile's pair sd and the floor, and the minimum detectable effect at
+    /// the first and the last planned look. Empty without a profile.
+    pub fn expectations(&self, gate: &[String], design: &Design) -> Vec<String> {
+        let Some(noise) = self.noise.as_ref() else { return Vec::new() };
+        let looks = design.looks();
+        let mut at: Vec<(u32, f64)> = vec![(looks[0], design.alpha_at(1))];
         if looks.len() > 1 {
-            at.push((looks[looks.len() - 1], plan.design.alpha_at(looks.len())));
+            at.push((looks[looks.len() - 1], design.alpha_at(looks.len())));
         }
         let defs = self.metric_defs();
-        plan.gate
-            .iter()
+        gate.iter()
             .filter_map(|key| defs.iter().find(|d| &d.key == key))
             .filter_map(|def| noise.expectation(&def.key, decide::floor(def, None, Some(noise)).value, &at))
             .collect()

@@ -134,10 +134,14 @@ fn the_profile_tells_what_minimum_detectable_effect_to_expect() {
     let runs: Vec<NoiseProfile> = (1..=10).map(|seed| a_a(seed, 20, 0.04)).collect();
     let mut report = run(300, 10, 0.0, 0.04);
     report.noise = NoiseProfile::pool(&runs);
-    assert!(report.expectations().is_empty(), "no adaptive plan, no looks to plan");
+    let gate = ["cold".to_string()];
+    // One planned look: the MDE at its pairs, at 95 %.
+    let one = Design { alpha: 0.05, initial: 10, max_pairs: 10 };
+    let lines = report.expectations(&gate, &one);
+    assert!(lines.len() == 1 && lines[0].ends_with("% at 10 pairs"), "{lines:?}");
+    assert!(report.expectations(&["warm".to_string()], &one).is_empty(), "a metric the profile does not calibrate");
     let design = Design { alpha: 0.05, initial: 10, max_pairs: 20 };
-    report.sequential = Some(Sequential { design, look: 1, gate: vec!["cold".into()], ended: String::new() });
-    let lines = report.expectations();
+    let lines = report.expectations(&gate, &design);
     assert_eq!(lines.len(), 1, "{lines:?}");
     let sd = report.noise.as_ref().unwrap().metrics["cold"].spread;
     assert!(lines[0].starts_with(&format!("cold: pair sd {:.2}% over 10 A/A runs, floor ±", sd * 100.0)), "{lines:?}");

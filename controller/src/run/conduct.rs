@@ -22,6 +22,7 @@ use crate::cost::ledger::{Ledger, StoredNoise, this_machine};
 use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Report, Revision, Status};
 use crate::spec::{Plan, SourceSettings};
+use crate::stats::sequential::Design;
 
 pub struct RunResult {
     pub status: Status,
@@ -197,7 +198,12 @@ fn announce(
         display.line(&warning);
     }
     if plan.rule == crate::spec::Rule::Paired {
-        for line in report.expectations() {
+        // The looks the run plans (a sharded run takes only the first), at the alpha each spends.
+        let initial = plan.trials.measure.max(plan.trials.runtime);
+        let design = report::Sequential::for_plan(plan)
+            .filter(|_| opts.shard.is_none())
+            .map_or(Design { alpha: 0.05, initial, max_pairs: initial }, |s| s.design);
+        for line in report.expectations(&plan.trials.gate, &design) {
             display.line(&format!("expected from the noise profile: {line}"));
         }
     }

@@ -215,13 +215,16 @@ mod tests {
         (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }
 
-    /// One simulated A/A run of `pairs` pairs whose log ratios are its systematic difference
-    /// `bias` plus noise of sd `sd`: its pairs and its shift as a noise profile keeps it.
-    fn a_a_run(rng: &mut StdRng, pairs: usize, sd: f64, bias: f64) -> (Vec<(f64, f64)>, RunShift) {
-        let pairs: Vec<(f64, f64)> = (0..pairs).map(|_| (1.0, (bias + sd * normal(rng)).exp())).collect();
-        let p = paired_at(&pairs, 0.0, 0.05);
-        let shift = RunShift::new(p.estimate.unwrap(), p.interval.unwrap(), p.pairs, p.spread.unwrap()).unwrap();
-        (pairs, shift)
+    /// The pairs of one simulated A/A run: log ratios of its systematic difference `bias` plus
+    /// noise of sd `sd`.
+    fn a_a_pairs(rng: &mut StdRng, pairs: usize, sd: f64, bias: f64) -> Vec<(f64, f64)> {
+        (0..pairs).map(|_| (1.0, (bias + sd * normal(rng)).exp())).collect()
+    }
+
+    /// One simulated A/A run's shift, as its noise profile keeps it.
+    fn a_a_run(rng: &mut StdRng, pairs: usize, sd: f64, bias: f64) -> RunShift {
+        let p = paired_at(&a_a_pairs(rng, pairs, sd, bias), 0.0, 0.05);
+        RunShift::new(p.estimate.unwrap(), p.interval.unwrap(), p.pairs, p.spread.unwrap()).unwrap()
     }
 
     /// A fixed-effect bound, |μ̂| + z·SE, between-run spread not counted: the rule the
@@ -244,14 +247,14 @@ mod tests {
             let runs: Vec<RunShift> = (0..max_runs)
                 .map(|_| {
                     let bias = tau * normal(&mut rng);
-                    a_a_run(&mut rng, pairs, sd, bias).1
+                    a_a_run(&mut rng, pairs, sd, bias)
                 })
                 .collect();
             for (i, &k) in counts.iter().enumerate() {
                 let floor = pool(&runs[..k]).unwrap().bound.max(min);
                 let naive = fixed_effect_bound(&runs[..k]).max(min);
                 let bias = tau * normal(&mut rng);
-                let (fresh, _) = a_a_run(&mut rng, pairs, sd, bias);
+                let fresh = a_a_pairs(&mut rng, pairs, sd, bias);
                 let false_at = |f: f64| {
                     usize::from(matches!(paired_at(&fresh, f, 0.05).verdict, Verdict::Regressed | Verdict::Improved))
                 };

@@ -504,7 +504,7 @@ fn paired_method(report: &Report) -> Vec<String> {
             escape(&p.run_id),
             p.found.as_deref().map_or(String::new(), |f| format!(" ({}; `--noise none` opts out)", escape(f))),
             escape(&p.basis()),
-            if p.run_count() == 1 {
+            if p.single_run() {
                 "One calibration cannot tell a systematic difference between identical sides from its own noise, so a floor is the farther end of its 95% interval, wider than pooled runs give; later A/A runs of the spec, image and machine narrow it."
             } else {
                 "A floor bounds the systematic difference between identical sides: the farther end of the 95% interval of the difference a next run may carry, the runs' estimates pooled with their between-run spread counted (random effects); a run's own noise is its verdict interval's business."

@@ -252,23 +252,38 @@ impl NoiseProfile {
         self.pooled.len().max(1)
     }
 
-    /// What the floors rest on: `11 A/A runs, 200–220 pairs a metric`.
-    pub fn basis(&self) -> String {
-        let pairs: Vec<usize> = self
+    /// The fewest and most A/A runs, and pairs, that a timed metric's floor from the profile
+    /// rests on; None when the profile calibrates no timed metric.
+    fn span(&self) -> Option<((usize, usize), (usize, usize))> {
+        let calibrated: Vec<&MetricNoise> = self
             .metrics
             .iter()
             .filter(|(k, m)| m.pairs >= MIN_PROFILE_PAIRS && !sandbench_proto::lens::is_counted(k))
-            .map(|(_, m)| m.pairs)
+            .map(|(_, m)| m)
             .collect();
-        let runs = match self.run_count() {
-            1 => "one A/A run".to_string(),
-            n => format!("{n} A/A runs"),
+        let range = |f: fn(&MetricNoise) -> usize| {
+            Some((calibrated.iter().map(|m| f(m)).min()?, calibrated.iter().map(|m| f(m)).max()?))
         };
-        match (pairs.iter().min(), pairs.iter().max()) {
-            (Some(lo), Some(hi)) if lo == hi => format!("{runs}, {lo} pairs a metric"),
-            (Some(lo), Some(hi)) => format!("{runs}, {lo}–{hi} pairs a metric"),
-            _ => runs,
+        Some((range(|m| m.runs)?, range(|m| m.pairs)?))
+    }
+
+    /// What the floors rest on: `11 A/A runs, 200–220 pairs a metric`.
+    pub fn basis(&self) -> String {
+        let range = |(lo, hi): (usize, usize)| if lo == hi { lo.to_string() } else { format!("{lo}–{hi}") };
+        match self.span() {
+            Some(((1, 1), pairs)) => format!("one A/A run, {} pairs a metric", range(pairs)),
+            Some((runs, pairs)) => format!("{} A/A runs, {} pairs a metric", range(runs), range(pairs)),
+            None => format!(
+                "{} A/A run{}, none with {MIN_PROFILE_PAIRS} pairs of a metric",
+                self.run_count(),
+                if self.run_count() == 1 { "" } else { "s" }
+            ),
         }
+    }
+
+    /// Whether every floor the profile gives rests on one A/A run (a single calibration).
+    pub fn single_run(&self) -> bool {
+        self.span().map_or(self.run_count() == 1, |((_, most), _)| most == 1)
     }
 
     /// The profile's calibration of a timed metric: its pair sd and the degrees of freedom of

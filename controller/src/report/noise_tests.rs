@@ -73,10 +73,12 @@ fn runs_with_too_few_pairs_are_not_pooled() {
     let pooled = NoiseProfile::pool(&runs).unwrap();
     assert_eq!((pooled.metrics["cold"].pairs, pooled.metrics["cold"].runs), (6, 1), "the latest run's, unused");
     assert!(pooled.floor("cold").unwrap_err().contains("has 6 pairs of this metric (at least 10 needed)"));
+    assert_eq!(pooled.basis(), "2 A/A runs, none with 10 pairs of a metric");
     // With one calibrated run among them, that one sets the floor alone.
     let runs = [a_a(1, 5, 0.03), a_a(3, 12, 0.03), a_a(2, 6, 0.03)];
     let pooled = NoiseProfile::pool(&runs).unwrap();
     assert_eq!(pooled.metrics["cold"], runs[1].metrics["cold"]);
+    assert!(pooled.single_run() && pooled.basis() == "one A/A run, 12 pairs a metric", "what the floors rest on");
 }
 
 #[test]

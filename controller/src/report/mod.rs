@@ -508,9 +508,16 @@ impl Report {
             at.push((looks[looks.len() - 1], design.alpha_at(looks.len())));
         }
         let defs = self.metric_defs();
+        // Before any sample a CPU companion has no definition of its own: its metric's, as
+        // `metric_defs` gives it once sampled.
+        let def_of = |key: &String| {
+            let stem = key.strip_suffix(CPU_SUFFIX).and_then(|s| defs.iter().find(|d| d.key == s));
+            let own = defs.iter().find(|d| &d.key == key).cloned();
+            own.or_else(|| stem.map(|d| MetricDef { key: key.clone(), ..d.clone() }))
+        };
         gate.iter()
-            .filter_map(|key| defs.iter().find(|d| &d.key == key))
-            .filter_map(|def| noise.expectation(&def.key, decide::floor(def, None, Some(noise)).value, &at))
+            .filter_map(def_of)
+            .filter_map(|def| noise.expectation(&def.key, decide::floor(&def, None, Some(noise)).value, &at))
             .collect()
     }
 

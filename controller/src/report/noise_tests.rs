@@ -142,6 +142,13 @@ fn the_profile_tells_what_minimum_detectable_effect_to_expect() {
     let lines = report.expectations(&gate, &one);
     assert!(lines.len() == 1 && lines[0].ends_with("% at 10 pairs"), "{lines:?}");
     assert!(report.expectations(&["warm".to_string()], &one).is_empty(), "a metric the profile does not calibrate");
+    // A CPU companion gates before any sample defines it.
+    let mut with_cpu = report.clone();
+    let mut cpu = with_cpu.noise.as_ref().unwrap().metrics["cold"].clone();
+    cpu.spread = 0.01;
+    with_cpu.noise.as_mut().unwrap().metrics.insert("cold.cpu".into(), cpu);
+    let lines = with_cpu.expectations(&["cold.cpu".to_string()], &one);
+    assert!(lines.len() == 1 && lines[0].starts_with("cold.cpu: pair sd 1.00%"), "{lines:?}");
     let design = Design { alpha: 0.05, initial: 10, max_pairs: 20 };
     let lines = report.expectations(&gate, &design);
     assert_eq!(lines.len(), 1, "{lines:?}");

@@ -1,5 +1,6 @@
 //! The loopback HTTP origin: serves the release folder made by prepare to the installer on
-//! `127.0.0.1:<port>`, until the sandbox ends. GET and HEAD of regular files only, reached
+//! `127.0.0.1:<port>`, at its root or under a path (`/releases/v1.0.0/<file>`, the reference's
+//! layout), until the sandbox ends. GET and HEAD of regular files only, reached
 //! without following any link ([`crate::safefs`]): the builder made the folder, and a link it
 //! planted (`x -> /proc/1/environ`) must not hand root's files to the workload.
 
@@ -12,33 +13,41 @@ use anyhow::Context;
 
 use crate::journal::lock;
 
-/// A running origin; the folder it serves can be changed (a new prepare).
+/// What an origin serves: the folder `root` under the URL path `prefix` (no slash at either end;
+/// empty, at the root).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    pub root: PathBuf,
+    pub prefix: String,
+}
+
+/// A running origin; what it serves can be changed (a new prepare).
 #[derive(Clone)]
 pub struct Origin {
-    root: Arc<Mutex<PathBuf>>,
+    served: Arc<Mutex<Served>>,
     pub port: u16,
 }
 
 impl Origin {
-    /// Binds `127.0.0.1:port` (0 picks a free port) and serves `root` on a thread.
-    pub fn start(root: PathBuf, port: u16) -> anyhow::Result<Origin> {
+    /// Binds `127.0.0.1:port` (0 picks a free port) and serves `served` on a thread.
+    pub fn start(served: Served, port: u16) -> anyhow::Result<Origin> {
         let listener = listen_loopback(port).with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
         let port = listener.local_addr()?.port();
-        let origin = Origin { root: Arc::new(Mutex::new(root)), port };
-        let root = origin.root.clone();
+        let origin = Origin { served: Arc::new(Mutex::new(served)), port };
+        let shared = origin.served.clone();
         std::thread::Builder::new().name("origin".into()).spawn(move || {
             for stream in listener.incoming().flatten() {
-                let root = lock(&root).clone();
+                let served = lock(&shared).clone();
                 let _ = std::thread::Builder::new().name("origin-conn".into()).spawn(move || {
-                    let _ = handle(stream, &root);
+                    let _ = handle(stream, &served);
                 });
             }
         })?;
         Ok(origin)
     }
 
-    pub fn set_root(&self, root: PathBuf) {
-        *lock(&self.root) = root;
+    pub fn serve(&self, served: Served) {
+        *lock(&self.served) = served;
     }
 }
 
@@ -54,7 +63,7 @@ pub(crate) fn listen_loopback(port: u16) -> std::io::Result<TcpListener> {
     Ok(TcpListener::from(socket))
 }
 
-fn handle(mut stream: TcpStream, root: &Path) -> std::io::Result<()> {
+fn handle(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request_line = String::new();
@@ -71,7 +80,7 @@ fn handle(mut stream: TcpStream, root: &Path) -> std::io::Result<()> {
     if method != "GET" && method != "HEAD" {
         return respond(&mut stream, "405 Method Not Allowed", b"", method == "HEAD");
     }
-    match open(root, target) {
+    match open(served, target) {
         Some((mut file, len)) => {
             let header = format!(
                 "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
@@ -93,12 +102,14 @@ fn handle(mut stream: TcpStream, root: &Path) -> std::io::Result<()> {
     }
 }
 
-/// The regular file a request target names under `root` and its size: reached through no link,
-/// and not a hard link to a file of someone else than the builder (or root, for SHA256SUMS).
-fn open(root: &Path, target: &str) -> Option<(std::fs::File, u64)> {
+/// The regular file a request target names under the served folder and its size: below the
+/// prefix, reached through no link, and not a hard link to a file of someone else than the
+/// builder (or root, for SHA256SUMS).
+fn open(served: &Served, target: &str) -> Option<(std::fs::File, u64)> {
     let relative = resolve(Path::new(""), target)?;
-    let dir = crate::safefs::open_dir(root).ok()?;
-    let (file, stat) = crate::safefs::open_regular(&dir, &relative).ok()?;
+    let relative = relative.strip_prefix(&served.prefix).ok()?;
+    let dir = crate::safefs::open_dir(&served.root).ok()?;
+    let (file, stat) = crate::safefs::open_regular(&dir, relative).ok()?;
     let owners = [0, sandbench_proto::plan::BUILDER_UID];
     if stat.st_nlink > 1 && !owners.contains(&stat.st_uid) {
         return None;
@@ -144,7 +155,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("v1")).unwrap();
         std::fs::write(dir.path().join("v1/pkg.tgz"), b"tarball").unwrap();
-        let origin = Origin::start(dir.path().to_path_buf(), 0).unwrap();
+        let origin = Origin::start(Served { root: dir.path().to_path_buf(), prefix: String::new() }, 0).unwrap();
         let get = |path: &str| {
             let mut s =
                 TcpStream::connect(std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, origin.port))).unwrap();
@@ -157,6 +168,15 @@ mod tests {
         assert!(ok.starts_with("HTTP/1.1 200 OK") && ok.ends_with("\r\n\r\ntarball"), "{ok}");
         assert!(get("/v1/missing").starts_with("HTTP/1.1 404"));
         assert!(get("/v1").starts_with("HTTP/1.1 404"));
+        // The reference's layout: the release folder under `releases/v<version>/`, nothing else.
+        origin.serve(Served { root: dir.path().join("v1"), prefix: "releases/v0.0.0-benchmark".into() });
+        let ok = get("/releases/v0.0.0-benchmark/pkg.tgz");
+        assert!(ok.starts_with("HTTP/1.1 200 OK") && ok.ends_with("\r\n\r\ntarball"), "{ok}");
+        for outside in
+            ["/pkg.tgz", "/releases/pkg.tgz", "/releases/v0.0.0-benchmarkx/pkg.tgz", "/releases/v0.0.0-benchmark"]
+        {
+            assert!(get(outside).starts_with("HTTP/1.1 404"), "{outside} was served");
+        }
     }
 
     #[test]
@@ -169,12 +189,13 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("secret"), release.join("y")).unwrap();
         std::os::unix::fs::symlink(dir.path(), release.join("up")).unwrap();
         std::fs::write(release.join("ok"), b"fine").unwrap();
+        let at = |root: PathBuf| Served { root, prefix: String::new() };
         for target in ["/x", "/y", "/up/secret", "/..%2fsecret"] {
-            assert!(open(&release, target).is_none(), "{target} was served");
+            assert!(open(&at(release.clone()), target).is_none(), "{target} was served");
         }
-        assert_eq!(open(&release, "/ok").map(|(_, len)| len), Some(4));
+        assert_eq!(open(&at(release.clone()), "/ok").map(|(_, len)| len), Some(4));
         // A release folder that is itself a link serves nothing.
         std::os::unix::fs::symlink(&release, dir.path().join("linked")).unwrap();
-        assert!(open(&dir.path().join("linked"), "/ok").is_none());
+        assert!(open(&at(dir.path().join("linked")), "/ok").is_none());
     }
 }

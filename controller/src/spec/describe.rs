@@ -93,8 +93,19 @@ fn phases(out: &mut String, plan: &Plan) {
         let _ =
             writeln!(out, "  artifacts: {} → metric {}, SHA256SUMS", a.prepare.artifacts.join(", "), metric::BUNDLE);
     }
+    for o in &a.prepare.optional {
+        let _ = writeln!(out, "  optional step {:?}, when the source has {}:", o.name, o.when.join(" and "));
+        for step in &o.commands {
+            let _ = writeln!(out, "    $ {}", step.run);
+        }
+        if !o.artifacts.is_empty() {
+            let compiled = if o.compiled { " (a compiled installation)" } else { "" };
+            let _ = writeln!(out, "    artifacts: {}{compiled}", o.artifacts.join(", "));
+        }
+    }
     if let Some(port) = a.prepare.origin_port {
-        let _ = writeln!(out, "  served on http://127.0.0.1:{port}/");
+        let path = if a.prepare.origin_path.is_empty() { String::new() } else { format!("{}/", a.prepare.origin_path) };
+        let _ = writeln!(out, "  served on http://127.0.0.1:{port}/{path}");
     }
     let _ = writeln!(out, "install (timed, a fresh user per trial):\n  $ {}", a.install.command.run);
     for check in &a.install.checks {
@@ -104,7 +115,19 @@ fn phases(out: &mut String, plan: &Plan) {
             Check::FileStartsWith { path, prefix } => {
                 writeln!(out, "  check: {path} starts with {:?}", String::from_utf8_lossy(prefix))
             }
+            Check::ExpectFormat { format } => writeln!(
+                out,
+                "  check: {} is {} when a compiled optional step ran",
+                a.install.entry_point.as_deref().unwrap_or("the entry point"),
+                format.as_str()
+            ),
         };
+    }
+    if let Some(entry) = &a.install.entry_point {
+        let _ = writeln!(out, "  installation format (compiled or script) of {entry}");
+    }
+    if let Some(inventory) = &a.install.inventory {
+        let _ = writeln!(out, "  after the first installation, untimed: $ {} (kept, never a failure)", inventory.run);
     }
     if let Some(f) = &a.install.fixture {
         let _ = writeln!(

@@ -11,6 +11,7 @@ pub mod numbers;
 mod phases;
 mod raw;
 pub mod registries;
+mod release;
 mod runtime;
 pub mod units;
 mod validate;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sandbench_proto::plan::{Check, Fixture, Install, Measure, Prepare, Startup, Step};
+use sandbench_proto::plan::{Check, Fixture, Install, InstallationFormat, Measure, Prepare, Startup, Step};
 use toml::Spanned;
 
 use super::SourceSettings;
@@ -47,11 +47,25 @@ impl Validator<'_> {
                 "artifacts are collected from the source, but the spec has no [source]",
             );
         }
+        let has_source = !matches!(source, SourceSettings::None);
+        if p.artifacts.is_empty()
+            && let Some(o) = p.optional.iter().find(|o| !o.get_ref().artifacts.is_empty())
+        {
+            self.error(
+                &o.get_ref().artifacts[0],
+                "prepare.optional.artifacts",
+                "an optional step's artifacts are released beside prepare.artifacts, which has none",
+            );
+        }
         Prepare {
             commands: p.commands.iter().map(|c| step(c.get_ref(), prepare_timeout)).collect(),
             artifacts: p.artifacts.iter().map(|a| a.get_ref().clone()).collect(),
             release_dir,
             origin_port,
+            origin_path: self.origin_path(&p.origin_path, origin_port.is_some()),
+            artifact_format: self.format_name(&p.artifact_format, "prepare.artifact_format"),
+            versions: self.versions(&p.versions, "prepare.versions"),
+            optional: self.optional_steps(&p.optional, prepare_timeout, has_source),
         }
     }
 
@@ -70,6 +84,7 @@ impl Validator<'_> {
                 .collect()
         });
         let fixture = i.fixture.as_ref().map(|f| self.install_fixture(f, self.line(raw.span().start)));
+        let (entry_point, inventory) = self.entry_and_inventory(i);
         Install {
             command: Step {
                 run: i.command.get_ref().clone(),
@@ -80,6 +95,8 @@ impl Validator<'_> {
             checks,
             fixture,
             footprint_excludes,
+            entry_point,
+            inventory,
         }
     }
 
@@ -88,17 +105,32 @@ impl Validator<'_> {
         for (n, c) in raw.iter().enumerate() {
             let field = format!("install.checks[{n}]");
             let raw_check = c.get_ref();
-            let kinds =
-                [raw_check.output.is_some(), raw_check.file_exists.is_some(), raw_check.file_starts_with.is_some()];
+            let kinds = [
+                raw_check.output.is_some(),
+                raw_check.file_exists.is_some(),
+                raw_check.file_starts_with.is_some(),
+                raw_check.expect_format.is_some(),
+            ];
             if kinds.iter().filter(|k| **k).count() != 1 {
                 self.error(
                     c,
                     &field,
-                    "expected exactly one of output (with contains), file_exists, file_starts_with (with prefix)",
+                    "expected exactly one of output (with contains), file_exists, file_starts_with (with prefix), expect_format",
                 );
                 continue;
             }
-            if let Some(run) = &raw_check.output {
+            if let Some(format) = &raw_check.expect_format {
+                match format.as_str() {
+                    "compiled" => checks.push(Check::ExpectFormat { format: InstallationFormat::Compiled }),
+                    other => self.error(
+                        c,
+                        &format!("{field}.expect_format"),
+                        format!(
+                            "expected \"compiled\" (it applies when the side built a compiled artifact), got {other:?}"
+                        ),
+                    ),
+                }
+            } else if let Some(run) = &raw_check.output {
                 match &raw_check.contains {
                     Some(contains) => checks.push(Check::Output { run: run.clone(), contains: contains.clone() }),
                     None => self.error(c, &field, "an output check needs `contains`"),

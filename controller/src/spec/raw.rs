@@ -151,6 +151,55 @@ pub struct RawPrepare {
     pub artifacts: Vec<Spanned<String>>,
     pub release_dir: Option<Spanned<String>>,
     pub origin_port: Option<Spanned<i64>>,
+    /// Where the origin serves the release folder (`releases/v1.0.0`).
+    pub origin_path: Option<Spanned<String>>,
+    /// What the artifacts are (`npm-tarballs`), a runtime fact.
+    pub artifact_format: Option<Spanned<String>>,
+    /// Runtime facts: name → a command whose output is the value (`bun = "bun --version"`).
+    #[serde(default)]
+    pub versions: BTreeMap<String, Spanned<String>>,
+    /// Steps of the revisions that have the files they need.
+    #[serde(default)]
+    pub optional: Vec<Spanned<RawOptional>>,
+}
+
+/// `[[prepare.optional]]`: a step that runs when every file of `when` is in the source.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOptional {
+    pub name: Spanned<String>,
+    /// A path, or a list of them, relative to the source folder.
+    pub when: Spanned<RawPaths>,
+    /// The error when only some of `when` are there.
+    pub incomplete: Option<Spanned<String>>,
+    #[serde(default)]
+    pub commands: Vec<Spanned<String>>,
+    pub timeout_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub artifacts: Vec<Spanned<String>>,
+    pub artifact_format: Option<Spanned<String>>,
+    /// Its artifacts are a compiled installation.
+    #[serde(default)]
+    pub compiled: bool,
+    #[serde(default)]
+    pub versions: BTreeMap<String, Spanned<String>>,
+}
+
+/// One path or several.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawPaths {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl RawPaths {
+    pub fn paths(&self) -> Vec<String> {
+        match self {
+            RawPaths::One(path) => vec![path.clone()],
+            RawPaths::Many(paths) => paths.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,6 +213,10 @@ pub struct RawInstall {
     pub checks: Vec<Spanned<RawCheck>>,
     pub footprint_excludes: Option<Vec<String>>,
     pub fixture: Option<RawFixture>,
+    /// The installed program, whose format (compiled or script) each trial records.
+    pub entry_point: Option<Spanned<String>>,
+    /// Run untimed after the first installation; its output is kept, a non-zero exit noted.
+    pub inventory: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -174,6 +227,8 @@ pub struct RawCheck {
     pub file_exists: Option<String>,
     pub file_starts_with: Option<String>,
     pub prefix: Option<String>,
+    /// `compiled`: the entry point must be, when the side built a compiled artifact.
+    pub expect_format: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -148,7 +148,7 @@ fn syntax_and_unknown_fields_name_the_line() {
     assert_eq!(
         errors("name = \"x\"\n[install]\ncommand = \"true\"\ntimeout = 3\n"),
         [
-            "bench.toml:4: timeout: unknown field `timeout`, expected one of `command`, `timeout_s`, `env`, `checks`, `footprint_excludes`, `fixture`"
+            "bench.toml:4: timeout: unknown field `timeout`, expected one of `command`, `timeout_s`, `env`, `checks`, `footprint_excludes`, `fixture`, `entry_point`, `inventory`"
         ]
     );
     let e = errors("name = \"x\"\n[install\n");
@@ -204,7 +204,7 @@ unit = "s"
             "bench.toml:10: prepare.origin_port: expected a TCP port from 1 to 65535, got 70000",
             "bench.toml:11: prepare.artifacts[0]: expected a path inside the source folder: \"../outside/*.tgz\" leaves its folder through `..`",
             "bench.toml:14: install.checks[0]: an output check needs `contains`",
-            "bench.toml:14: install.checks[1]: expected exactly one of output (with contains), file_exists, file_starts_with (with prefix)",
+            "bench.toml:14: install.checks[1]: expected exactly one of output (with contains), file_exists, file_starts_with (with prefix), expect_format",
             "bench.toml:14: install.checks[2].prefix: expected two hex digits after \\x, got \"ZZ\"",
             "bench.toml:16: measure.startup: expected the command line of the program, e.g. [\"demo\"]",
             "bench.toml:21: runtime.scenario[0].step[0]: an interrupt step needs `send`, `marker` and `interrupt`",
@@ -815,4 +815,108 @@ fn network_and_registries_errors_name_line_and_field() {
     assert!(errs[1].contains("registries.pypi: expected an https URL with a host name and no credentials"), "{errs:?}");
     assert!(errs[2].contains("registries.hosts: expected a host name"), "{errs:?}");
     assert!(errs[3].contains("registries.port: expected a whole number from 1 to 65535"), "{errs:?}");
+}
+
+const COMPILED: &str = r#"name = "compiled"
+[source]
+repository = "."
+[prepare]
+commands = ["npm pack"]
+artifacts = ["release/*.tgz"]
+artifact_format = "npm-tarball"
+origin_port = 18741
+origin_path = "releases/v1.0.0/"
+versions = { tsc = "npx tsc --version" }
+[[prepare.optional]]
+name = "compiled"
+when = ["scripts/build-binary.js", "scripts/assemble-release.js"]
+incomplete = "Compiled release build scripts are incomplete"
+commands = ["node scripts/build-binary.js", "node scripts/assemble-release.js"]
+timeout_s = 600
+artifacts = ["release/*.tar.gz"]
+artifact_format = "linux-x64-single-executable"
+compiled = true
+versions = { bun = "bun --version" }
+[[prepare.optional]]
+name = "docs"
+when = "docs/build.sh"
+commands = ["sh docs/build.sh"]
+[install]
+command = "sh install.sh"
+entry_point = "~/.local/bin/demo"
+inventory = "npm ls --global --all --json"
+checks = [ { expect_format = "compiled" } ]
+"#;
+
+#[test]
+fn optional_steps_formats_and_the_origin_path_are_read() {
+    let plan = parse(Path::new("bench.toml"), COMPILED).unwrap_or_else(|e| panic!("{e}"));
+    let p = &plan.agent.prepare;
+    assert_eq!((p.origin_path.as_str(), p.artifact_format.as_deref()), ("releases/v1.0.0", Some("npm-tarball")));
+    assert_eq!(p.versions["tsc"], "npx tsc --version");
+    let [compiled, docs] = &p.optional[..] else { panic!("{:?}", p.optional) };
+    assert_eq!(compiled.when, ["scripts/build-binary.js", "scripts/assemble-release.js"]);
+    assert_eq!(compiled.incomplete, "Compiled release build scripts are incomplete");
+    assert_eq!((compiled.commands[1].timeout_s, compiled.compiled), (600.0, true));
+    assert_eq!(compiled.artifact_format.as_deref(), Some("linux-x64-single-executable"));
+    assert_eq!(compiled.versions["bun"], "bun --version");
+    // One path is a list of one; without `incomplete` the error names the files.
+    assert_eq!(docs.when, ["docs/build.sh"]);
+    assert_eq!(docs.incomplete, "the optional step \"docs\" needs all of docs/build.sh");
+    assert_eq!((docs.commands[0].timeout_s, docs.compiled), (1800.0, false));
+    let i = &plan.agent.install;
+    assert_eq!(i.entry_point.as_deref(), Some("~/.local/bin/demo"));
+    assert_eq!(i.inventory.as_ref().map(|s| s.run.as_str()), Some("npm ls --global --all --json"));
+    assert_eq!(i.checks, [Check::ExpectFormat { format: sandbench_proto::plan::InstallationFormat::Compiled }]);
+    let described = describe::describe(&plan);
+    for needle in [
+        "optional step \"compiled\", when the source has scripts/build-binary.js and scripts/assemble-release.js:",
+        "artifacts: release/*.tar.gz (a compiled installation)",
+        "served on http://127.0.0.1:18741/releases/v1.0.0/",
+        "check: ~/.local/bin/demo is compiled when a compiled optional step ran",
+        "$ npm ls --global --all --json (kept, never a failure)",
+    ] {
+        assert!(described.contains(needle), "{needle} not in:\n{described}");
+    }
+}
+
+#[test]
+fn optional_steps_and_formats_are_refused_where_they_cannot_work() {
+    let spec = r#"name = "bad"
+[prepare]
+origin_path = "../up"
+versions = { machine = "uname -m", ok = "" }
+[[prepare.optional]]
+name = "compiled"
+when = ["/etc/passwd"]
+artifacts = ["release/x.tar.gz"]
+compiled = true
+[[prepare.optional]]
+name = "compiled"
+when = []
+incomplete = " "
+[install]
+command = "sh install.sh"
+checks = [ { expect_format = "native" }, { expect_format = "compiled" } ]
+"#;
+    assert_eq!(
+        errors(spec),
+        [
+            "bench.toml:3: prepare.origin_path: expected a path such as \"releases/v1.0.0\": \"../up\" leaves its folder through `..`",
+            "bench.toml:3: prepare.origin_path: the origin serves the release under it: it needs prepare.origin_port",
+            "bench.toml:4: prepare.versions.machine: expected a fact name of letters, digits, '.', '_' or '-', not one sandbench records (kernel, cpu, cpus, memory_bytes, os, agent, machine, artifact_format, optional_steps, installation_format, dependency_inventory), got \"machine\"",
+            "bench.toml:4: prepare.versions.ok: expected the command that prints it, e.g. \"bun --version\"",
+            "bench.toml:5: prepare.optional[0]: an optional step looks for files in the source, but the spec has no [source]",
+            "bench.toml:5: prepare.optional[0].commands: expected the commands the step runs",
+            "bench.toml:7: prepare.optional[0].when: expected a file inside the source folder: expected a relative path, got the absolute path \"/etc/passwd\"",
+            "bench.toml:8: prepare.optional.artifacts: an optional step's artifacts are released beside prepare.artifacts, which has none",
+            "bench.toml:10: prepare.optional[1]: an optional step looks for files in the source, but the spec has no [source]",
+            "bench.toml:10: prepare.optional[1].commands: expected the commands the step runs",
+            "bench.toml:11: prepare.optional[1].name: another optional step is named \"compiled\"",
+            "bench.toml:12: prepare.optional[1].when: expected the files the step needs, e.g. \"scripts/build.js\"",
+            "bench.toml:13: prepare.optional[1].incomplete: expected the error to fail with",
+            "bench.toml:16: install.checks[0].expect_format: expected \"compiled\" (it applies when the side built a compiled artifact), got \"native\"",
+            "bench.toml:16: install.checks: an expect_format check looks at install.entry_point, which is not set",
+        ]
+    );
 }

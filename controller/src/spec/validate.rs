@@ -129,6 +129,7 @@ impl Validator<'_> {
         let trials = self.trials(&raw.trials);
         let prepare = self.prepare(&raw.prepare, &source);
         let install = self.install(&raw.install);
+        self.formats(&prepare, &install);
         let measure = self.measure(raw.measure.as_ref());
         let runtime = self.runtime(&raw.runtime, phase::RUNTIME);
         let transport = self.runtime(&raw.transport, phase::TRANSPORT);

@@ -163,6 +163,94 @@ pub struct Prepare {
     /// Port of the loopback HTTP origin; none serves nothing.
     #[serde(default)]
     pub origin_port: Option<u16>,
+    /// Where the origin serves the release folder (`releases/v1.0.0`: `/releases/v1.0.0/<file>`);
+    /// empty, at its root.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub origin_path: String,
+    /// What the artifacts are (`npm-tarballs`): the runtime fact `artifact_format`, to which each
+    /// optional step that ran adds its own (`npm-tarballs+linux-x64-native`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_format: Option<String>,
+    /// Runtime facts the spec names (name → a command run as the builder in the source, its
+    /// output trimmed), beside node, npm, git and python.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, String>,
+    /// Steps that run after the commands only on revisions that have what they need.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub optional: Vec<OptionalStep>,
+}
+
+/// A prepare step of some revisions only (a compiled build the product gained at some commit):
+/// it runs when every file of `when` is in the source, is skipped when none is, and fails the
+/// side's prepare with `incomplete` when only some are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptionalStep {
+    pub name: String,
+    /// Paths relative to the source folder.
+    pub when: Vec<String>,
+    /// The error when only some of `when` are there.
+    pub incomplete: String,
+    pub commands: Vec<Step>,
+    /// Globs relative to the source folder, released beside the prepare's own artifacts (in
+    /// `SHA256SUMS` and the `bundle` metric).
+    #[serde(default)]
+    pub artifacts: Vec<String>,
+    /// What its artifacts add to the `artifact_format` fact (`linux-x64-native`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_format: Option<String>,
+    /// Its artifacts are a compiled installation: an install check `expect_format = "compiled"`
+    /// applies to a side that ran it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub compiled: bool,
+    /// Runtime facts recorded when it ran (as `Prepare::versions`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, String>,
+}
+
+/// How the installed entry point runs: a compiled executable (it starts with the ELF magic) or a
+/// script run by an interpreter (Node, for the reference's npm installation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstallationFormat {
+    Compiled,
+    Script,
+}
+
+impl InstallationFormat {
+    /// The ELF magic number: the first four bytes of a Linux executable.
+    pub const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+
+    /// The format of an entry point whose first bytes are `head`.
+    pub fn of(head: &[u8]) -> InstallationFormat {
+        if head.starts_with(Self::ELF_MAGIC) { InstallationFormat::Compiled } else { InstallationFormat::Script }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstallationFormat::Compiled => "compiled",
+            InstallationFormat::Script => "script",
+        }
+    }
+}
+
+/// Names of the runtime facts prepare and install record beside the machine's.
+pub mod fact {
+    /// `uname -m`.
+    pub const MACHINE: &str = "machine";
+    /// The artifacts' formats, joined with `+`.
+    pub const ARTIFACT_FORMAT: &str = "artifact_format";
+    /// The optional prepare steps that ran, comma-separated (empty: none).
+    pub const OPTIONAL_STEPS: &str = "optional_steps";
+    /// `compiled` or `script` ([`super::InstallationFormat`]).
+    pub const INSTALLATION_FORMAT: &str = "installation_format";
+    /// `ok`, or what the inventory command's non-zero exit said.
+    pub const DEPENDENCY_INVENTORY: &str = "dependency_inventory";
+    /// The inventory's output, in the sandbox's folder of the run directory.
+    pub const INVENTORY_FILE: &str = "installed-dependencies.json";
+    /// Prepare's facts file; install's are `install-facts/<trial>.json`.
+    pub const PREPARE_FILE: &str = "facts.json";
+    pub const INSTALL_DIR: &str = "install-facts";
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -179,6 +267,14 @@ pub struct Install {
     /// Names excluded from the footprint (glob on the entry name).
     #[serde(default)]
     pub footprint_excludes: Vec<String>,
+    /// The installed program (`~/.local/bin/demo`, as the user reaches it): each trial records
+    /// its [`InstallationFormat`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_point: Option<String>,
+    /// Run untimed as the user after the sandbox's first installation: its output is kept as
+    /// [`fact::INVENTORY_FILE`], and a non-zero exit is a note, never a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<Step>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -190,6 +286,9 @@ pub enum Check {
     FileExists { path: String },
     /// The file's first bytes are `prefix` (text, or `\xNN` escapes), as the user reads it.
     FileStartsWith { path: String, prefix: Vec<u8> },
+    /// The entry point's format is `format`; it applies only to a side whose prepare ran a
+    /// compiled optional step (`OptionalStep::compiled`).
+    ExpectFormat { format: InstallationFormat },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -530,4 +629,17 @@ pub mod jsonl {
     pub const DONE: &str = "done";
     /// Output events carry their text in this field.
     pub const TEXT: &str = "text";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InstallationFormat;
+
+    #[test]
+    fn an_entry_point_starting_with_the_elf_magic_is_compiled() {
+        assert_eq!(InstallationFormat::of(b"\x7fELF\x02\x01\x01"), InstallationFormat::Compiled);
+        for script in [&b"#!/usr/bin/env node\n"[..], b"\x7fEL", b"", b"ELF\x7f"] {
+            assert_eq!(InstallationFormat::of(script), InstallationFormat::Script, "{script:?}");
+        }
+    }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::PhaseContext;
 use crate::journal::lock;
-use crate::origin::Origin;
+use crate::origin::{Origin, Served};
 use crate::probes::command::{self, Finished, ShellCommand};
 use crate::probes::usage::Usage;
 use crate::users::{self, Accounts, User};
@@ -24,6 +24,13 @@ pub struct AgentState {
     /// Folder the origin serves, when prepare made one.
     pub release_dir: Option<PathBuf>,
     pub origin_port: Option<u16>,
+    /// The URL path it is served under (empty: the origin's root).
+    #[serde(default)]
+    pub origin_path: String,
+    /// Prepare ran an optional step whose artifacts are a compiled installation: install's
+    /// `expect_format` check applies.
+    #[serde(default)]
+    pub compiled_artifacts: bool,
     /// The first install trial run in this sandbox (0 unless trials are split across sandbox
     /// pairs); its user is the one measure and runtime run as.
     pub first_install_trial: Option<u32>,
@@ -67,21 +74,24 @@ impl AgentState {
 /// The loopback origin, started once per agent process.
 static ORIGIN: OnceLock<Mutex<Option<Origin>>> = OnceLock::new();
 
-/// Serves `dir` on `port`, starting the origin or pointing it at the new folder.
-pub fn serve_origin(dir: PathBuf, port: u16) -> anyhow::Result<()> {
+/// Serves `dir` under the URL path `prefix` on `port`, starting the origin or pointing it at the
+/// new folder.
+pub fn serve_origin(dir: PathBuf, prefix: &str, port: u16) -> anyhow::Result<()> {
     let slot = ORIGIN.get_or_init(Mutex::default);
     let mut origin = lock(slot);
+    let served = Served { root: dir, prefix: prefix.to_string() };
     match origin.as_ref() {
-        Some(running) if running.port == port => running.set_root(dir),
-        _ => *origin = Some(Origin::start(dir, port)?),
+        Some(running) if running.port == port => running.serve(served),
+        _ => *origin = Some(Origin::start(served, port)?),
     }
     Ok(())
 }
 
 /// After an agent restart: serve again what prepare had made.
 pub fn restore_origin(state_dir: &Path) {
-    if let Ok(AgentState { release_dir: Some(dir), origin_port: Some(port), .. }) = AgentState::load(state_dir)
-        && let Err(err) = serve_origin(dir, port)
+    if let Ok(AgentState { release_dir: Some(dir), origin_port: Some(port), origin_path, .. }) =
+        AgentState::load(state_dir)
+        && let Err(err) = serve_origin(dir, &origin_path, port)
     {
         tracing::error!("cannot restart the release origin: {err:#}");
     }

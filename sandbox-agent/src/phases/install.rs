@@ -8,9 +8,10 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use sandbench_proto::plan::{AgentPlan, Check, Fixture, Step, benchmark_user};
+use sandbench_proto::plan::{AgentPlan, Check, Fixture, Step, benchmark_user, fact};
 
 use super::common::{self, AgentState};
+use super::installed::{self, Installed};
 use crate::context::PhaseContext;
 use crate::probes::disk;
 use crate::probes::usage::Usage;
@@ -69,11 +70,16 @@ fn install(
     let finished = common::run_step(ctx, &plan.install.command, &user, &user.home, &plan.env)?;
     let timed = (finished.elapsed.as_secs_f64(), finished.usage);
     finished.success("the install command")?;
-    for check in &plan.install.checks {
-        verify(ctx, plan, &user, check)?;
-    }
     let mut state = AgentState::load(&ctx.state_dir)?;
+    let installed = Installed::look(plan, &user, state.compiled_artifacts);
+    let checked = plan.install.checks.iter().try_for_each(|check| verify(ctx, plan, &user, check, &installed));
     let first = state.first_install_trial.is_none_or(|first| first == trial);
+    let mut facts = installed.facts();
+    if let (Ok(()), true, Some(step)) = (&checked, first, &plan.install.inventory) {
+        facts.insert(fact::DEPENDENCY_INVENTORY.to_string(), installed::inventory(ctx, plan, &user, step));
+    }
+    installed::send_facts(ctx, trial, &facts);
+    checked?;
     if first {
         // This sandbox's first installation: its user is the one later phases use.
         state.first_install_trial = Some(trial);
@@ -93,7 +99,13 @@ fn fixture_after_hygiene(ctx: &PhaseContext, plan: &AgentPlan, user: &User) -> a
     laid.and(cleanup)
 }
 
-fn verify(ctx: &PhaseContext, plan: &AgentPlan, user: &User, check: &Check) -> anyhow::Result<()> {
+fn verify(
+    ctx: &PhaseContext,
+    plan: &AgentPlan,
+    user: &User,
+    check: &Check,
+    installed: &Installed,
+) -> anyhow::Result<()> {
     match check {
         Check::Output { run, contains } => {
             let step = Step { run: run.clone(), cwd: None, timeout_s: 60.0, env: Default::default() };
@@ -105,6 +117,11 @@ fn verify(ctx: &PhaseContext, plan: &AgentPlan, user: &User, check: &Check) -> a
         }
         Check::FileExists { path } => check_file(user, path, None)?,
         Check::FileStartsWith { path, prefix } => check_file(user, path, Some(prefix))?,
+        Check::ExpectFormat { format } => {
+            if let Some(note) = installed.expect(*format)? {
+                ctx.note(note);
+            }
+        }
     }
     Ok(())
 }
@@ -132,7 +149,7 @@ fn check_file(user: &User, path: &str, prefix: Option<&[u8]>) -> anyhow::Result<
 /// ([`crate::as_user`]): the install's links may be followed (a venv's `python`, an npm bin),
 /// but only as far as the user could go, so a planted link to root's files learns nothing and a
 /// FIFO stalls nothing.
-fn check_path(user: &User, path: &str) -> anyhow::Result<std::path::PathBuf> {
+pub(super) fn check_path(user: &User, path: &str) -> anyhow::Result<std::path::PathBuf> {
     let relative = Path::new(path.strip_prefix("~/").unwrap_or(if path == "~" { "" } else { path }));
     let plain = relative.components().all(|c| matches!(c, std::path::Component::Normal(_)));
     if !plain || path.contains('\0') {

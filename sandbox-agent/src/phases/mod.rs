@@ -3,8 +3,10 @@
 mod common;
 mod harness;
 pub mod install;
+mod installed;
 mod lens;
 pub mod measure;
+mod optional;
 pub mod prepare;
 pub mod runtime;
 mod synthetic;

@@ -1,14 +1,17 @@
 //! prepare (untimed), as user `builder`: the source at the exact commit, the build commands with
-//! their output streamed, the release artifacts (sizes → metric `bundle`, a `SHA256SUMS` file in
-//! the reference's format), and the loopback origin that serves them to the installer.
+//! their output streamed, the optional steps this revision has what they need for
+//! ([`super::optional`]), the release artifacts of all of them (sizes → metric `bundle`, a
+//! `SHA256SUMS` file in the reference's format), the runtime facts, and the loopback origin that
+//! serves the release to the installer.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use sandbench_proto::plan::{AgentPlan, BUILDER_UID, BUILDER_USER, SOURCE_DIR, Source, Step};
+use sandbench_proto::plan::{AgentPlan, BUILDER_UID, BUILDER_USER, SOURCE_DIR, Source, Step, fact};
 use sha2::{Digest, Sha256};
 
 use super::common::{self, AgentState};
+use super::optional;
 use crate::context::PhaseContext;
 use crate::safefs;
 use crate::users::{User, chown_tree};
@@ -25,18 +28,28 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
         ctx.note(&format!("$ {}", step.run));
         common::run_step(ctx, step, &builder, &source, &env)?.success(&format!("`{}`", step.run))?;
     }
-    ctx.file("facts.json", &serde_json::to_vec_pretty(&tool_versions(&builder, &source)).unwrap_or_default());
-    if plan.prepare.artifacts.is_empty() {
+    let ran = optional::decide(ctx, plan, &builder, &source)?;
+    optional::run(ctx, &ran, &builder, &source, &env)?;
+    let mut facts = tool_versions(&builder, &source);
+    facts.extend(optional::facts(&plan.prepare, &ran, |run| version(&builder, &source, run)));
+    ctx.file(fact::PREPARE_FILE, &serde_json::to_vec_pretty(&facts).unwrap_or_default());
+    let patterns: Vec<&String> =
+        plan.prepare.artifacts.iter().chain(ran.iter().flat_map(|step| step.artifacts.iter())).collect();
+    if patterns.is_empty() {
         return Ok(());
     }
-    let release_dir = release_artifacts(ctx, plan, &builder, &source)?;
+    let release_dir = release_artifacts(ctx, plan, &patterns, &builder, &source)?;
     let mut state = AgentState::load(&ctx.state_dir)?;
     if let Some(port) = plan.prepare.origin_port {
-        common::serve_origin(release_dir.clone(), port)?;
-        ctx.note(&format!("serving {} on http://127.0.0.1:{port}/", release_dir.display()));
+        let path = &plan.prepare.origin_path;
+        common::serve_origin(release_dir.clone(), path, port)?;
+        let shown = if path.is_empty() { String::new() } else { format!("{path}/") };
+        ctx.note(&format!("serving {} on http://127.0.0.1:{port}/{shown}", release_dir.display()));
     }
     state.release_dir = Some(release_dir);
     state.origin_port = plan.prepare.origin_port;
+    state.origin_path = plan.prepare.origin_path.clone();
+    state.compiled_artifacts = ran.iter().any(|step| step.compiled);
     state.save(&ctx.state_dir)
 }
 
@@ -73,11 +86,18 @@ fn fetch_source(ctx: &PhaseContext, from: &Source, builder: &User, source: &Path
     Ok(())
 }
 
-/// The release artifacts the patterns match under `source`: their total size (metric `bundle`)
-/// and their `SHA256SUMS`, written into the release folder, which is returned.
-fn release_artifacts(ctx: &PhaseContext, plan: &AgentPlan, builder: &User, source: &Path) -> anyhow::Result<PathBuf> {
+/// The release artifacts the patterns match under `source` (the prepare's and those of the
+/// optional steps that ran): their total size (metric `bundle`) and their `SHA256SUMS`, written
+/// into the release folder, which is returned.
+fn release_artifacts(
+    ctx: &PhaseContext,
+    plan: &AgentPlan,
+    patterns: &[&String],
+    builder: &User,
+    source: &Path,
+) -> anyhow::Result<PathBuf> {
     let mut artifacts = Vec::new();
-    for pattern in &plan.prepare.artifacts {
+    for pattern in patterns {
         let found = glob_paths(source, pattern)?;
         if found.is_empty() {
             bail!("no release artifact matches {pattern:?} in {SOURCE_DIR}");
@@ -121,20 +141,29 @@ fn tool_versions(builder: &User, dir: &Path) -> std::collections::BTreeMap<Strin
         ("git", "git --version"),
         ("python", "python3 --version"),
     ] {
-        let shell = crate::probes::command::ShellCommand {
-            run: run.to_string(),
-            env: crate::users::environment(builder, &Default::default()),
-            cwd: dir.to_path_buf(),
-            user: Some((builder.uid, builder.gid)),
-            timeout: std::time::Duration::from_secs(20),
-        };
-        if let Ok(done) = crate::probes::command::run(&shell, &mut |_, _| {})
-            && done.status.success()
-        {
-            facts.insert(name.to_string(), done.output_text().trim().to_string());
+        if let Some(found) = version(builder, dir, run) {
+            facts.insert(name.to_string(), found);
         }
     }
     facts
+}
+
+/// Longest runtime fact kept, in characters.
+const MAX_FACT_CHARS: usize = 200;
+
+/// What `run` prints (trimmed, its first line, bounded), run as the builder in `dir`; none when
+/// it fails.
+fn version(builder: &User, dir: &Path, run: &str) -> Option<String> {
+    let shell = crate::probes::command::ShellCommand {
+        run: run.to_string(),
+        env: crate::users::environment(builder, &Default::default()),
+        cwd: dir.to_path_buf(),
+        user: Some((builder.uid, builder.gid)),
+        timeout: std::time::Duration::from_secs(20),
+    };
+    let done = crate::probes::command::run(&shell, &mut |_, _| {}).ok().filter(|done| done.status.success())?;
+    let text = done.output_text();
+    Some(text.trim().lines().next().unwrap_or_default().chars().take(MAX_FACT_CHARS).collect())
 }
 
 /// One line of `SHA256SUMS`: lowercase hex digest, two spaces, the file name, a newline.

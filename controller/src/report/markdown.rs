@@ -423,12 +423,15 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
         let _ = writeln!(out, "CPUs as provisioned: {}.", provisioned.join("; "));
     }
     let _ = writeln!(out, "Image: `{}`.", escape(&report.image));
-    let facts: Vec<String> = ["os", "kernel", "cpu", "node", "npm", "git", "python", "agent"]
+    let facts: Vec<String> = MACHINE_FACTS
         .iter()
         .filter_map(|k| report.base_side.facts.get(*k).filter(|v| !v.is_empty()).map(|v| format!("{k} {}", escape(v))))
         .collect();
     if !facts.is_empty() {
         let _ = writeln!(out, "Runtime: {}.", facts.join("; "));
+    }
+    if let Some(line) = release_line(report) {
+        let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out);
     let sentences = match report.rule {
@@ -482,6 +485,44 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
         }
     }
     let _ = writeln!(out, "\n</details>");
+}
+
+/// The facts of the machine and its tools, shown once (the base side's); the machine's size is
+/// said with the resources.
+const MACHINE_FACTS: [&str; 9] = ["os", "kernel", "cpu", "machine", "node", "npm", "git", "python", "agent"];
+const SIZE_FACTS: [&str; 2] = ["cpus", "memory_bytes"];
+
+/// What each side released and installed: the artifacts' format, the optional prepare steps that
+/// ran, the installation's format, the dependency inventory, and the versions the spec named
+/// (the facts that are not the machine's). None when no side has any.
+fn release_line(report: &Report) -> Option<String> {
+    use sandbench_proto::plan::fact;
+    let side = |name: &str, facts: &std::collections::BTreeMap<String, String>| {
+        let mut parts = Vec::new();
+        if let Some(format) = facts.get(fact::ARTIFACT_FORMAT) {
+            parts.push(format!("artifacts {}", escape(format)));
+        }
+        match facts.get(fact::OPTIONAL_STEPS).map(String::as_str) {
+            Some("") => parts.push("no optional step ran".to_string()),
+            Some(steps) => parts.push(format!("optional steps run: {}", escape(steps))),
+            None => {}
+        }
+        if let Some(format) = facts.get(fact::INSTALLATION_FORMAT) {
+            parts.push(format!("installed as {}", escape(format)));
+        }
+        if let Some(inventory) = facts.get(fact::DEPENDENCY_INVENTORY) {
+            parts.push(format!("dependency inventory {}", escape(inventory)));
+        }
+        let known =
+            [fact::ARTIFACT_FORMAT, fact::OPTIONAL_STEPS, fact::INSTALLATION_FORMAT, fact::DEPENDENCY_INVENTORY];
+        let named =
+            facts.iter().filter(|(k, _)| ![&MACHINE_FACTS[..], &SIZE_FACTS, &known].concat().contains(&k.as_str()));
+        parts.extend(named.map(|(k, v)| format!("{} {}", escape(k), escape(v))));
+        (!parts.is_empty()).then(|| format!("{name}: {}", parts.join(", ")))
+    };
+    let sides: Vec<String> =
+        [side("base", &report.base_side.facts), side("head", &report.head_side.facts)].into_iter().flatten().collect();
+    (!sides.is_empty()).then(|| format!("Release: {}.", sides.join("; ")))
 }
 
 const REFERENCE_METHOD: [&str; 8] = [

@@ -568,3 +568,37 @@ fn a_command_declared_in_milliseconds_is_shown_in_milliseconds() {
     assert!(!md.contains("0.137 ms") && !md.contains("0.14 ms"), "{md}");
     assert!(html::render(&report).contains("137.000 ms"));
 }
+
+#[test]
+fn each_side_says_what_it_released_and_how_it_was_installed() {
+    let mut report = example(Status::Completed);
+    let md = markdown::render(&report);
+    assert!(!md.contains("Release:"), "no side recorded a release fact: {md}");
+    let facts = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    report.base_side.facts = facts(&[
+        ("node", "v24.19.0"),
+        ("machine", "x86_64"),
+        ("cpus", "2"),
+        ("artifact_format", "npm-tarball"),
+        ("optional_steps", ""),
+        ("installation_format", "script"),
+        ("dependency_inventory", "ok"),
+    ]);
+    report.head_side.facts = facts(&[
+        ("node", "v24.19.0"),
+        ("artifact_format", "npm-tarball+linux-x64-single-executable"),
+        ("optional_steps", "compiled"),
+        ("installation_format", "compiled"),
+        ("dependency_inventory", "exit status 1 (a note, not a failure; see installed-dependencies.json)"),
+        ("sea", "<b>v24</b>"),
+    ]);
+    let md = markdown::render(&report);
+    assert!(md.contains("Runtime: machine x86\\_64; node v24.19.0."), "{md}");
+    let line = md.lines().find(|l| l.starts_with("Release: ")).unwrap_or_else(|| panic!("{md}"));
+    assert_eq!(
+        line,
+        "Release: base: artifacts npm-tarball, no optional step ran, installed as script, dependency inventory ok; \
+         head: artifacts npm-tarball+linux-x64-single-executable, optional steps run: compiled, installed as compiled, \
+         dependency inventory exit status 1 \\(a note, not a failure; see installed-dependencies.json\\), sea &lt;b&gt;v24&lt;/b&gt;."
+    );
+}

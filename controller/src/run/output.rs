@@ -2,7 +2,7 @@
 //! written reports (re-renderable from the directory alone), and an A/A run's noise profile.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -143,16 +143,43 @@ fn record_facts(dir: &Path, sandboxes: &[Measured], out: &mut BTreeMap<sandbench
                     ("os".to_string(), f.os_release.clone()),
                     ("agent".to_string(), hello.agent_version.clone()),
                 ]);
-                // Tool versions the agent found while preparing.
-                let tools = dir.join("sandboxes").join(&sandbox.id).join("facts.json");
-                if let Ok(bytes) = std::fs::read(tools)
-                    && let Ok(tools) = serde_json::from_slice::<BTreeMap<String, String>>(&bytes)
-                {
-                    facts.extend(tools);
-                }
+                facts.extend(agent_facts(&dir.join("sandboxes").join(&sandbox.id)));
             }
         }
     }
+}
+
+/// Most facts a file of the agent's gives, and the longest value kept, in characters.
+const MAX_FACTS: usize = 64;
+const MAX_FACT_CHARS: usize = 500;
+
+/// The facts an agent sent: prepare's (tool versions, the machine, the artifacts' format, the
+/// optional steps that ran, the versions the spec names), then each install trial's in trial
+/// order (the installation format, the dependency inventory), later trials winning.
+fn agent_facts(sandbox_dir: &Path) -> BTreeMap<String, String> {
+    use sandbench_proto::plan::fact;
+    // Read from the sandbox's files: as many facts, as long, as a report shows.
+    let read = |path: &Path| {
+        let bytes = std::fs::read(path).ok()?;
+        let facts = serde_json::from_slice::<BTreeMap<String, String>>(&bytes).ok()?;
+        let bounded = |text: String, max: usize| text.chars().take(max).collect::<String>();
+        Some(facts.into_iter().take(MAX_FACTS).map(|(k, v)| (bounded(k, 64), bounded(v, MAX_FACT_CHARS))).collect())
+    };
+    let mut facts: BTreeMap<String, String> = read(&sandbox_dir.join(fact::PREPARE_FILE)).unwrap_or_default();
+    let mut trials: Vec<(u32, PathBuf)> = std::fs::read_dir(sandbox_dir.join(fact::INSTALL_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            Some((name.strip_suffix(".json")?.parse().ok()?, e.path()))
+        })
+        .collect();
+    trials.sort();
+    for (_, path) in trials {
+        facts.extend(read(&path).unwrap_or_default());
+    }
+    facts
 }
 
 /// Most warnings the agents' isolation reports are taken (each bounded in length).

@@ -61,12 +61,17 @@ fn the_examples_are_valid() {
     // A partial definition overrides only what it names.
     let exec = demo.metrics.iter().find(|m| m.key == "kernel_exec").unwrap();
     assert_eq!((exec.unit.as_str(), exec.absolute), ("ms", 0.0001));
+    // Its entry point is a script or, on revisions with the compiled build, a single
+    // executable: each trial records which, and a side that built the executable must have
+    // installed it.
+    assert_eq!(demo.agent.install.entry_point.as_deref(), Some("~/.local/bin/demo"));
     assert!(
         demo.agent
             .install
             .checks
-            .contains(&Check::FileStartsWith { path: "~/.local/bin/demo".into(), prefix: b"#!".to_vec() })
+            .contains(&Check::ExpectFormat { format: sandbench_proto::plan::InstallationFormat::Compiled })
     );
+    assert_eq!(demo.agent.prepare.optional[0].when, ["scripts/build-binary.js", "scripts/assemble-release.js"]);
     let prime = load(&root.join("examples/prime-agent/bench.toml")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(prime.trials.install, 3);
     assert_eq!(prime.trials.measure, 10);

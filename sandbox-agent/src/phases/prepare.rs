@@ -128,6 +128,7 @@ fn release_artifacts(
     let owner = Some((builder.uid, builder.gid));
     safefs::write_beneath(&base, &sums_path.join("SHA256SUMS"), sums.as_bytes(), owner)
         .context("cannot write SHA256SUMS")?;
+    ctx.note(&format!("SHA256SUMS ({} bytes in all):\n{}", total, sums.trim_end()));
     ctx.value(sandbench_proto::metric::BUNDLE, 0, total as f64, "bytes");
     Ok(release_dir)
 }

@@ -60,8 +60,8 @@ fn outcome(report: &sandbench::report::Report, key: &str) -> Outcome {
     report.comparisons.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no {key}")).comparison.outcome
 }
 
-/// The paired rule's headline: every one of the demo's 37 metrics and the CPU times of its
-/// install, starts and commands (42) counted, none changed, no arrow anywhere; and the full
+/// The paired rule's headline: every one of the demo's 38 metrics and the CPU times of its
+/// install, starts and commands (43) counted, none changed, no arrow anywhere; and the full
 /// table in the reference's order: the CLI rows first, then its sections in its order, each
 /// with values from this run — the transport benches and the UI interactions included.
 fn assert_reference_layout_with_no_change(markdown: &str) {
@@ -72,11 +72,11 @@ fn assert_reference_layout_with_no_change(markdown: &str) {
         .and_then(|rest| rest.split_once(" no change · "))
         .and_then(|(same, unsure)| Some((same.parse::<usize>().ok()?, unsure.parse::<usize>().ok()?)));
     let Some((same, unsure)) = counts else { panic!("unexpected headline {overall:?} in {markdown}") };
-    assert_eq!(same + unsure, 42, "{overall}");
+    assert_eq!(same + unsure, 43, "{overall}");
     assert!(!markdown.contains('↑') && !markdown.contains('↓'), "{markdown}");
     assert!(markdown.contains("Nothing regressed, improved or went missing: "), "{markdown}");
     let at = |needle: &str| markdown.find(needle).unwrap_or_else(|| panic!("no {needle} in {markdown}"));
-    assert!(at("<details><summary>All 42 metrics</summary>") < at("| **CLI** |"), "{markdown}");
+    assert!(at("<details><summary>All 43 metrics</summary>") < at("| **CLI** |"), "{markdown}");
     assert!(at("| Cold startup | wall |") < at("| Installation | wall |"));
     assert!(at("| Installation | wall |") < at("| **Python runtime** |"));
     assert!(at("| **Python runtime** |") < at("| **Session transport** |"));

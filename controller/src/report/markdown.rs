@@ -7,8 +7,12 @@
 //! smallest change it could have seen, the pairs or the lens that would reach the floor); the
 //! failures; then, collapsed, the warnings, the full table and the methodology.
 //!
-//! **Reference rule**: the reference harness's skeleton (§4.2), byte for byte: diagnostics, the
-//! overall line, grouped tables of exactly four columns, the cost line and the details.
+//! **Reference rule**: the reference harness's skeleton (§4.2): diagnostics, warnings, the overall
+//! line, grouped tables of exactly four columns with its change cells, the cost line and the
+//! details, in its order and wording. Not its bytes: the markers are sandbench's (the two
+//! harnesses never take each other's sticky comment), the columns and the commits line say base
+//! and head (the base need not be main), and the methodology states sandbench's method, not the
+//! reference's sentences about its own sandboxes.
 //!
 //! Both fit GitHub's limit on a comment ([`super::comment`]): unchanged rows, then details, then
 //! warnings give way, each saying how many were left out. Text from a spec, a revision or a
@@ -471,7 +475,7 @@ fn details(out: &mut String, report: &Report, comparisons: &[MetricComparison], 
         Rule::Paired => paired_table(out, report, &defs, comparisons),
     }
     runs_table(out, &defs, comparisons);
-    // The reference rule keeps the reference's comment byte for byte.
+    // The reference rule keeps the reference's details: no companion table.
     if report.rule == Rule::Paired
         && let Some(table) = super::companions::table(report)
     {

@@ -4,7 +4,7 @@
 //! (but [`noise::NoiseProfile::load`]).
 //!
 //! One decision per metric, under the report's [`Rule`]: the paired rule ([`decide`], the
-//! default) or the reference harness's rule, kept byte for byte. [`Report::analyze`] makes it and
+//! default) or the reference harness's rule, its arithmetic kept exactly. [`Report::analyze`] makes it and
 //! every rendering shows that one. A run merged from shards is analysed blocked by shard
 //! (`blocks`): a machine's constant speed factor widens no spread.
 

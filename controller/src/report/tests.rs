@@ -602,3 +602,35 @@ fn each_side_says_what_it_released_and_how_it_was_installed() {
          dependency inventory exit status 1 \\(a note, not a failure; see installed-dependencies.json\\), sea &lt;b&gt;v24&lt;/b&gt;."
     );
 }
+
+#[test]
+fn the_reference_rule_keeps_the_references_layout_not_its_bytes() {
+    let md = markdown::render(&example(Status::Partial));
+    // The reference's parts, in its order and words.
+    let parts = [
+        "### Demo performance — partial\n\n",
+        "**Benchmark execution did not complete successfully. Missing measurements are not performance wins.**",
+        "**Failure diagnostics:**",
+        "See the saved per-trial logs and terminal transcripts for details.",
+        "**Operational warnings — log collection or sandbox cleanup needs attention:**",
+        "These warnings do not change measurement completeness.",
+        "**Overall: 1 regressed · 1 improved · 13 no clear change · 1 incomplete · 1 unavailable.**",
+        "| Cold startup |",
+        "\n**Python runtime**\n\n| Metric |",
+        "**Sandbox cost: ~$",
+        "Local run; raw results are stored beside this report.",
+        "<details><summary>Methodology and samples</summary>",
+        "Each side stops a phase after 2 identical consecutive failures.",
+        "| Metric | Base successful/attempted | Head successful/attempted | Base spread | Head spread |",
+    ];
+    let mut from = 0;
+    for part in parts {
+        let at = md[from..].find(part).unwrap_or_else(|| panic!("{part:?} not after byte {from} of:\n{md}"));
+        from += at + part.len();
+    }
+    assert!(md.contains("$`\\textcolor{#b9625f}{\\textsf{↑ +500.0 ms (+25.00\\%)}}`$"), "{md}");
+    // Its own: the markers (never the reference's, whose comment it would take), base and head.
+    assert!(md.starts_with("<!-- sandbench:v1 -->\n") && !md.contains("prime-agent-benchmark"), "{md}");
+    assert!(md.contains("Head `22222222` compared with base `11111111`.") && !md.contains("This PR"), "{md}");
+    assert_eq!(md.matches("| Metric | Base | Head | Change |\n| --- | ---: | ---: | ---: |").count(), 2);
+}

@@ -108,7 +108,7 @@ async fn base_installs_the_script_and_head_the_single_executable_it_built() {
     let (base_bundle, head_bundle) = (bundle(&report.base_side), bundle(&report.head_side));
     assert!(head_bundle > base_bundle + 20e6, "the archive holds node: {base_bundle} → {head_bundle} bytes");
     assert!(head_log.contains(&format!("SHA256SUMS ({head_bundle} bytes in all)")), "{head_log}");
-    assert!(head_log.contains("installed demo 1.0.0 (compiled)") && base_log.contains("installed demo 1.0.0 (npm)"));
+    assert!(head_log.contains("demo 1.0.0: the compiled release") && base_log.contains("demo 1.0.0: the npm release"));
     assert!(base_log.contains("optional step compiled: skipped"), "{base_log}");
     // Both installations counted; the executable starts, cold and warm (its daemon started from
     // itself), in every measure trial (two, and a third when the adaptive pairs add one).

@@ -21,6 +21,7 @@ if [ -z "$method" ]; then
   method=npm
   if [ "$(uname -m)" = x86_64 ] && grep -q "  $archive\$" "$tmp/SHA256SUMS"; then method=compiled; fi
 fi
+echo "demo $version: the $method release"
 case $method in
 compiled)
   # Laid out as npm lays the package out (the kernel and benches where they would be), the
@@ -41,4 +42,4 @@ npm)
   ;;
 esac
 python3 -m venv --without-pip "$HOME/.demo/kernel-venv"
-echo "installed demo $version ($method)"
+echo "installed demo $version"

@@ -378,8 +378,19 @@ impl Plan {
     pub fn phase_limit_s(&self, phase: &str) -> f64 {
         let a = &self.agent;
         match phase {
-            phase::PREPARE => a.prepare.commands.iter().map(|c| c.timeout_s).sum(),
-            phase::INSTALL => a.install.command.timeout_s + 60.0 * a.install.checks.len() as f64,
+            // Every optional step may run (a revision that has what it needs).
+            phase::PREPARE => a
+                .prepare
+                .commands
+                .iter()
+                .chain(a.prepare.optional.iter().flat_map(|o| o.commands.iter()))
+                .map(|c| c.timeout_s)
+                .sum(),
+            phase::INSTALL => {
+                a.install.command.timeout_s
+                    + 60.0 * a.install.checks.len() as f64
+                    + a.install.inventory.as_ref().map_or(0.0, |i| i.timeout_s)
+            }
             phase::MEASURE => {
                 a.measure.startup.as_ref().map_or(0.0, |s| 2.0 * (s.timeout_s + a.measure.settle_s))
                     + a.measure.between.as_ref().map_or(0.0, |b| b.timeout_s)

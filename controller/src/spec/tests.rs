@@ -869,6 +869,9 @@ fn optional_steps_formats_and_the_origin_path_are_read() {
     assert_eq!(docs.when, ["docs/build.sh"]);
     assert_eq!(docs.incomplete, "the optional step \"docs\" needs all of docs/build.sh");
     assert_eq!((docs.commands[0].timeout_s, docs.compiled), (1800.0, false));
+    // A phase's limit counts what may run: every optional step, the inventory.
+    assert_eq!(plan.phase_limit_s(phase::PREPARE), 1800.0 + 2.0 * 600.0 + 1800.0);
+    assert_eq!(plan.phase_limit_s(phase::INSTALL), 240.0 + 60.0 + 120.0);
     let i = &plan.agent.install;
     assert_eq!(i.entry_point.as_deref(), Some("~/.local/bin/demo"));
     assert_eq!(i.inventory.as_ref().map(|s| s.run.as_str()), Some("npm ls --global --all --json"));

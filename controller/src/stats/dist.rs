@@ -1,6 +1,8 @@
 //! The few distribution functions the verdicts need: the standard normal CDF and quantile, and
 //! Student's t quantile for 2–4 degrees of freedom (the t interval of 3–5 pairs). Quantiles are
-//! found by bisection on closed-form CDFs, so no table can be mistyped.
+//! found by bisection on closed-form CDFs, so no table can be mistyped. The change points of a
+//! history ([`super::change_points`]) need Student's t tail for any real degrees of freedom
+//! (Welch's test): [`t_two_sided_p`], from the regularized incomplete beta function.
 
 /// The standard normal CDF, Φ(x) = erfc(−x/√2)/2.
 pub fn normal_cdf(x: f64) -> f64 {
@@ -46,6 +48,87 @@ pub fn t_quantile(df: usize, p: f64) -> f64 {
     bisect(cdf, p, -1e7, 1e7)
 }
 
+/// P(|T| ≥ |t|) for Student's t with `df` > 0 degrees of freedom (not necessarily whole, as
+/// Welch's test gives them): I_{df/(df+t²)}(df/2, 1/2), the regularized incomplete beta function
+/// (Abramowitz & Stegun 26.7.1 with 26.5.27).
+pub fn t_two_sided_p(t: f64, df: f64) -> f64 {
+    if t.is_nan() || df.is_nan() || df <= 0.0 {
+        return f64::NAN;
+    }
+    if t.is_infinite() {
+        return 0.0;
+    }
+    incomplete_beta(df / 2.0, 0.5, df / (df + t * t)).clamp(0.0, 1.0)
+}
+
+/// The regularized incomplete beta function I_x(a, b) for a, b > 0 and 0 ≤ x ≤ 1: the
+/// continued fraction of A&S 26.5.8, evaluated by the modified Lentz method, on whichever of
+/// I_x(a, b) = 1 − I_{1−x}(b, a) converges fast (x below (a + 1)/(a + b + 2)).
+fn incomplete_beta(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    if x > (a + 1.0) / (a + b + 2.0) {
+        return 1.0 - incomplete_beta(b, a, 1.0 - x);
+    }
+    let front = (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp();
+    front * beta_fraction(a, b, x) / a
+}
+
+/// The continued fraction 1/(1 + d₁/(1 + d₂/(1 + …))) of A&S 26.5.8, with
+/// d₂ₘ₊₁ = −(a + m)(a + b + m)x / ((a + 2m)(a + 2m + 1)) and d₂ₘ = m(b − m)x / ((a + 2m − 1)(a + 2m)).
+fn beta_fraction(a: f64, b: f64, x: f64) -> f64 {
+    const TINY: f64 = 1e-300;
+    let nonzero = |v: f64| if v.abs() < TINY { TINY } else { v };
+    let mut c = 1.0;
+    let mut d = 1.0 / nonzero(1.0 - (a + b) * x / (a + 1.0));
+    let mut h = d;
+    for m in 1..=500 {
+        let m = f64::from(m);
+        let even = m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m));
+        d = 1.0 / nonzero(1.0 + even * d);
+        c = nonzero(1.0 + even / c);
+        h *= d * c;
+        let odd = -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0));
+        d = 1.0 / nonzero(1.0 + odd * d);
+        c = nonzero(1.0 + odd / c);
+        let step = d * c;
+        h *= step;
+        if (step - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    h
+}
+
+/// ln Γ(x) for x > 0: Lanczos's approximation with g = 7 and nine terms (relative error below
+/// 1e-13 for x ≥ 0.5), and the reflection formula below 0.5.
+fn ln_gamma(x: f64) -> f64 {
+    const G: f64 = 7.0;
+    const TERMS: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        let pi = std::f64::consts::PI;
+        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let series = TERMS[1..].iter().enumerate().fold(TERMS[0], |sum, (i, c)| sum + c / (x + i as f64 + 1.0));
+    let t = x + G + 0.5;
+    0.5 * (std::f64::consts::TAU).ln() + (x + 0.5) * t.ln() - t + series.ln()
+}
+
 /// x with cdf(x) = p for an increasing cdf, by bisection on [lo, hi].
 fn bisect(cdf: impl Fn(f64) -> f64, p: f64, mut lo: f64, mut hi: f64) -> f64 {
     if p <= 0.0 {
@@ -81,6 +164,37 @@ mod tests {
         assert!((normal_quantile(0.8) - 0.841_621_234).abs() < 1e-6);
         assert!((normal_quantile(0.995) - 2.575_829_304).abs() < 1e-6);
         assert!((normal_quantile(1e-6) + 4.753_424_309).abs() < 1e-5);
+    }
+
+    #[test]
+    fn t_tails_match_the_tables_and_the_closed_forms() {
+        // Two-sided 5 % and 1 % points of the t tables, whole and not.
+        for (t, df, p) in [
+            (12.706_204_7, 1.0, 0.05),
+            (4.302_652_7, 2.0, 0.05),
+            (2.228_138_9, 10.0, 0.05),
+            (3.169_272_7, 10.0, 0.01),
+            (2.042_272_5, 30.0, 0.05),
+            (1.959_963_985, 1e9, 0.05),
+        ] {
+            let got = t_two_sided_p(t, df);
+            assert!((got - p).abs() < 1e-6 * p.max(1e-3) * 100.0, "t {t}, df {df}: {got}");
+            assert!((t_two_sided_p(-t, df) - got).abs() < 1e-15, "symmetric");
+        }
+        // df = 2 has a closed form at any t: 1 − t/√(2 + t²); df = 1 is Cauchy's, 1 − 2 atan(t)/π.
+        for t in [0.0, 0.3, 1.0, 2.5, 7.0, 40.0] {
+            assert!((t_two_sided_p(t, 2.0) - (1.0 - t / (2.0 + t * t).sqrt())).abs() < 1e-12, "t {t}");
+            let cauchy = 1.0 - 2.0 * f64::atan(t) / std::f64::consts::PI;
+            assert!((t_two_sided_p(t, 1.0) - cauchy).abs() < 1e-12, "t {t}");
+        }
+        // Far tails stay accurate relatively (a p-value of 1e-9 is not rounded to 0), and the
+        // p-value falls as |t| grows, for a non-whole df too.
+        let far = t_two_sided_p(20.0, 10.0);
+        assert!(far > 2e-9 && far < 3e-9, "{far}");
+        let ps: Vec<f64> = (0..60).map(|i| t_two_sided_p(f64::from(i) * 0.25, 7.3)).collect();
+        assert!(ps.windows(2).all(|w| w[1] < w[0]) && ps[0] == 1.0, "{ps:?}");
+        assert_eq!(t_two_sided_p(f64::INFINITY, 3.0), 0.0);
+        assert!(t_two_sided_p(1.0, 0.0).is_nan());
     }
 
     #[test]

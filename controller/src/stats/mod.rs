@@ -24,6 +24,7 @@
 //! ln(1 + MDE) = ln(1 + f) + (q₁₋α/₂ + z₀.₈₀) · s / √n, q the quantile the interval uses (normal
 //! from 6 pairs, t below). Without a floor this is the familiar ≈ 2.8 · s / √n.
 
+pub mod change_points;
 mod counts;
 pub use counts::paired_counts;
 pub mod dist;

@@ -13,6 +13,7 @@ pub mod by_hand;
 pub mod cli;
 pub mod cost;
 pub mod debug;
+pub mod history;
 pub mod logging;
 pub mod merge;
 pub mod observations;

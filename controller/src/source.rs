@@ -227,6 +227,24 @@ pub async fn first_parents(repo: &Path, good: &str, bad: &str) -> anyhow::Result
     Ok(commits)
 }
 
+/// A commit's committer time (RFC 3339) and subject line, for the history.
+pub async fn describe(repo: &Path, commit: &str) -> anyhow::Result<(String, String)> {
+    let out = git(repo, &["log", "-1", "--format=%cI%n%s", commit, "--"]).await?;
+    let text = String::from_utf8_lossy(&out);
+    let mut lines = text.lines();
+    Ok((lines.next().unwrap_or_default().to_string(), lines.next().unwrap_or_default().to_string()))
+}
+
+/// The first-parent line of `commit` in `repo`, oldest first, at most `limit` commits (the
+/// newest): the order a branch's history is drawn in.
+pub async fn first_parent_line(repo: &Path, commit: &str, limit: usize) -> anyhow::Result<Vec<String>> {
+    let limit = format!("--max-count={limit}");
+    let out = git(repo, &["rev-list", "--first-parent", &limit, commit, "--"]).await?;
+    let mut line: Vec<String> = String::from_utf8_lossy(&out).lines().map(str::to_string).collect();
+    line.reverse();
+    Ok(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

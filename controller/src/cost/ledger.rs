@@ -214,6 +214,12 @@ impl Ledger {
         &self.path
     }
 
+    /// The database, for the tables other parts keep in the ledger beside the runs' cost (the
+    /// metric history, `crate::history::store`, which sets up its own tables).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
     /// Records a run as started (and unfinished until `finish_run`).
     pub fn begin_run(&self, run: &RunStart) -> anyhow::Result<()> {
         self.conn

@@ -66,6 +66,7 @@ fn report() -> Report {
         conditions: Vec::new(),
         lens: None,
         bisections: Vec::new(),
+        trend: Vec::new(),
     }
 }
 
@@ -345,6 +346,250 @@ fn the_overview_has_the_rows_of_report_json_at_1280_px_and_on_a_phone() {
             .arg(format!("--window-size={width},{height}"))
             .arg(format!("--screenshot={}", shot.display()))
             .arg(format!("file://{}", dir.path().join("report.html").display()))
+            .output()
+            .expect("run chromium");
+        assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));
+        let png = std::fs::read(&shot).unwrap_or_default();
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "no screenshot at {}", shot.display());
+        eprintln!("screenshot: {}", shot.display());
+    }
+}
+
+/// A history of 12 recorded commits: `cold` (wall) steps +30 % at commit 7, its count +2 % at
+/// commit 4, `warm` flat, `rss` (memory, another group) flat; one subject is hostile.
+fn history() -> sandbench::history::analysis::History {
+    use sandbench::history::store::{CommitInfo, Record, TrialValue};
+    use sandbench::history::{analysis, series};
+    let first_parents: Vec<String> =
+        (0..12).map(|i| format!("{:02x}{}", 17 * i + 16, "c0ffee".repeat(7).get(..38).unwrap())).collect();
+    let records: Vec<Record> = (0..12)
+        .map(|i| {
+            let mut values = Vec::new();
+            let mut add = |metric: &str, lens: &str, trials: u32, value: &dyn Fn(u32) -> f64| {
+                for t in 0..trials {
+                    let (steal, throttled, flagged) = (None, None, false);
+                    values.push(TrialValue {
+                        metric: metric.into(),
+                        lens: lens.into(),
+                        trial: t,
+                        value: value(t),
+                        steal,
+                        throttled,
+                        flagged,
+                    });
+                }
+            };
+            let wobble = |t: u32| 1.0 + 0.01 * [0.3, -0.7, 1.0, -0.2, 0.6][((i as u32 + t) % 5) as usize];
+            add("cold", "wall", 5, &|t| if i >= 7 { 0.52 } else { 0.4 } * wobble(t));
+            add("cold.instructions", "instructions", 1, &|_| if i >= 4 { 612_000_000.0 } else { 600_000_000.0 });
+            add("warm", "wall", 5, &|t| 0.2 * wobble(t));
+            add("rss", "memory", 3, &|t| 80e6 * wobble(t));
+            let subject =
+                if i == 3 { "<script>alert(1)</script> @someone #12".to_string() } else { format!("commit {i}") };
+            Record {
+                record_id: format!("r{i}/base"),
+                run_id: format!("r{i}"),
+                origin: "base".into(),
+                spec: "demo".into(),
+                repository: "/repo".into(),
+                commit: CommitInfo { commit: first_parents[i].clone(), committed_at: String::new(), subject },
+                image: "node:24-bookworm".into(),
+                machine: "m1/2 cpus/model".into(),
+                setting: "1 CPU, 2 GiB, duet".into(),
+                recorded_at: "2026-12-01T00:00:00Z".into(),
+                values,
+            }
+        })
+        .collect();
+    let mut defs: Vec<_> = ["cold", "warm", "rss"].iter().filter_map(|k| built_in(k)).collect();
+    defs.insert(
+        1,
+        sandbench::spec::MetricDef {
+            key: "cold.instructions".into(),
+            title: "Cold startup (instructions)".into(),
+            unit: "M instructions".into(),
+            scale: 1e-6,
+            absolute: 0.0,
+            relative: 0.005,
+            group: "CLI".into(),
+        },
+    );
+    for def in &mut defs {
+        def.absolute = 0.0;
+    }
+    let line = series::line(&records, Some(&first_parents));
+    let all = series::series(&records, &line);
+    let cx = analysis::Context {
+        spec: "demo <b>",
+        defs: &defs,
+        noise: &|_, _| None,
+        first_parents: Some(&first_parents),
+        line: Some(Revision { rev: "main".into(), commit: first_parents[11].clone() }),
+        generated_at: "2026-12-04T00:00:00Z".into(),
+    };
+    analysis::analyse(&cx, &line, &all)
+}
+
+/// What the history page's script found in one frame.
+#[derive(serde::Deserialize, Debug)]
+struct HistoryFrame {
+    width: f64,
+    overflow: f64,
+    summary: String,
+    cards: Vec<FoundCard>,
+}
+
+#[derive(serde::Deserialize, Debug)]
+struct FoundCard {
+    key: String,
+    kind: String,
+    group: String,
+    top: f64,
+    chart_width: f64,
+    points: Vec<FoundPoint>,
+    changes: Vec<FoundChange>,
+    bands: usize,
+}
+
+#[derive(serde::Deserialize, Debug)]
+struct FoundPoint {
+    commit: String,
+    value: f64,
+    x: f64,
+    y: f64,
+}
+
+#[derive(serde::Deserialize, Debug)]
+struct FoundChange {
+    before: String,
+    after: String,
+    x: f64,
+}
+
+const HISTORY_PROBE: &str = r#"<!doctype html><html><body>
+<iframe id="wide" src="history.html" style="width:1280px;height:900px;border:0"></iframe>
+<iframe id="phone" src="history.html" style="width:390px;height:900px;border:0"></iframe>
+<pre id="result"></pre>
+<script>
+function centre(e) { const b = e.getBoundingClientRect(); return [b.left + b.width / 2, b.top + b.height / 2]; }
+function measure(id) {
+  const doc = document.getElementById(id).contentDocument;
+  const cards = [...doc.querySelectorAll('section.metric')].map(s => ({
+    key: s.dataset.key, kind: s.dataset.kind,
+    group: s.parentElement.previousElementSibling.textContent,
+    top: s.getBoundingClientRect().top,
+    chart_width: s.querySelector('svg').getBoundingClientRect().width,
+    points: [...s.querySelectorAll('circle.point')].map(c => {
+      const [x, y] = centre(c); return { commit: c.dataset.commit, value: +c.dataset.value, x, y };
+    }),
+    changes: [...s.querySelectorAll('line.change')].map(l => ({
+      before: l.dataset.before, after: l.dataset.after, x: centre(l)[0] })),
+    bands: s.querySelectorAll('rect.band').length,
+  }));
+  const root = doc.documentElement;
+  return { width: root.clientWidth, overflow: root.scrollWidth - root.clientWidth,
+           summary: doc.querySelector('.summary').textContent, cards };
+}
+window.addEventListener('load', () => {
+  document.getElementById('result').textContent =
+    JSON.stringify({ wide: measure('wide'), phone: measure('phone') });
+});
+</script></body></html>"#;
+
+#[test]
+fn the_history_page_draws_history_json_one_chart_per_metric_at_1280_px_and_on_a_phone() {
+    let dir = tempfile::tempdir().unwrap();
+    sandbench::history::command::write(dir.path(), &history()).unwrap();
+    // Everything below is checked against what history.json says.
+    let json: sandbench::history::analysis::History =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("history.json")).unwrap()).unwrap();
+    let changes: usize = json.metrics.iter().map(|m| m.change_points.len()).sum();
+    assert_eq!(changes, 2, "the example has its two steps: {:?}", json.metrics);
+    std::fs::write(dir.path().join("probe.html"), HISTORY_PROBE).unwrap();
+    let output = headless(&dir.path().join("profile"))
+        .args(["--allow-file-access-from-files", "--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0"])
+        .arg("--dump-dom")
+        .arg(format!("file://{}", dir.path().join("probe.html").display()))
+        .output()
+        .expect("run chromium");
+    assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));
+    let dom = String::from_utf8_lossy(&output.stdout);
+    let found = dom.split("<pre id=\"result\">").nth(1).and_then(|r| r.split("</pre>").next()).unwrap_or("");
+    let frames: BTreeMap<String, HistoryFrame> =
+        serde_json::from_str(&found.replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+            .unwrap_or_else(|e| panic!("the probe's result ({e}): {dom}"));
+    for (name, frame) in &frames {
+        assert!(
+            frame.summary.starts_with(&format!("{changes} change points in {} series", json.metrics.len())),
+            "{name}: {}",
+            frame.summary
+        );
+        let cards: Vec<(&str, &str)> = frame.cards.iter().map(|c| (c.key.as_str(), c.group.as_str())).collect();
+        let expected: Vec<(&str, &str)> = json.metrics.iter().map(|m| (m.key.as_str(), m.group.as_str())).collect();
+        assert_eq!(cards, expected, "{name}: one chart per series, in history.json's order and groups");
+        for (card, metric) in frame.cards.iter().zip(&json.metrics) {
+            let at = format!("{name} {}", card.key);
+            assert_eq!(
+                card.kind,
+                if metric.kind == sandbench::history::series::Kind::Count { "count" } else { "measured" }
+            );
+            let commits: Vec<&str> = card.points.iter().map(|p| p.commit.as_str()).collect();
+            let json_commits: Vec<&str> = metric.points.iter().map(|p| p.commit.as_str()).collect();
+            assert_eq!(commits, json_commits, "{at}: a dot per commit, in order");
+            for (p, q) in card.points.iter().zip(&metric.points) {
+                assert!((p.value - q.median.unwrap()).abs() <= 1e-9 * q.median.unwrap().abs(), "{at}: {p:?}");
+            }
+            for w in card.points.windows(2) {
+                assert!(w[1].x > w[0].x, "{at}: commits go left to right");
+            }
+            for a in &card.points {
+                for b in &card.points {
+                    if a.value > b.value * (1.0 + 1e-9) {
+                        assert!(a.y < b.y, "{at}: {a:?} is drawn below {b:?}");
+                    }
+                }
+            }
+            let bands =
+                if metric.kind == sandbench::history::series::Kind::Measured { metric.segments.len() } else { 0 };
+            assert_eq!(card.bands, bands, "{at}: a band per stretch of a measured series");
+            assert_eq!(card.changes.len(), metric.change_points.len(), "{at}");
+            for (c, j) in card.changes.iter().zip(&metric.change_points) {
+                assert_eq!((c.before.as_str(), c.after.as_str()), (j.before_commit.as_str(), j.after_commit.as_str()));
+                let x = |commit: &str| card.points.iter().find(|p| p.commit == commit).unwrap().x;
+                assert!(x(&c.before) < c.x && c.x < x(&c.after), "{at}: the mark lies between its two commits");
+            }
+            assert!(card.chart_width > 250.0, "{at}: a chart {} px wide is too small to read", card.chart_width);
+        }
+        assert!(frame.overflow <= 0.0, "{name} ({} px) scrolls sideways by {} px", frame.width, frame.overflow);
+    }
+    // At 1280 px the charts sit side by side: a glance takes in several.
+    let wide = &frames["wide"];
+    assert!(wide.cards.windows(2).any(|w| (w[0].top - w[1].top).abs() < 1.0), "{wide:?}");
+    assert!(frames["phone"].width <= 390.0);
+    // Hostile text stayed text.
+    let page = std::fs::read_to_string(dir.path().join("history.html")).unwrap();
+    assert!(!page.contains("<script") && page.contains("&lt;script&gt;alert(1)"), "no script at all: {page}");
+    assert!(!page.contains("src=") && !page.contains("://"), "nothing outside the page: {page}");
+    let console: Vec<&str> = std::str::from_utf8(&output.stderr)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
+        .collect();
+    assert!(console.is_empty(), "console output: {console:?}");
+    let markdown = std::fs::read_to_string(dir.path().join("history.md")).unwrap();
+    assert!(markdown.contains("| Cold startup (`cold`) | wall | +30.00 %"), "{markdown}");
+    assert!(!markdown.contains("@someone") || markdown.contains("@\u{200b}someone"), "{markdown}");
+    // Screenshots, for a person to look at.
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("html-history");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::copy(dir.path().join("history.html"), out.join("history.html")).unwrap();
+    for (width, height) in [(1280, 1000), (390, 2400)] {
+        let shot = out.join(format!("history-{width}.png"));
+        let _ = std::fs::remove_file(&shot);
+        let output = headless(&dir.path().join(format!("profile-{width}")))
+            .arg(format!("--window-size={width},{height}"))
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(format!("file://{}", dir.path().join("history.html").display()))
             .output()
             .expect("run chromium");
         assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));

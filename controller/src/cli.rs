@@ -108,6 +108,34 @@ pub enum Command {
     /// Which commit between a good and a bad revision changed a metric: a binary search over
     /// the first-parent commits, one sandbox per commit visited (bisect.json, bisect.md).
     Bisect(BisectArgs),
+    /// Main's history from the ledger: every metric by commit, its change points (history.md),
+    /// a trend page (history.html) and the data (history.json).
+    History(HistoryArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HistoryArgs {
+    /// The bench spec (TOML).
+    pub spec: std::path::PathBuf,
+    /// Where history.json, history.md and history.html go (default: runs/history-<spec name>).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// The revision whose first-parent line orders the commits (default: the repository's HEAD);
+    /// records of commits off it (pull requests' heads) are left out.
+    #[arg(long)]
+    pub rev: Option<String>,
+    /// Bisect each change point of a count over the instruction lens between its two recorded
+    /// commits, when commits between them were not recorded (one sandbox per commit visited).
+    #[arg(long)]
+    pub bisect: bool,
+    /// USD the bisections may spend (default: the spec's budget_usd).
+    #[arg(long)]
+    pub budget: Option<f64>,
+    /// The sandbox-agent executable to ship (default: beside this one).
+    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
+    pub agent: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub dead_man: DeadMan,
 }
 
 #[derive(Debug, clap::Args)]
@@ -288,6 +316,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             options.ledger = Some(ledger_path);
             let found = crate::bisect::command(options, cancel_on_signals()).await?;
             Ok(if found { ExitCode::SUCCESS } else { ExitCode::from(exit::FAILED) })
+        }
+        Command::History(args) => {
+            if let Some(b) = args.budget.filter(|b| !(b.is_finite() && *b > 0.0)) {
+                anyhow::bail!("--budget must be a positive number of USD, got {b}");
+            }
+            let options = crate::history::command::HistoryOptions {
+                spec: args.spec,
+                out: args.out,
+                rev: args.rev,
+                bisect: args.bisect,
+                budget_usd: args.budget,
+                ledger: ledger_path,
+                agent: args.agent,
+                dead_man: args.dead_man.window,
+            };
+            crate::history::command::command(options, cancel_on_signals()).await?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

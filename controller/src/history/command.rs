@@ -1,0 +1,349 @@
+//! `sandbench history SPEC [--out DIR] [--rev REV] [--bisect]`: the spec's history from the ledger
+//! as series along the first-parent line of REV (default: the repository's HEAD), their change
+//! points, and `history.json`, `history.md` and `history.html` in the output folder. With
+//! `--bisect`, each change point of a count whose two recorded commits have unrecorded commits
+//! between them is bisected over the instruction lens (`crate::bisect`, one sandbox per commit
+//! visited) within `[bisect] max_steps` and the budget, in `bisect-<key>-<before>-<after>/`
+//! of the output folder: a finished bisection there is read again, not run again, and one cut
+//! short goes on. The bisections' sandboxes are one ledger entry (`history-<time>-<random>`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use tokio::sync::watch;
+
+use super::analysis::{self, Bisection, ChangeAt, History};
+use super::series::{self, Kind};
+use super::store::{CommitInfo, Records};
+use crate::bisect::{BisectReport, Job, Lens, Outcome, Target};
+use crate::cost::SandboxRecord;
+use crate::cost::ledger::{Ledger, RunStart, this_machine};
+use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
+use crate::report::Revision;
+use crate::report::noise::NoiseProfile;
+use crate::spec::{Plan, SourceSettings};
+
+/// The first-parent line is read this far back at most.
+const LINE_LIMIT: usize = 100_000;
+
+#[derive(Debug, Clone)]
+pub struct HistoryOptions {
+    pub spec: PathBuf,
+    /// The output folder (None: `runs/history-<spec>`).
+    pub out: Option<PathBuf>,
+    /// The revision whose first-parent line orders the commits (None: HEAD).
+    pub rev: Option<String>,
+    pub bisect: bool,
+    /// USD the bisections may spend (None: the spec's budget, if any).
+    pub budget_usd: Option<f64>,
+    pub ledger: PathBuf,
+    pub agent: Option<PathBuf>,
+    pub dead_man: Duration,
+}
+
+/// The history written: where, and what it holds.
+pub struct Written {
+    pub dir: PathBuf,
+    pub history: History,
+}
+
+/// Reads the spec's history from the ledger, finds its change points (bisecting them when
+/// asked) and writes its three files.
+pub async fn history(opts: HistoryOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<Written> {
+    let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !opts.ledger.exists() {
+        bail!(
+            "no ledger at {}: nothing was recorded there (--ledger or SANDBENCH_LEDGER names another)",
+            opts.ledger.display()
+        );
+    }
+    let ledger = Ledger::open(&opts.ledger)?;
+    let records = Records::on(&ledger)?.of_spec(&plan.name)?;
+    let (line_rev, first_parents) = match &plan.source {
+        SourceSettings::Local { repository } => {
+            let rev = opts.rev.clone().unwrap_or_else(|| "HEAD".into());
+            let commit = crate::source::resolve(repository, &rev).await.context("--rev")?;
+            let line = crate::source::first_parent_line(repository, &commit, LINE_LIMIT).await?;
+            (Some(Revision { rev, commit }), Some(line))
+        }
+        _ => (None, None),
+    };
+    let line = series::line(&records, first_parents.as_deref());
+    let all = series::series(&records, &line);
+    let noise = |image: &str, machine: Option<&str>| -> Option<NoiseProfile> {
+        let machine = machine.map_or_else(this_machine, str::to_string);
+        let stored = ledger.latest_noise(&plan.name, image, &machine).ok().flatten()?;
+        serde_json::from_str(&stored.profile).ok()
+    };
+    let cx = analysis::Context {
+        spec: &plan.name,
+        defs: &plan.metrics,
+        noise: &noise,
+        first_parents: first_parents.as_deref(),
+        line: line_rev,
+        generated_at: crate::report::timestamp(SystemTime::now()),
+    };
+    let mut history = analysis::analyse(&cx, &line, &all);
+    let name: String = plan.name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    let dir = crate::station::run_dir(
+        &opts.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(format!("history-{name}"))),
+    )?;
+    if opts.bisect {
+        let at = Bisecting { plan: &plan, dir: &dir, opts: &opts, ledger: &ledger };
+        bisect_changes(at, &mut history, cancel).await;
+    }
+    write(&dir, &history)?;
+    Ok(Written { dir, history })
+}
+
+/// `history.json`, `history.md` and `history.html` in `dir`.
+pub fn write(dir: &Path, history: &History) -> anyhow::Result<()> {
+    std::fs::write(dir.join("history.json"), serde_json::to_vec_pretty(history)?)?;
+    std::fs::write(dir.join("history.md"), super::markdown::render(history))?;
+    std::fs::write(dir.join("history.html"), super::html::render(history))?;
+    Ok(())
+}
+
+/// `sandbench history` on the command line: one line per change point, then the files' paths.
+pub async fn command(opts: HistoryOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let written = history(opts, cancel).await.context("history")?;
+    let h = &written.history;
+    let changes: usize = h.metrics.iter().map(|m| m.change_points.len()).sum();
+    println!("{changes} change point(s) in {} series over {} recorded commits", h.metrics.len(), h.commits.len());
+    for metric in &h.metrics {
+        for c in &metric.change_points {
+            let first_bad = c.bisection.as_ref().and_then(|b| b.first_bad.as_ref()).map_or(String::new(), |f| {
+                format!(
+                    "; first bad commit {} '{}'",
+                    crate::sanitize::prefix(&f.commit, 8),
+                    crate::sanitize::prefix(&f.subject, 72)
+                )
+            });
+            let line = format!(
+                "{} ({}): {:+.2} % between {} and {}{first_bad}",
+                metric.key,
+                metric.lens,
+                c.size * 100.0,
+                crate::sanitize::prefix(&c.before_commit, 8),
+                crate::sanitize::prefix(&c.after_commit, 8)
+            );
+            println!("{}", crate::sanitize::terminal(&line));
+        }
+    }
+    for warning in &h.warnings {
+        eprintln!("warning: {}", crate::sanitize::terminal(warning));
+    }
+    for file in ["history.md", "history.html", "history.json"] {
+        println!("{}", written.dir.join(file).display());
+    }
+    Ok(())
+}
+
+/// What the bisections need beside the history.
+struct Bisecting<'a> {
+    plan: &'a Plan,
+    dir: &'a Path,
+    opts: &'a HistoryOptions,
+    ledger: &'a Ledger,
+}
+
+/// The change points to bisect: a count's, with commits between its two recorded ones that were
+/// not recorded; a stem's cycles not beside its instructions at the same commits.
+fn to_bisect(history: &History) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for (m, metric) in history.metrics.iter().enumerate() {
+        if metric.kind != Kind::Count {
+            continue;
+        }
+        for (c, change) in metric.change_points.iter().enumerate() {
+            if change.unrecorded.unwrap_or(0) == 0 {
+                continue;
+            }
+            let answered = sandbench_proto::lens::split(&metric.key).is_some_and(|(stem, suffix)| {
+                suffix != sandbench_proto::lens::INSTRUCTIONS
+                    && history.metrics.iter().any(|o| {
+                        o.key == format!("{stem}{}", sandbench_proto::lens::INSTRUCTIONS)
+                            && o.change_points
+                                .iter()
+                                .any(|oc| oc.before_at == change.before_at && oc.after_at == change.after_at)
+                    })
+            });
+            if !answered {
+                out.push((m, c));
+            }
+        }
+    }
+    out
+}
+
+/// Bisects each count's change point between unrecorded commits (reading a finished answer
+/// again), putting each answer into the history; what fails becomes a warning.
+async fn bisect_changes(at: Bisecting<'_>, history: &mut History, cancel: watch::Receiver<bool>) {
+    let wanted = to_bisect(history);
+    if wanted.is_empty() {
+        return;
+    }
+    let SourceSettings::Local { repository } = &at.plan.source else {
+        history.warnings.push("--bisect needs the spec's source to be a local repository: nothing bisected".into());
+        return;
+    };
+    let mut provisioner: Option<Arc<dyn Provisioner>> = None;
+    let mut spent = Vec::<SandboxRecord>::new();
+    let entry = format!("history-{}-{}", crate::report::stamp(SystemTime::now()), suffix());
+    let mut begun = false;
+    for (m, c) in wanted {
+        let (key, change) = (history.metrics[m].key.clone(), history.metrics[m].change_points[c].clone());
+        let folder = format!("bisect-{}-{}-{}", key, short(&change.before_commit), short(&change.after_commit));
+        let dir = at.dir.join(&folder);
+        if let Some(done) = finished(&dir) {
+            history.metrics[m].change_points[c].bisection = Some(bisection(&done, &folder));
+            continue;
+        }
+        if *cancel.borrow() {
+            history.warnings.push(format!("--bisect: canceled before {key} was bisected"));
+            break;
+        }
+        let budget = at
+            .opts
+            .budget_usd
+            .or(at.plan.cost.budget_usd)
+            .map(|b| b - spent.iter().map(|s| s.estimated_usd).sum::<f64>());
+        if budget.is_some_and(|b| b <= 0.0) {
+            history.warnings.push(format!("--bisect: the budget is spent; {key} was not bisected"));
+            continue;
+        }
+        let target = match Target::of(at.plan, &key, Lens::Instructions) {
+            Ok(target) => target,
+            Err(err) => {
+                history.warnings.push(format!("--bisect: {key} cannot be bisected: {err:#}"));
+                continue;
+            }
+        };
+        if provisioner.is_none() {
+            match DockerProvisioner::connect(2).await {
+                Ok(docker) => provisioner = Some(Arc::new(docker)),
+                Err(err) => {
+                    history.warnings.push(format!("--bisect: {err:#}"));
+                    return;
+                }
+            }
+        }
+        if !begun {
+            begun = begin_entry(at.ledger, at.plan, repository, &entry, history, &change);
+        }
+        let job = Job {
+            plan: at.plan,
+            repository: repository.clone(),
+            good: Revision { rev: change.before_commit.clone(), commit: change.before_commit.clone() },
+            bad: Revision { rev: change.after_commit.clone(), commit: change.after_commit.clone() },
+            target,
+            max_steps: at.plan.bisect.max_steps,
+            budget_usd: budget,
+            dir,
+            id: format!("{entry}-{}", spent.len()),
+            agent: at.opts.agent.clone(),
+            shipping: AgentShipping::Bind,
+            dead_man: at.opts.dead_man,
+        };
+        eprintln!(
+            "history: {key} moved {:+.2} % between {} and {}; bisecting it in {folder}/",
+            change.size * 100.0,
+            short(&change.before_commit),
+            short(&change.after_commit)
+        );
+        let Some(docker) = provisioner.clone() else { return };
+        match crate::bisect::conduct(docker, job, cancel.clone()).await {
+            Ok(bisected) => {
+                spent.extend(bisected.made);
+                if let Some(error) = bisected.error {
+                    history.warnings.push(format!("--bisect: the bisection of {key} did not finish: {error}"));
+                }
+                eprintln!("{}", crate::sanitize::terminal(&crate::bisect::headline(&bisected.report)));
+                history.metrics[m].change_points[c].bisection = Some(bisection(&bisected.report, &folder));
+            }
+            Err(err) => history.warnings.push(format!("--bisect: {key} could not be bisected: {err:#}")),
+        }
+    }
+    if begun {
+        let status = if *cancel.borrow() { "canceled" } else { "completed" };
+        let finished = crate::report::timestamp(SystemTime::now());
+        let mut ledger = match Ledger::open(at.ledger.path()) {
+            Ok(ledger) => ledger,
+            Err(err) => {
+                history.warnings.push(format!("cannot record the bisections in the ledger: {err:#}"));
+                return;
+            }
+        };
+        if let Err(err) = ledger.finish_run(&entry, status, &finished, &spent) {
+            history.warnings.push(format!("cannot record the bisections in the ledger: {err:#}"));
+        }
+    }
+}
+
+/// The ledger entry of the bisections, begun before their first sandbox; false when it could not be.
+fn begin_entry(
+    ledger: &Ledger,
+    plan: &Plan,
+    repository: &Path,
+    entry: &str,
+    history: &mut History,
+    change: &ChangeAt,
+) -> bool {
+    let start = RunStart {
+        run_id: entry.to_string(),
+        spec: plan.name.clone(),
+        repository: repository.display().to_string(),
+        base_rev: change.before_commit.clone(),
+        base_commit: change.before_commit.clone(),
+        head_rev: change.after_commit.clone(),
+        head_commit: change.after_commit.clone(),
+        started_at: crate::report::timestamp(SystemTime::now()),
+        run_dir: String::new(),
+    };
+    match ledger.begin_run(&start) {
+        Ok(()) => true,
+        Err(err) => {
+            history.warnings.push(format!("cannot record the bisections in the ledger: {err:#}"));
+            false
+        }
+    }
+}
+
+/// A bisection's answer in `dir` when it finished (Unresolved counts as finished unless it says
+/// it is not).
+fn finished(dir: &Path) -> Option<BisectReport> {
+    let report = BisectReport::load(dir).ok()?;
+    match &report.outcome {
+        Outcome::Unresolved { why, .. } if why.starts_with("not finished") => None,
+        _ => Some(report),
+    }
+}
+
+fn bisection(report: &BisectReport, folder: &str) -> Bisection {
+    let first_bad = match &report.outcome {
+        Outcome::FirstBad { index, .. } => report.commits.get(*index).map(|c| CommitInfo {
+            commit: c.commit.clone(),
+            committed_at: String::new(),
+            subject: c.subject.clone(),
+        }),
+        _ => None,
+    };
+    Bisection {
+        dir: folder.to_string(),
+        words: crate::bisect::words(report),
+        first_bad,
+        steps: report.steps,
+        sandbox_seconds: report.sandbox_seconds,
+        cost_usd: report.cost_usd,
+    }
+}
+
+fn suffix() -> String {
+    rand::random::<[u8; 3]>().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn short(commit: &str) -> &str {
+    crate::sanitize::prefix(commit, 8)
+}

@@ -84,6 +84,7 @@ fn paired(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], comparis
         }
     }
     blocks.extend(bisect_block(report));
+    blocks.extend(super::trend::block(&report.trend, defs).map(Block::kept));
     blocks.push(Block::kept(resolution_block(&rows)));
     blocks.push(Block::kept(failure_diagnostics(&report.all_errors())));
     collapsed_warnings(blocks, &warnings::groups(report, comparisons));
@@ -105,6 +106,7 @@ fn reference(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], compa
     blocks.extend(warnings::groups(report, comparisons).iter().map(warning_block));
     blocks.push(Block::kept(format!("{}\n\n", overall(comparisons))));
     blocks.extend(bisect_block(report));
+    blocks.extend(super::trend::block(&report.trend, defs).map(Block::kept));
     let rows = summary::rows(defs, comparisons);
     for (i, group) in groups(&rows).into_iter().enumerate() {
         let name = if i > 0 { format!("**{}**\n\n", escape_clipped(group, MAX_TITLE)) } else { String::new() };

@@ -29,6 +29,7 @@ pub mod runs;
 pub mod summary;
 #[cfg(test)]
 mod tests;
+pub mod trend;
 pub mod warnings;
 
 use std::collections::BTreeMap;
@@ -263,6 +264,10 @@ pub struct Report {
     /// `run --bisect`: the answer for each regressed metric.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bisections: Vec<BisectLine>,
+    /// Where the head stands against main's recorded history, per changed metric, when the
+    /// ledger holds one (`crate::history::compare`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trend: Vec<trend::Standing>,
 }
 
 /// A bisection of `run --bisect`, as the report shows it.

@@ -99,7 +99,7 @@ pub(super) async fn conduct(
         bisections::bisect_regressions(at, &mut report, provisioner, cancel).await;
     }
     if let Some(ledger) = ledger.as_mut() {
-        settle_ledger(ledger, &mut report);
+        settle_ledger(ledger, &plan, &mut report).await;
     }
     write_reports(&dir, &mut report)?;
     if base.commit == head.commit && report.status == Status::Completed {
@@ -229,14 +229,18 @@ fn record_shard(
     Ok(part)
 }
 
-/// Closes the run's ledger entry; a failure becomes a warning of the report.
-fn settle_ledger(ledger: &mut Ledger, report: &mut Report) {
+/// Closes the run's ledger entry and keeps its base and head in the metric history (setting
+/// where the head stands against main's); a failure becomes a warning of the report.
+async fn settle_ledger(ledger: &mut Ledger, plan: &Plan, report: &mut Report) {
     let finished_at = report.finished_at.clone().unwrap_or_default();
     let recorded = ledger
         .finish_run(&report.run_id, report.status.as_str(), &finished_at, &report.sandboxes)
         .and_then(|()| record_lens(ledger, report));
     if let Err(err) = recorded {
         report.warnings.push(format!("cannot record the run in the ledger {}: {err:#}", ledger.path().display()));
+    }
+    if let Err(err) = crate::history::compare::at_run_end(ledger, plan, report).await {
+        report.warnings.push(format!("cannot keep the run in the ledger's history: {err:#}"));
     }
 }
 

@@ -664,3 +664,98 @@ fn a_duet_is_refused_where_the_machine_has_too_few_cpus_and_a_bad_order_is_named
     let err = crate::spec::load(&spec).unwrap_err().to_string();
     assert!(err.contains("trials.order") && err.contains("\"shuffled\"") && err.contains("\"interleaved\""), "{err}");
 }
+
+/// A spec folder that is a git repository with commits tagged v1, v2 and v3, its spec's source.
+fn setup_repository() -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bench.toml");
+    std::fs::write(&spec, format!("{}\n[source]\nrepository = \".\"\n", spec_toml())).unwrap();
+    let git = |args: &str| {
+        let script = format!("git -c user.name=t -c user.email=t@t {args}");
+        let ok = std::process::Command::new("sh").arg("-c").arg(script).current_dir(dir.path()).status().unwrap();
+        assert!(ok.success(), "git {args}");
+    };
+    git("init -q");
+    git("add bench.toml");
+    for (n, tag) in ["v1", "v2", "v3"].iter().enumerate() {
+        git(&format!("commit -q --allow-empty -m 'commit {n}'"));
+        git(&format!("tag {tag}"));
+    }
+    let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
+    let opts = RunOptions {
+        run_timeout: Duration::from_secs(120),
+        engine_wait: Duration::from_secs(10),
+        ..RunOptions::new(spec, "v1", "v2", dir.path().join("runs"))
+    };
+    (dir, plan, opts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compare_run_keeps_base_and_head_in_the_history_and_the_next_one_stands_against_it() {
+    let (dir, plan, opts) = setup_repository();
+    let ledger = Some(dir.path().join("ledger.sqlite"));
+    let run = |opts: RunOptions, script: Script, id: &str| {
+        let fake = Arc::new(FakeProvisioner::new(script));
+        let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
+        let id = id.to_string();
+        async move { run_on(opts, not_canceled(), connect, id).await.unwrap() }
+    };
+    // v1 against v2, nothing changed: no history before it, so no standing.
+    let first =
+        run(RunOptions { ledger: ledger.clone(), ..opts.clone() }, Script::for_plan(&plan), "20260101-000000-a").await;
+    assert_eq!(first.status, Status::Completed, "{:?}", first.report.errors);
+    assert!(first.report.trend.is_empty());
+    let kept = {
+        let ledger = crate::cost::ledger::Ledger::open(ledger.as_ref().unwrap()).unwrap();
+        crate::history::store::Records::on(&ledger).unwrap().of_spec("fake-product").unwrap()
+    };
+    assert_eq!(kept.iter().map(|r| r.origin.as_str()).collect::<Vec<_>>(), ["base", "head"]);
+    let head = &kept[1];
+    assert_eq!((head.commit.subject.as_str(), head.commit.commit.len()), ("commit 1", 40));
+    let cold: Vec<f64> = head.values.iter().filter(|v| v.metric == "cold").map(|v| v.value).collect();
+    let reported = crate::report::runs::trial_values(&first.report.head_side.metrics["cold"]);
+    assert_eq!(cold, reported.iter().map(|(_, v)| *v).collect::<Vec<_>>(), "the report's trial values");
+    assert_eq!(cold.len(), 4, "every measure trial");
+    assert!(head.values.iter().all(|v| v.lens != "instructions"));
+    // v2 against v3 where the head's start is 30 times slower: the comment says where the head
+    // stands against main's values (v1 and v2, on this machine and setting).
+    let slower = Script::for_plan(&plan).on("head", "measure", None, crate::provision::fake::Answer::Scale(30.0));
+    let second = run(
+        RunOptions { base: "v2".into(), head: "v3".into(), ledger: ledger.clone(), ..opts.clone() },
+        slower,
+        "20260101-000001-b",
+    )
+    .await;
+    assert_eq!(outcome(&second.report, "cold"), Outcome::Regressed);
+    let cold = second.report.trend.iter().find(|s| s.key == "cold").expect("cold stands against main's history");
+    assert_eq!(cold.commits, 2, "v1 and v2 were recorded");
+    assert!(cold.outside(), "{cold:?}");
+    let markdown = std::fs::read_to_string(second.dir.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("**Against main's history:**") && markdown.contains("is above main's band"),
+        "{markdown}"
+    );
+    // `sandbench history` along v3's line: the step at v3, between v2 and v3.
+    let options = crate::history::command::HistoryOptions {
+        spec: opts.spec.clone(),
+        out: Some(dir.path().join("history")),
+        rev: Some("v3".into()),
+        bisect: false,
+        budget_usd: None,
+        ledger: ledger.clone().unwrap(),
+        agent: None,
+        dead_man: Duration::from_secs(30),
+    };
+    let written = crate::history::command::history(options, not_canceled()).await.unwrap();
+    let history = &written.history;
+    assert_eq!(
+        history.commits.iter().map(|c| c.subject.as_str()).collect::<Vec<_>>(),
+        ["commit 0", "commit 1", "commit 2"]
+    );
+    let cold = history.metrics.iter().find(|m| m.key == "cold").unwrap();
+    assert_eq!(cold.change_points.len(), 1, "{:?}", cold.change_points);
+    assert_eq!((cold.change_points[0].before_at, cold.change_points[0].after_at), (1, 2));
+    for file in ["history.json", "history.md", "history.html"] {
+        assert!(written.dir.join(file).exists(), "{file}");
+    }
+}

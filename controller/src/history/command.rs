@@ -189,109 +189,137 @@ async fn bisect_changes(at: Bisecting<'_>, history: &mut History, cancel: watch:
         history.warnings.push("--bisect needs the spec's source to be a local repository: nothing bisected".into());
         return;
     };
-    let mut provisioner: Option<Arc<dyn Provisioner>> = None;
-    let mut spent = Vec::<SandboxRecord>::new();
     let entry = format!("history-{}-{}", crate::report::stamp(SystemTime::now()), suffix());
-    let mut begun = false;
+    let mut spending = Spending { provisioner: None, spent: Vec::new(), entry, begun: false, jobs: 0 };
     for (m, c) in wanted {
         let (key, change) = (history.metrics[m].key.clone(), history.metrics[m].change_points[c].clone());
-        let folder = format!("bisect-{}-{}-{}", key, short(&change.before_commit), short(&change.after_commit));
-        let dir = at.dir.join(&folder);
-        if let Some(done) = finished(&dir) {
-            history.metrics[m].change_points[c].bisection = Some(bisection(&done, &folder));
-            continue;
-        }
-        if *cancel.borrow() {
-            history.warnings.push(format!("--bisect: canceled before {key} was bisected"));
-            break;
-        }
-        let budget = at
-            .opts
-            .budget_usd
-            .or(at.plan.cost.budget_usd)
-            .map(|b| b - spent.iter().map(|s| s.estimated_usd).sum::<f64>());
-        if budget.is_some_and(|b| b <= 0.0) {
-            history.warnings.push(format!("--bisect: the budget is spent; {key} was not bisected"));
-            continue;
-        }
-        let target = match Target::of(at.plan, &key, Lens::Instructions) {
-            Ok(target) => target,
-            Err(err) => {
-                history.warnings.push(format!("--bisect: {key} cannot be bisected: {err:#}"));
-                continue;
-            }
-        };
-        if provisioner.is_none() {
-            match DockerProvisioner::connect(2).await {
-                Ok(docker) => provisioner = Some(Arc::new(docker)),
-                Err(err) => {
-                    history.warnings.push(format!("--bisect: {err:#}"));
-                    return;
+        match bisect_one(&at, repository, &mut spending, (&key, &change), &cancel).await {
+            Ok(answer) => history.metrics[m].change_points[c].bisection = Some(answer),
+            Err(Skipped { why, stop }) => {
+                history.warnings.push(format!("--bisect: {why}"));
+                if stop {
+                    break;
                 }
             }
-        }
-        if !begun {
-            begun = begin_entry(at.ledger, at.plan, repository, &entry, history, &change);
-        }
-        let job = Job {
-            plan: at.plan,
-            repository: repository.clone(),
-            good: Revision { rev: change.before_commit.clone(), commit: change.before_commit.clone() },
-            bad: Revision { rev: change.after_commit.clone(), commit: change.after_commit.clone() },
-            target,
-            max_steps: at.plan.bisect.max_steps,
-            budget_usd: budget,
-            dir,
-            id: format!("{entry}-{}", spent.len()),
-            agent: at.opts.agent.clone(),
-            shipping: AgentShipping::Bind,
-            dead_man: at.opts.dead_man,
-        };
-        eprintln!(
-            "history: {key} moved {:+.2} % between {} and {}; bisecting it in {folder}/",
-            change.size * 100.0,
-            short(&change.before_commit),
-            short(&change.after_commit)
-        );
-        let Some(docker) = provisioner.clone() else { return };
-        match crate::bisect::conduct(docker, job, cancel.clone()).await {
-            Ok(bisected) => {
-                spent.extend(bisected.made);
-                if let Some(error) = bisected.error {
-                    history.warnings.push(format!("--bisect: the bisection of {key} did not finish: {error}"));
-                }
-                eprintln!("{}", crate::sanitize::terminal(&crate::bisect::headline(&bisected.report)));
-                history.metrics[m].change_points[c].bisection = Some(bisection(&bisected.report, &folder));
-            }
-            Err(err) => history.warnings.push(format!("--bisect: {key} could not be bisected: {err:#}")),
         }
     }
-    if begun {
+    if spending.begun {
         let status = if *cancel.borrow() { "canceled" } else { "completed" };
         let finished = crate::report::timestamp(SystemTime::now());
-        let mut ledger = match Ledger::open(at.ledger.path()) {
-            Ok(ledger) => ledger,
-            Err(err) => {
-                history.warnings.push(format!("cannot record the bisections in the ledger: {err:#}"));
-                return;
-            }
-        };
-        if let Err(err) = ledger.finish_run(&entry, status, &finished, &spent) {
+        let recorded = Ledger::open(at.ledger.path())
+            .and_then(|mut ledger| ledger.finish_run(&spending.entry, status, &finished, &spending.spent));
+        if let Err(err) = recorded {
             history.warnings.push(format!("cannot record the bisections in the ledger: {err:#}"));
         }
     }
 }
 
-/// The ledger entry of the bisections, begun before their first sandbox; false when it could not be.
+/// What the bisections of one `history` share: the engine, what they spent, their ledger entry.
+struct Spending {
+    provisioner: Option<Arc<dyn Provisioner>>,
+    spent: Vec<SandboxRecord>,
+    entry: String,
+    begun: bool,
+    /// Bisections run so far (each names its sandboxes with its number).
+    jobs: usize,
+}
+
+/// Why a change point was not bisected, and whether the others are not either.
+struct Skipped {
+    why: String,
+    stop: bool,
+}
+
+impl Skipped {
+    fn this(why: String) -> Skipped {
+        Skipped { why, stop: false }
+    }
+}
+
+/// One change point bisected between its two recorded commits (or its finished answer read
+/// again), within what is left of the budget.
+async fn bisect_one(
+    at: &Bisecting<'_>,
+    repository: &Path,
+    spending: &mut Spending,
+    (key, change): (&str, &ChangeAt),
+    cancel: &watch::Receiver<bool>,
+) -> Result<Bisection, Skipped> {
+    let folder = format!("bisect-{key}-{}-{}", short(&change.before_commit), short(&change.after_commit));
+    let dir = at.dir.join(&folder);
+    if let Some(done) = finished(&dir) {
+        return Ok(bisection(&done, &folder));
+    }
+    if *cancel.borrow() {
+        return Err(Skipped { why: format!("canceled before {key} was bisected"), stop: true });
+    }
+    let spent: f64 = spending.spent.iter().map(|s| s.estimated_usd).sum();
+    let budget = at.opts.budget_usd.or(at.plan.cost.budget_usd).map(|b| b - spent);
+    if budget.is_some_and(|b| b <= 0.0) {
+        return Err(Skipped::this(format!("the budget is spent; {key} was not bisected")));
+    }
+    let target = Target::of(at.plan, key, Lens::Instructions)
+        .map_err(|err| Skipped::this(format!("{key} cannot be bisected: {err:#}")))?;
+    let docker = match &spending.provisioner {
+        Some(docker) => docker.clone(),
+        None => {
+            let docker: Arc<dyn Provisioner> = Arc::new(
+                DockerProvisioner::connect(2).await.map_err(|err| Skipped { why: format!("{err:#}"), stop: true })?,
+            );
+            spending.provisioner = Some(docker.clone());
+            docker
+        }
+    };
+    if !spending.begun {
+        begin_entry(at.ledger, at.plan, repository, &spending.entry, at.dir, change).map_err(|err| Skipped {
+            why: format!("cannot record the bisections in the ledger: {err:#}"),
+            stop: true,
+        })?;
+        spending.begun = true;
+    }
+    let revision = |commit: &str| Revision { rev: commit.to_string(), commit: commit.to_string() };
+    let job = Job {
+        plan: at.plan,
+        repository: repository.to_path_buf(),
+        good: revision(&change.before_commit),
+        bad: revision(&change.after_commit),
+        target,
+        max_steps: at.plan.bisect.max_steps,
+        budget_usd: budget,
+        dir,
+        id: format!("{}-{}", spending.entry, spending.jobs),
+        agent: at.opts.agent.clone(),
+        shipping: AgentShipping::Bind,
+        dead_man: at.opts.dead_man,
+    };
+    spending.jobs += 1;
+    let (before, after) = (short(&change.before_commit), short(&change.after_commit));
+    eprintln!(
+        "history: {key} moved {:+.2} % between {before} and {after}; bisecting it in {folder}/",
+        change.size * 100.0
+    );
+    let bisected = crate::bisect::conduct(docker, job, cancel.clone())
+        .await
+        .map_err(|err| Skipped::this(format!("{key} could not be bisected: {err:#}")))?;
+    spending.spent.extend(bisected.made);
+    eprintln!("{}", crate::sanitize::terminal(&crate::bisect::headline(&bisected.report)));
+    match bisected.error {
+        // Its answer so far is in its folder; the next `history --bisect` goes on with it.
+        Some(error) => Err(Skipped::this(format!("the bisection of {key} did not finish: {error}"))),
+        None => Ok(bisection(&bisected.report, &folder)),
+    }
+}
+
+/// The ledger entry of the bisections, begun before their first sandbox.
 fn begin_entry(
     ledger: &Ledger,
     plan: &Plan,
     repository: &Path,
     entry: &str,
-    history: &mut History,
+    dir: &Path,
     change: &ChangeAt,
-) -> bool {
-    let start = RunStart {
+) -> anyhow::Result<()> {
+    ledger.begin_run(&RunStart {
         run_id: entry.to_string(),
         spec: plan.name.clone(),
         repository: repository.display().to_string(),
@@ -300,15 +328,8 @@ fn begin_entry(
         head_rev: change.after_commit.clone(),
         head_commit: change.after_commit.clone(),
         started_at: crate::report::timestamp(SystemTime::now()),
-        run_dir: String::new(),
-    };
-    match ledger.begin_run(&start) {
-        Ok(()) => true,
-        Err(err) => {
-            history.warnings.push(format!("cannot record the bisections in the ledger: {err:#}"));
-            false
-        }
-    }
+        run_dir: dir.display().to_string(),
+    })
 }
 
 /// A bisection's answer in `dir` when it finished (Unresolved counts as finished unless it says

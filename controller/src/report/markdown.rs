@@ -84,7 +84,7 @@ fn paired(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], comparis
         }
     }
     blocks.extend(bisect_block(report));
-    blocks.extend(super::trend::block(&report.trend, defs).map(Block::kept));
+    blocks.extend(trend_block(report, defs));
     blocks.push(Block::kept(resolution_block(&rows)));
     blocks.push(Block::kept(failure_diagnostics(&report.all_errors())));
     collapsed_warnings(blocks, &warnings::groups(report, comparisons));
@@ -106,7 +106,7 @@ fn reference(blocks: &mut Vec<Block>, report: &Report, defs: &[MetricDef], compa
     blocks.extend(warnings::groups(report, comparisons).iter().map(warning_block));
     blocks.push(Block::kept(format!("{}\n\n", overall(comparisons))));
     blocks.extend(bisect_block(report));
-    blocks.extend(super::trend::block(&report.trend, defs).map(Block::kept));
+    blocks.extend(trend_block(report, defs));
     let rows = summary::rows(defs, comparisons);
     for (i, group) in groups(&rows).into_iter().enumerate() {
         let name = if i > 0 { format!("**{}**\n\n", escape_clipped(group, MAX_TITLE)) } else { String::new() };
@@ -364,6 +364,15 @@ fn bisect_block(report: &Report) -> Option<Block> {
         );
     }
     Some(Block::kept(out))
+}
+
+/// Where the head stands against main's history, per changed metric: it gives way with the
+/// changed rows, and as they do.
+fn trend_block(report: &Report, defs: &[MetricDef]) -> Option<Block> {
+    let lines = super::trend::lines(&report.trend, defs);
+    (!lines.is_empty()).then(|| {
+        Block::list(Class::Changed, super::trend::TITLE.into(), lines, "\n".into(), "lines against main's history")
+    })
 }
 
 fn short(commit: &str) -> &str {

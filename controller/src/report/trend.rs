@@ -90,23 +90,15 @@ impl Standing {
     }
 }
 
-/// The comment's block: a title and one bullet per standing, in the order given (None when there
-/// is no history to stand against).
-pub fn block(standings: &[Standing], defs: &[MetricDef]) -> Option<String> {
-    if standings.is_empty() {
-        return None;
-    }
-    let mut out = String::from("**Against main's history:**\n\n");
-    for s in standings {
-        let def = defs.iter().find(|d| d.key == s.key);
-        let line = match def {
-            Some(def) => s.line(def),
-            None => continue,
-        };
-        out.push_str(&format!("- {line}\n"));
-    }
-    out.push('\n');
-    Some(out)
+/// The comment's title of the standings.
+pub const TITLE: &str = "**Against main's history:**\n\n";
+
+/// The comment's bullets, one per standing whose metric is defined, in the order given.
+pub fn lines(standings: &[Standing], defs: &[MetricDef]) -> Vec<String> {
+    standings
+        .iter()
+        .filter_map(|s| defs.iter().find(|d| d.key == s.key).map(|def| format!("- {}\n", s.line(def))))
+        .collect()
 }
 
 #[cfg(test)]
@@ -149,8 +141,8 @@ mod tests {
         assert!(band(0.1).line(&work).contains("is inside main's band"));
         assert!(!band(0.1).outside() && band(0.09).outside());
         assert!(band(0.09).line(&work).contains("is below"));
-        let block = block(&[band(0.13)], &[work]).unwrap();
-        assert!(block.starts_with("**Against main's history:**\n\n- `work`: head"), "{block}");
-        assert!(super::block(&[], &[]).is_none());
+        let lines = lines(&[band(0.13), count.clone()], &[work]);
+        assert_eq!(lines.len(), 1, "a metric without a definition is left out: {lines:?}");
+        assert!(lines[0].starts_with("- `work`: head 130.0 ms is above"), "{lines:?}");
     }
 }

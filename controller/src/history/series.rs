@@ -72,11 +72,13 @@ pub struct Line {
 /// Orders the records' commits: by `line` (a first-parent line, oldest first) when given, the
 /// records of other commits left out; else by commit time, then by when first recorded.
 pub fn line(records: &[Record], first_parents: Option<&[String]>) -> Line {
+    let places: Option<std::collections::HashMap<&str, usize>> =
+        first_parents.map(|line| line.iter().enumerate().map(|(i, c)| (c.as_str(), i)).collect());
     let mut commits: Vec<(usize, CommitInfo)> = Vec::new();
     let mut off_line = 0;
     for (n, record) in records.iter().enumerate() {
-        let rank = match first_parents {
-            Some(line) => match line.iter().position(|c| *c == record.commit.commit) {
+        let rank = match &places {
+            Some(places) => match places.get(record.commit.commit.as_str()).copied() {
                 Some(p) => p,
                 None => {
                     off_line += 1;
@@ -85,12 +87,13 @@ pub fn line(records: &[Record], first_parents: Option<&[String]>) -> Line {
             },
             None => n,
         };
+        // A commit's first record gives its place; later ones of the same commit join it.
         match commits.iter_mut().find(|(_, c)| c.commit == record.commit.commit) {
             Some((r, _)) => *r = (*r).min(rank),
             None => commits.push((rank, record.commit.clone())),
         }
     }
-    if first_parents.is_none() {
+    if places.is_none() {
         // Stable: commits of one time keep the order they were first recorded in.
         commits.sort_by(|a, b| a.1.committed_at.cmp(&b.1.committed_at).then(a.0.cmp(&b.0)));
     } else {
@@ -101,9 +104,11 @@ pub fn line(records: &[Record], first_parents: Option<&[String]>) -> Line {
 
 /// The series of `records` along `line`, in the order of their keys.
 pub fn series(records: &[Record], line: &Line) -> Vec<Series> {
+    let places: std::collections::HashMap<&str, usize> =
+        line.commits.iter().enumerate().map(|(i, c)| (c.commit.as_str(), i)).collect();
     let mut found: BTreeMap<SeriesKey, BTreeMap<usize, Point>> = BTreeMap::new();
     for record in records {
-        let Some(at) = line.commits.iter().position(|c| c.commit == record.commit.commit) else { continue };
+        let Some(&at) = places.get(record.commit.commit.as_str()) else { continue };
         let mut seen: Vec<SeriesKey> = Vec::new();
         for value in &record.values {
             let kind = Kind::of_lens(&value.lens);

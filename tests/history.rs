@@ -60,6 +60,7 @@ instructions = true
 [[runtime.command]]
 metric = "pause"
 run = "sleep $(cat ~/.local/lib/node_modules/demo-cli/lib/pause.txt)"
+repeat = 5
 
 [metrics.pause]
 title = "A pause"
@@ -145,7 +146,10 @@ async fn every_fourth_commit_recorded_both_change_points_are_found_and_the_count
     let pause = median(&second.report.head_side, "pause") / median(&second.report.base_side, "pause") - 1.0;
     assert!(pause > 0.2 && pause < 0.45, "the pause is about 30 % longer: {pause}");
     let standing = second.report.trend.iter().find(|s| s.key == "pause");
-    let standing = standing.unwrap_or_else(|| panic!("pause against main's history: {:?}", second.report.trend));
+    let verdicts: Vec<(&str, sandbench::stats::Outcome)> =
+        second.report.comparisons.iter().map(|c| (c.key.as_str(), c.outcome())).collect();
+    let standing =
+        standing.unwrap_or_else(|| panic!("pause against main's history: {:?} {verdicts:?}", second.report.trend));
     assert_eq!(standing.commits, 2, "{standing:?}");
     let Against::Band { high, head, .. } = standing.against else { panic!("{standing:?}") };
     assert!(head > high, "{standing:?}");

@@ -40,6 +40,7 @@ failure_limit = 1
 commands = ["mkdir -p release && npm pack --silent --pack-destination release"]
 artifacts = ["release/*.tgz"]
 origin_port = 18741
+origin_path = "releases/v1.0.0"
 
 [install]
 command = "sh /home/builder/source/install.sh 1.0.0"

@@ -16,7 +16,8 @@ use sandbench::provision::{AgentShipping, Resources};
 use sandbench::report::Status;
 use sandbench::run::{RunOptions, run};
 use sandbench::station::sandbox;
-use sandbench_proto::plan::{fact, phase};
+use sandbench_proto::Phase;
+use sandbench_proto::plan::fact;
 use sandbench_proto::v1::PhaseStatus;
 
 /// The demo's spec cut to prepare, install and measure (a cold and a warm start of whichever
@@ -157,9 +158,9 @@ async fn a_head_that_built_the_executable_but_installed_through_node_is_refused(
         let id = live.sandbox.id.clone();
         sandbox::deliver_source(&*h.provisioner, &plan, &live.sandbox, &agent_plan).await.unwrap();
         let timeout = Duration::from_secs(300);
-        let prepared = sandbox::run_phase(&hub, &id, &agent_plan, phase::PREPARE, 0, timeout).await.unwrap();
+        let prepared = sandbox::run_phase(&hub, &id, &agent_plan, Phase::Prepare, 0, timeout).await.unwrap();
         assert_eq!(prepared.status, PhaseStatus::Ok, "{}", prepared.error);
-        let installed = sandbox::run_phase(&hub, &id, &agent_plan, phase::INSTALL, 0, timeout).await.unwrap();
+        let installed = sandbox::run_phase(&hub, &id, &agent_plan, Phase::Install, 0, timeout).await.unwrap();
         h.teardown(&live.sandbox).await;
         hub.close().await;
         assert_ne!(installed.status, PhaseStatus::Ok);

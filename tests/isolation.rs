@@ -13,7 +13,7 @@ use sandbench::observations::server::HubConfig;
 use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::provision::AgentShipping;
 use sandbench::station::sandbox;
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::PhaseStatus;
 use support::with_harness;
 
@@ -61,12 +61,12 @@ async fn each_trial_has_its_own_cache_and_nothing_left_in_shared_places_reaches_
         let plan = sandbench::spec::parse(Path::new("isolation.toml"), SPEC).unwrap_or_else(|e| panic!("{e}"));
         let agent_plan = plan.agent_plan("");
         let steps = [
-            (phase::PREPARE, 0),
-            (phase::INSTALL, 0),
-            (phase::MEASURE, 0),
-            (phase::MEASURE, 1),
-            (phase::RUNTIME, 0),
-            (phase::RUNTIME, 1),
+            (Phase::Prepare, 0),
+            (Phase::Install, 0),
+            (Phase::Measure, 0),
+            (Phase::Measure, 1),
+            (Phase::Runtime, 0),
+            (Phase::Runtime, 1),
         ];
         for (name, trial) in steps {
             let done = sandbox::run_phase(&hub, &id, &agent_plan, name, trial, Duration::from_secs(60)).await.unwrap();

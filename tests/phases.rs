@@ -11,7 +11,7 @@ use sandbench::observations::server::HubConfig;
 use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::provision::{AgentShipping, Resources};
 use sandbench::station::sandbox;
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::PhaseStatus;
 use support::{NODE_IMAGE, with_harness};
 
@@ -101,13 +101,13 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
         sandbox::deliver_source(&*h.provisioner, &plan, &live.sandbox, &agent_plan).await.unwrap();
 
         let steps = [
-            (phase::PREPARE, 0),
-            (phase::INSTALL, 0),
-            (phase::INSTALL, 1),
-            (phase::MEASURE, 0),
-            (phase::RUNTIME, 0),
-            (phase::TRANSPORT, 0),
-            (phase::UI, 0),
+            (Phase::Prepare, 0),
+            (Phase::Install, 0),
+            (Phase::Install, 1),
+            (Phase::Measure, 0),
+            (Phase::Runtime, 0),
+            (Phase::Transport, 0),
+            (Phase::Ui, 0),
         ];
         for (name, trial) in steps {
             let outcome =
@@ -160,7 +160,7 @@ struct BusyboxRun {
     files: BTreeMap<String, Vec<u8>>,
 }
 
-async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(&str, u32, &str)], fetch: &[&str]) -> BusyboxRun {
+async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(Phase, u32, &str)], fetch: &[&str]) -> BusyboxRun {
     support::ensure_busybox_image(&h.provisioner).await;
     let hub = h.hub().await;
     let request = h.request(role, support::BUSYBOX_IMAGE, AgentShipping::Bind);
@@ -171,7 +171,7 @@ async fn run_on_busybox(h: &support::Harness, role: &str, specs: &[(&str, u32, &
     for (name, trial, spec) in specs {
         let plan = sandbench::spec::parse(Path::new("test.toml"), spec).unwrap_or_else(|e| panic!("{e}"));
         let outcome =
-            sandbox::run_phase(&hub, &id, &plan.agent_plan(""), name, *trial, Duration::from_secs(120)).await.unwrap();
+            sandbox::run_phase(&hub, &id, &plan.agent_plan(""), *name, *trial, Duration::from_secs(120)).await.unwrap();
         outcomes.push((name.to_string(), *trial, outcome.status, outcome.error));
     }
     let mut files = BTreeMap::new();
@@ -386,11 +386,11 @@ async fn fixtures_in_docker_fresh_users_exact_environment_readiness_and_the_json
         let slow = ENGINE_SPEC.replace("RAW_AFTER", "600");
         let fast = ENGINE_SPEC.replace("RAW_AFTER", "50");
         let specs = [
-            (phase::INSTALL, 0, slow.as_str()),
-            (phase::INSTALL, 1, slow.as_str()),
-            (phase::MEASURE, 0, slow.as_str()),
-            (phase::MEASURE, 1, fast.as_str()),
-            (phase::RUNTIME, 0, slow.as_str()),
+            (Phase::Install, 0, slow.as_str()),
+            (Phase::Install, 1, slow.as_str()),
+            (Phase::Measure, 0, slow.as_str()),
+            (Phase::Measure, 1, fast.as_str()),
+            (Phase::Runtime, 0, slow.as_str()),
         ];
         let run = run_on_busybox(&h, "bb", &specs, &["/home/benchmark1/env", "/home/benchmark2/env"]).await;
         for (name, trial, status, error) in &run.outcomes {
@@ -474,7 +474,7 @@ unit = "ms"
 async fn failures_are_recorded_on_their_metrics_and_nothing_is_faked() {
     with_harness("failing", HubConfig::default(), |h| async move {
         let specs =
-            [(phase::INSTALL, 0, FAILING_SPEC), (phase::MEASURE, 0, FAILING_SPEC), (phase::RUNTIME, 0, FAILING_SPEC)];
+            [(Phase::Install, 0, FAILING_SPEC), (Phase::Measure, 0, FAILING_SPEC), (Phase::Runtime, 0, FAILING_SPEC)];
         let run = run_on_busybox(&h, "first", &specs, &[]).await;
         let status: Vec<PhaseStatus> = run.outcomes.iter().map(|o| o.2).collect();
         assert_eq!(status, [PhaseStatus::Failed, PhaseStatus::Failed, PhaseStatus::Failed]);
@@ -490,7 +490,7 @@ async fn failures_are_recorded_on_their_metrics_and_nothing_is_faked() {
         // A failing step: its metric gets the error, the ones after it say why they are missing,
         // the ones before keep their values; a script's invalid RESULT fails its metrics.
         let ok_install = FAILING_SPEC.replace("echo installing; exit 3", "true");
-        let specs = [(phase::INSTALL, 0, ok_install.as_str()), (phase::RUNTIME, 0, ok_install.as_str())];
+        let specs = [(Phase::Install, 0, ok_install.as_str()), (Phase::Runtime, 0, ok_install.as_str())];
         let run = run_on_busybox(&h, "second", &specs, &[]).await;
         assert_eq!(run.outcomes[0].2, PhaseStatus::Ok);
         assert_eq!(run.outcomes[1].2, PhaseStatus::Failed);
@@ -562,11 +562,11 @@ command = "true"
         let live = h.launch(h.request("git", NODE_IMAGE, AgentShipping::Bind)).await;
         let id = live.sandbox.id.clone();
         h.provisioner.upload(&id, tar_dir(repo.path(), "srv/origin-repo", 1500).into()).await.unwrap();
-        let done = sandbox::run_phase(&hub, &id, &plan.agent_plan(&commit), phase::PREPARE, 0, Duration::from_secs(60)).await.unwrap();
+        let done = sandbox::run_phase(&hub, &id, &plan.agent_plan(&commit), Phase::Prepare, 0, Duration::from_secs(60)).await.unwrap();
         assert_eq!(done.status, PhaseStatus::Ok, "{}", done.error);
         // A commit the repository does not have: refused, not silently replaced by another.
         let missing = "0123456789abcdef0123456789abcdef01234567";
-        let failed = sandbox::run_phase(&hub, &id, &plan.agent_plan(missing), phase::PREPARE, 1, Duration::from_secs(60)).await.unwrap();
+        let failed = sandbox::run_phase(&hub, &id, &plan.agent_plan(missing), Phase::Prepare, 1, Duration::from_secs(60)).await.unwrap();
         assert_eq!(failed.status, PhaseStatus::Failed);
         assert!(failed.error.starts_with("fetching the source failed"), "{}", failed.error);
         h.teardown(&live.sandbox).await;
@@ -599,7 +599,7 @@ command = "true"
 startup = ["/usr/local/bin/pty-fixture"]
 "#;
         let plan = sandbench::spec::parse(Path::new("h.toml"), spec).unwrap().agent_plan("");
-        let install = sandbox::run_phase(&hub, &id, &plan, phase::INSTALL, 0, Duration::from_secs(60)).await.unwrap();
+        let install = sandbox::run_phase(&hub, &id, &plan, Phase::Install, 0, Duration::from_secs(60)).await.unwrap();
         assert_eq!(install.status, PhaseStatus::Ok, "{}", install.error);
         // A root service that keeps starting processes as the benchmark user: killing them does
         // not make them stop appearing.
@@ -608,7 +608,7 @@ startup = ["/usr/local/bin/pty-fixture"]
         let respawner = "for i in 1 2 3 4; do (while true; do /sandbench/sandbox-agent run-as benchmark1 -- sleep 100; done) >/dev/null 2>&1 </dev/null & done";
         let (code, _) = h.provisioner.exec_capture(&id, vec!["sh".into(), "-c".into(), respawner.into()]).await.unwrap();
         assert_eq!(code, 0);
-        let measure = sandbox::run_phase(&hub, &id, &plan, phase::MEASURE, 0, Duration::from_secs(60)).await.unwrap();
+        let measure = sandbox::run_phase(&hub, &id, &plan, Phase::Measure, 0, Duration::from_secs(60)).await.unwrap();
         assert_eq!(measure.status, PhaseStatus::Failed);
         assert!(measure.error.starts_with("Processes remain for benchmark1: "), "{}", measure.error);
         h.teardown(&live.sandbox).await;
@@ -642,9 +642,9 @@ unit = "ms"
 async fn a_repeated_command_yields_a_sample_per_timed_run_each_after_its_prepare() {
     with_harness("repeated", HubConfig::default(), |h| async move {
         let specs = [
-            (phase::INSTALL, 0, REPEATED_SPEC),
-            (phase::RUNTIME, 0, REPEATED_SPEC),
-            (phase::RUNTIME, 1, REPEATED_SPEC),
+            (Phase::Install, 0, REPEATED_SPEC),
+            (Phase::Runtime, 0, REPEATED_SPEC),
+            (Phase::Runtime, 1, REPEATED_SPEC),
         ];
         let run = run_on_busybox(&h, "repeated", &specs, &["/home/benchmark1/seen"]).await;
         for (name, trial, status, error) in &run.outcomes {

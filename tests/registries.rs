@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sandbench::observations::server::Hub;
 use sandbench::observations::store::{Data, StoredBody, read_events};
 use sandbench::station::sandbox;
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::PhaseStatus;
 use support::{NODE_IMAGE, with_harness};
 
@@ -85,7 +85,7 @@ async fn npm_and_pip_install_through_the_bridge_and_the_timed_trials_come_from_t
         let live = h.launch(h.request("reg", NODE_IMAGE, sandbench::provision::AgentShipping::Bind)).await;
         let id = live.sandbox.id.clone();
         let started = Instant::now();
-        let steps = [(phase::PREPARE, 0), (phase::INSTALL, 0), (phase::INSTALL, 1)];
+        let steps = [(Phase::Prepare, 0), (Phase::Install, 0), (Phase::Install, 1)];
         for (name, trial) in steps {
             let done = sandbox::run_phase(&hub, &id, &agent_plan, name, trial, Duration::from_secs(600)).await.unwrap();
             if done.status != PhaseStatus::Ok {
@@ -190,7 +190,7 @@ async fn the_bridge_refuses_other_methods_hosts_path_tricks_huge_answers_and_flo
             &hub,
             &live.sandbox.id,
             &plan.agent_plan("none"),
-            phase::PREPARE,
+            Phase::Prepare,
             0,
             Duration::from_secs(300),
         )

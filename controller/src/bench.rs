@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use sandbench_proto::plan::phase;
 use sandbench_proto::v1::{Command, RunPhase, command};
 
 use crate::observations::server::HubConfig;
@@ -246,7 +245,7 @@ impl Bench {
                 let command = Command {
                     command_id: format!("{id}-stream"),
                     body: Some(command::Body::RunPhase(RunPhase {
-                        phase: phase::SYNTHETIC.into(),
+                        phase: sandbench_proto::Phase::Synthetic.to_string(),
                         trial: 0,
                         plan,
                         stepwise: false,

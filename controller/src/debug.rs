@@ -10,7 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
 use futures_util::StreamExt;
-use sandbench_proto::plan::{AgentPlan, phase};
+use sandbench_proto::Phase;
+use sandbench_proto::plan::AgentPlan;
 use sandbench_proto::v1::PhaseStatus;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
@@ -38,41 +39,11 @@ pub struct DebugOptions {
     pub dead_man: Duration,
 }
 
-/// Phases in the order a run takes them.
-const ORDER: [&str; 6] = phase::ALL;
-
-/// The phase commands that reach `upto` trial `trial`: what that phase depends on, then it.
-pub fn steps(upto: &str, trial: u32) -> anyhow::Result<Vec<(&'static str, u32)>> {
-    let Some(last) = ORDER.iter().position(|p| *p == upto) else {
-        bail!("unknown phase {upto:?}; phases are {}", ORDER.join(", "));
-    };
-    let mut steps = vec![(phase::PREPARE, 0)];
-    // Transport needs only the prepared source; ui the first installation.
-    match upto {
-        phase::TRANSPORT => return Ok(vec![(phase::PREPARE, 0), (phase::TRANSPORT, trial)]),
-        phase::UI => return Ok(vec![(phase::PREPARE, 0), (phase::INSTALL, 0), (phase::UI, trial)]),
-        _ => {}
-    }
-    if last >= 1 {
-        // Measure and runtime need this sandbox's first installation.
-        steps.push((phase::INSTALL, 0));
-        if last == 1 && trial > 0 {
-            steps.push((phase::INSTALL, trial));
-        }
-    }
-    if last >= 2 {
-        steps.push((phase::MEASURE, trial));
-    }
-    if last >= 3 {
-        steps.push((phase::RUNTIME, trial));
-    }
-    Ok(steps)
-}
-
 /// Runs the session; true when every phase succeeded.
 pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
     let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let steps = steps(opts.phase.as_deref().unwrap_or(phase::RUNTIME), opts.trial)?;
+    // The phases up to the one asked for, as a fresh sandbox steps through them.
+    let steps = opts.phase.as_deref().map_or(Ok(Phase::Runtime), Phase::of_spec)?.path(opts.trial);
     let commit = match &plan.source {
         SourceSettings::Local { repository } => crate::source::resolve(repository, &opts.rev).await?,
         _ => opts.rev.clone(),
@@ -116,7 +87,7 @@ impl Session<'_> {
         self.station.dir().join("control.sock")
     }
 
-    async fn run(&self, steps: &[(&'static str, u32)], cancel: &mut watch::Receiver<bool>) -> anyhow::Result<bool> {
+    async fn run(&self, steps: &[(Phase, u32)], cancel: &mut watch::Receiver<bool>) -> anyhow::Result<bool> {
         let plan = self.plan;
         let mut request = self.station.plan_request("debug", plan, self.opts.shipping)?;
         request.labels.insert(labels::CONTROL.to_string(), self.control().display().to_string());
@@ -168,7 +139,7 @@ impl Session<'_> {
     async fn steps(
         &self,
         live: &LiveSandbox,
-        steps: &[(&'static str, u32)],
+        steps: &[(Phase, u32)],
         cancel: &mut watch::Receiver<bool>,
     ) -> anyhow::Result<bool> {
         let provisioner = &**self.station.provisioner();
@@ -177,7 +148,7 @@ impl Session<'_> {
         let id = &live.sandbox.id;
         for (name, trial) in steps {
             let outcome = tokio::select! {
-                o = sandbox::run_phase(&hub, id, self.agent_plan, name, *trial, Duration::from_secs(3600)) => o?,
+                o = sandbox::run_phase(&hub, id, self.agent_plan, *name, *trial, Duration::from_secs(3600)) => o?,
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
             };
             if outcome.status != PhaseStatus::Ok {
@@ -261,12 +232,15 @@ async fn serve_rerun(
     let mut lines = BufReader::new(read).lines();
     let line = lines.next_line().await?.context("empty request")?;
     let request: serde_json::Value = serde_json::from_str(&line)?;
-    let name = request["phase"].as_str().unwrap_or_default().to_string();
+    let name = request["phase"].as_str().unwrap_or_default();
     let trial = request["trial"].as_u64().unwrap_or(0) as u32;
-    let Some(name) = ORDER.iter().find(|p| **p == name) else {
-        let error = serde_json::json!({ "error": format!("unknown phase {name:?}; phases are {}", ORDER.join(", ")) });
-        write.write_all(format!("{error}\n").as_bytes()).await?;
-        return Ok(());
+    let name = match Phase::of_spec(name) {
+        Ok(phase) => phase,
+        Err(unknown) => {
+            let error = serde_json::json!({ "error": unknown.to_string() });
+            write.write_all(format!("{error}\n").as_bytes()).await?;
+            return Ok(());
+        }
     };
     let command_id = format!("{name}-{trial}-rerun{}", reruns.fetch_add(1, Ordering::Relaxed) + 1);
     let mut events = hub.subscribe();
@@ -312,21 +286,4 @@ async fn forward(
         write.write_all(format!("{line}\n").as_bytes()).await?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::steps;
-
-    #[test]
-    fn phases_run_up_to_the_one_asked_for() {
-        assert_eq!(steps("prepare", 0).unwrap(), [("prepare", 0)]);
-        assert_eq!(steps("install", 0).unwrap(), [("prepare", 0), ("install", 0)]);
-        assert_eq!(steps("install", 2).unwrap(), [("prepare", 0), ("install", 0), ("install", 2)]);
-        assert_eq!(steps("measure", 1).unwrap(), [("prepare", 0), ("install", 0), ("measure", 1)]);
-        assert_eq!(steps("runtime", 0).unwrap(), [("prepare", 0), ("install", 0), ("measure", 0), ("runtime", 0)]);
-        assert_eq!(steps("transport", 2).unwrap(), [("prepare", 0), ("transport", 2)]);
-        assert_eq!(steps("ui", 1).unwrap(), [("prepare", 0), ("install", 0), ("ui", 1)]);
-        assert!(steps("deploy", 0).unwrap_err().to_string().contains("phases are prepare, install, measure, runtime"));
-    }
 }

@@ -1,5 +1,6 @@
 //! sandbench protocol v1, generated from `proto/sandbench/v1/agent.proto`, and the vocabulary
-//! agent and controller share: phase names ([`phase`]), metric keys ([`metric`]), sides ([`Side`]).
+//! agent and controller share: phases ([`Phase`]), metric keys ([`metric`]), sides
+//! ([`Side`]).
 
 /// Generated messages and the `Agent` service.
 #[allow(clippy::all, missing_docs)]
@@ -14,9 +15,10 @@ pub mod cap;
 pub mod conditions;
 pub mod lens;
 pub mod metric;
+pub mod phase;
 mod side;
 
-pub use plan::phase;
+pub use phase::{Phase, UnknownPhase};
 pub use side::{Side, UnknownSide};
 
 /// Largest message either side accepts or sends. Event batches are cut well below it.

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
-use sandbench_proto::plan::{AgentPlan, Runtime, phase};
+use sandbench_proto::Phase;
+use sandbench_proto::plan::{AgentPlan, Runtime};
 use sandbench_proto::v1::PhaseStatus;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -455,21 +456,21 @@ pub struct Target {
     pub key: String,
     /// The step's metric (the key without a lens suffix).
     pub stem: String,
-    pub phase: &'static str,
+    pub phase: Phase,
     pub lens: Lens,
 }
 
 impl Target {
     /// Finds the step of `plan` that records `metric` under `lens`, or says which metrics can be.
     pub fn of(plan: &Plan, metric: &str, lens: Lens) -> anyhow::Result<Target> {
-        let phases = || phase::ALL.into_iter();
+        let phases = || Phase::ALL.into_iter();
         match lens {
             Lens::Instructions => {
                 let (stem, key) = match sandbench_proto::lens::split(metric) {
                     Some((stem, _)) => (stem.to_string(), metric.to_string()),
                     None => (metric.to_string(), format!("{metric}{}", sandbench_proto::lens::INSTRUCTIONS)),
                 };
-                let Some(phase) = phases().find(|p| plan.lens_stems_of_phase(p).contains(&stem)) else {
+                let Some(phase) = phases().find(|p| plan.lens_stems_of_phase(*p).contains(&stem)) else {
                     let counted: Vec<String> = phases().flat_map(|p| plan.lens_stems_of_phase(p)).collect();
                     bail!(
                         "no step of {} counts {stem} under the instruction lens (give it `instructions = true`); \
@@ -481,7 +482,7 @@ impl Target {
                 Ok(Target { key, stem, phase, lens })
             }
             Lens::Wall => {
-                let Some(phase) = phases().find(|p| plan.metrics_of_phase(p).iter().any(|m| m == metric)) else {
+                let Some(phase) = phases().find(|p| plan.metrics_of_phase(*p).iter().any(|m| m == metric)) else {
                     let all: Vec<String> = phases().flat_map(|p| plan.metrics_of_phase(p)).collect();
                     bail!("no step of {} records {metric}; its metrics: {}", plan.spec_path.display(), all.join(", "));
                 };
@@ -490,40 +491,30 @@ impl Target {
         }
     }
 
-    /// The phase commands one commit runs: prepare, the first install where the phase needs it,
-    /// then the phase (its trials, for wall time).
-    pub fn steps(&self, plan: &Plan) -> Vec<(&'static str, u32)> {
-        let mut steps = vec![(phase::PREPARE, 0)];
-        if self.phase == phase::PREPARE {
-            return steps;
-        }
-        if self.phase != phase::TRANSPORT && self.phase != phase::INSTALL {
-            steps.push((phase::INSTALL, 0));
-        }
-        let trials = match (self.lens, self.phase) {
-            (Lens::Instructions, _) => 1,
-            (Lens::Wall, phase::INSTALL) => plan.trials.install,
-            (Lens::Wall, phase::MEASURE) => plan.trials.measure,
-            (Lens::Wall, phase::TRANSPORT) => plan.trials.transport,
-            (Lens::Wall, phase::UI) => plan.trials.ui,
-            (Lens::Wall, _) => plan.trials.runtime,
+    /// The phase commands one commit runs: what the phase needs ([`Phase::needs`]: prepare, and
+    /// the first install where it uses the installation), then the phase (its trials, for wall
+    /// time).
+    pub fn steps(&self, plan: &Plan) -> Vec<(Phase, u32)> {
+        let trials = match self.lens {
+            Lens::Instructions => 1,
+            Lens::Wall => plan.trials.of(self.phase),
         };
-        steps.extend((0..trials.max(1)).map(|t| (self.phase, t)));
-        steps
+        let needed = self.phase.needs().iter().map(|&p| (p, 0));
+        needed.chain((0..trials.max(1)).map(|t| (self.phase, t))).collect()
     }
 
     /// `plan` cut to the step that records the metric: the other commands, scripts and
     /// scenarios of its section are dropped, and the measure phase keeps its lens only when it is
     /// the one counted.
     pub fn narrow(&self, mut plan: AgentPlan) -> AgentPlan {
-        if self.phase != phase::MEASURE {
+        if self.phase != Phase::Measure {
             plan.measure.instructions = false;
         }
         let section = match self.phase {
-            phase::RUNTIME => Some(&mut plan.runtime),
-            phase::TRANSPORT => Some(&mut plan.transport),
-            phase::UI => Some(&mut plan.ui),
-            _ => None,
+            Phase::Runtime => Some(&mut plan.runtime),
+            Phase::Transport => Some(&mut plan.transport),
+            Phase::Ui => Some(&mut plan.ui),
+            Phase::Prepare | Phase::Install | Phase::Measure | Phase::Synthetic => None,
         };
         if let Some(section) = section {
             let stem = &self.stem;

@@ -379,7 +379,7 @@ impl Bridge {
             total.requests, total.hits, total.refused
         )];
         for ((sandbox, command), c) in &tally.by_command {
-            if !command.starts_with(sandbench_proto::phase::PREPARE) {
+            if !command.starts_with(sandbench_proto::Phase::Prepare.as_str()) {
                 out.push(format!(
                     "registries: {sandbox} {command}: {} requests, {} from the cache{}",
                     c.requests,

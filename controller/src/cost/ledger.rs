@@ -484,7 +484,7 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
-    use sandbench_proto::{Side, phase};
+    use sandbench_proto::{Phase, Side};
 
     use super::*;
     use crate::cost::{PhaseCost, PhaseUsage, SandboxCost};
@@ -520,7 +520,7 @@ mod tests {
             estimated_usd: usd,
             peak_memory_bytes: 1 << 20,
             cost: Some(SandboxCost {
-                phases: vec![stretch(phase::PREPARE, 20.0), stretch(phase::INSTALL, 40.0)],
+                phases: vec![stretch(Phase::Prepare.as_str(), 20.0), stretch(Phase::Install.as_str(), 40.0)],
                 allocation_usd: usd,
                 max_usd: usd,
                 usage_usd: usd / 2.0,

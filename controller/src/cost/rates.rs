@@ -24,7 +24,7 @@ pub struct RateCard {
 }
 
 /// Names of the stretches of a sandbox's life that are not agent phases (those are named by
-/// `sandbench_proto::phase`).
+/// [`sandbench_proto::Phase`]).
 pub mod stretch {
     /// From the create request until the first phase.
     pub const PROVISION: &str = "provision";
@@ -171,7 +171,7 @@ pub fn attribute(marks: &[(f64, String)], samples: &[(f64, u64, u64)], end: f64)
 
 #[cfg(test)]
 mod tests {
-    use sandbench_proto::phase;
+    use sandbench_proto::Phase;
 
     use super::*;
 
@@ -199,7 +199,12 @@ mod tests {
         let cost = phase_cost(
             &RATES,
             REFERENCE,
-            PhaseUsage { phase: phase::MEASURE.into(), seconds: 600.0, cpu_seconds: 300.0, memory_gib_seconds: 1200.0 },
+            PhaseUsage {
+                phase: Phase::Measure.to_string(),
+                seconds: 600.0,
+                cpu_seconds: 300.0,
+                memory_gib_seconds: 1200.0,
+            },
         );
         assert!(close(cost.allocation_usd, 0.05)); // 600/3600 × 0.30
         // usage: 300/3600 × 0.05 + 1200/3600 × 0.01 + 600/3600 × 20 × 0.001
@@ -221,7 +226,7 @@ mod tests {
     #[test]
     fn a_failed_removal_is_charged_until_expiry() {
         let phases = vec![PhaseUsage {
-            phase: phase::INSTALL.into(),
+            phase: Phase::Install.to_string(),
             seconds: 120.0,
             cpu_seconds: 0.0,
             memory_gib_seconds: 0.0,
@@ -238,8 +243,8 @@ mod tests {
     fn samples_are_attributed_to_the_phase_in_force() {
         let marks = vec![
             (0.0, stretch::PROVISION.to_string()),
-            (1.0, phase::PREPARE.to_string()),
-            (3.0, phase::INSTALL.to_string()),
+            (1.0, Phase::Prepare.to_string()),
+            (3.0, Phase::Install.to_string()),
         ];
         let gib = 1u64 << 30;
         // (t, cumulative CPU ns, memory bytes)

@@ -15,7 +15,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use futures_util::{FutureExt, StreamExt};
 use hyper_util::rt::TokioIo;
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::agent_client::AgentClient;
 use sandbench_proto::v1::{
     AgentMessage, Event, EventBatch, Facts, Heartbeat, Hello, Log, LogStream, Observation, PhaseDone, PhaseStarted,
@@ -107,7 +107,7 @@ impl Script {
     /// Observes, in each phase, the metrics `plan` expects of it, with their raw units.
     pub fn for_plan(plan: &Plan) -> Script {
         let mut script = Script::default();
-        for name in [phase::PREPARE, phase::INSTALL, phase::MEASURE, phase::RUNTIME] {
+        for name in [Phase::Prepare, Phase::Install, Phase::Measure, Phase::Runtime] {
             for key in plan.metrics_of_phase(name) {
                 let def = plan.metrics.iter().find(|m| m.key == key);
                 let scale = def.map_or(1.0, |d| d.scale);
@@ -117,7 +117,7 @@ impl Script {
                     Some(other) => other,
                     None => "",
                 };
-                let once = name == phase::PREPARE || key == sandbench_proto::metric::DISK;
+                let once = name == Phase::Prepare || key == sandbench_proto::metric::DISK;
                 let metric = ScriptMetric {
                     key: key.clone(),
                     unit: unit.to_string(),
@@ -874,7 +874,9 @@ impl FakeAgent {
     ) -> anyhow::Result<bool> {
         let role = self.request.role.clone();
         let mut answer = self.script.answer(&role, &run.phase, run.trial);
-        let gated = run.phase == phase::MEASURE || run.phase == phase::RUNTIME;
+        // As the real agent, by the phase named on the wire.
+        let phase = run.phase.parse::<Phase>().ok();
+        let gated = phase.is_some_and(Phase::needs_install);
         if gated && !self.installed && answer.error.is_none() {
             // As the real agent: no measure user before a successful installation.
             let cause = "The first installation must succeed before interactive measurements".to_string();
@@ -918,7 +920,7 @@ impl FakeAgent {
                 sample: 0,
             }));
         }
-        if run.phase == phase::INSTALL && answer.error.is_none() {
+        if phase == Some(Phase::Install) && answer.error.is_none() {
             self.installed = true;
         }
         let status = if answer.error.is_some() { PhaseStatus::Failed } else { PhaseStatus::Ok };

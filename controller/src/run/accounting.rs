@@ -16,6 +16,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use sandbench_proto::Phase;
+
 use super::gate::TrialResult;
 use super::schedule::{Side, Slot, Stage};
 use crate::observations::store::StoredBody;
@@ -37,9 +39,9 @@ pub fn side_of(run_id: &str, sandbox: &str) -> Option<Side> {
 }
 
 /// `install-3` → (`install`, 3).
-fn parse_command(command_id: &str) -> Option<(&str, u32)> {
+fn parse_command(command_id: &str) -> Option<(Phase, u32)> {
     let (name, trial) = command_id.rsplit_once('-')?;
-    Some((name, trial.parse().ok()?))
+    Some((name.parse().ok()?, trial.parse().ok()?))
 }
 
 /// The first completion of a slot.
@@ -53,7 +55,7 @@ pub struct Completion {
 /// Which slots a run directory's log holds as complete, and when each sandbox was last heard of.
 #[derive(Debug, Default, Clone)]
 pub struct Accounting {
-    done: BTreeMap<(Side, String, u32), Completion>,
+    done: BTreeMap<(Side, Phase, u32), Completion>,
     /// First and last event time per sandbox (unix ms).
     seen: BTreeMap<String, (u64, u64)>,
 }
@@ -84,7 +86,7 @@ impl Accounting {
             else {
                 continue;
             };
-            accounting.done.entry((side, name.to_string(), trial)).or_insert(Completion {
+            accounting.done.entry((side, name, trial)).or_insert(Completion {
                 sandbox: event.sandbox,
                 ok: status == "ok",
                 error,
@@ -93,8 +95,8 @@ impl Accounting {
         accounting
     }
 
-    pub fn completion(&self, side: Side, phase: &str, trial: u32) -> Option<&Completion> {
-        self.done.get(&(side, phase.to_string(), trial))
+    pub fn completion(&self, side: Side, phase: Phase, trial: u32) -> Option<&Completion> {
+        self.done.get(&(side, phase, trial))
     }
 
     /// How a slot ended, when it completed.
@@ -146,7 +148,6 @@ pub struct Resumed {
 
 #[cfg(test)]
 mod tests {
-    use sandbench_proto::plan::phase;
 
     use super::*;
     use crate::observations::store::StoredEvent;
@@ -167,7 +168,7 @@ mod tests {
         let (name, trial) = parse_command(command).unwrap();
         let body = StoredBody::Observation {
             command_id: command.into(),
-            metric: name.into(),
+            metric: name.to_string(),
             trial,
             value: Some(1.0),
             error: None,
@@ -178,7 +179,7 @@ mod tests {
     }
 
     fn stages() -> Vec<Stage> {
-        schedule::build(&[(phase::INSTALL, 2), (phase::MEASURE, 3), (phase::RUNTIME, 0)], 1)
+        schedule::build(&[(Phase::Install, 2), (Phase::Measure, 3), (Phase::Runtime, 0)], 1)
     }
 
     fn names(slots: &[Slot]) -> Vec<String> {
@@ -206,7 +207,7 @@ mod tests {
             ["measure1-head", "measure1-base", "measure2-base", "measure2-head"]
         );
         // A failed trial counts as done (its failure is not retried) and keeps its result.
-        let failed = Slot { phase: phase::INSTALL, trial: 1, pair: 0, side: Side::Head };
+        let failed = Slot { phase: Phase::Install, trial: 1, pair: 0, side: Side::Head };
         assert!(matches!(accounting.result(&failed), Some(TrialResult::Failed { lost: false, .. })));
         let sandbox = |role: &str| format!("sandbench-{RUN}-{role}");
         // The cut trial's observation is not counted; a complete one is.
@@ -227,7 +228,7 @@ mod tests {
         ];
         let accounting = Accounting::from_events(RUN, log);
         let sandbox = |role: &str| format!("sandbench-{RUN}-{role}");
-        assert_eq!(accounting.completion(Side::Base, phase::INSTALL, 0).unwrap().sandbox, sandbox("base"));
+        assert_eq!(accounting.completion(Side::Base, Phase::Install, 0).unwrap().sandbox, sandbox("base"));
         assert!(!accounting.counts(RUN, &sandbox("base-r2"), "install-0", true));
         assert!(accounting.counts(RUN, &sandbox("base"), "install-0", false));
         assert!(!accounting.counts(RUN, &sandbox("base"), "measure-0", false), "cut in the dead attempt");
@@ -246,7 +247,7 @@ mod tests {
         assert_eq!(role("head0", 1), "head0");
         assert_eq!(role("head0", 2), "head0-r2");
         // With two pairs, a slot is complete whichever pair's sandbox ran it.
-        let stages = schedule::build(&[(phase::MEASURE, 2)], 2);
+        let stages = schedule::build(&[(Phase::Measure, 2)], 2);
         let log = vec![done("base1", 1, "measure-1", "ok"), done("head0-r2", 2, "measure-0", "ok")];
         let accounting = Accounting::from_events(RUN, log);
         assert_eq!(names(&accounting.missing(&stages)), ["measure0-base", "measure1-head"]);

@@ -465,7 +465,7 @@ fn finish(report: &mut Report, finished: Finished, notes: Vec<String>, dir: &Pat
 fn grow_report(report: &mut Report, plan: &Plan, adapted: &Adapted) {
     report.sequential = Some(adapted.sequential.clone());
     for (name, trials) in &adapted.trials {
-        for key in plan.metrics_of_phase(name) {
+        for key in plan.metrics_of_phase(*name) {
             if key != sandbench_proto::metric::DISK {
                 report.expected.insert(key, *trials);
             }

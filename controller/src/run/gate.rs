@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 
 use super::schedule::{Side, Slot, label};
 
@@ -81,7 +81,7 @@ pub struct Gates {
     pairs: usize,
     failure_limit: u32,
     sandboxes: BTreeMap<(usize, Side), SandboxGate>,
-    streaks: BTreeMap<(usize, Side, &'static str), Streak>,
+    streaks: BTreeMap<(usize, Side, Phase), Streak>,
 }
 
 impl Gates {
@@ -112,7 +112,7 @@ impl Gates {
         if streak.blocked {
             return (Decision::Skip, None);
         }
-        if crate::spec::Plan::needs_install(slot.phase) && installed != Some(true) {
+        if slot.phase.needs_install() && installed != Some(true) {
             streak.blocked = true;
             let label = label(slot.side, slot.pair, self.pairs);
             return (
@@ -127,7 +127,7 @@ impl Gates {
     /// would follow. Returns the errors to report, in order.
     pub fn record(&mut self, slot: &Slot, result: &TrialResult, remaining: u32) -> Vec<String> {
         let sandbox = self.sandboxes.entry((slot.pair, slot.side)).or_default();
-        if slot.phase == phase::INSTALL && sandbox.installed.is_none() {
+        if slot.phase == Phase::Install && sandbox.installed.is_none() {
             sandbox.installed = Some(*result == TrialResult::Ok);
         }
         let streak = self.streaks.entry((slot.pair, slot.side, slot.phase)).or_default();
@@ -210,7 +210,7 @@ mod tests {
     }
 
     fn stages(install: u32, measure: u32, runtime: u32, pairs: usize) -> Vec<Stage> {
-        schedule::build(&[(phase::INSTALL, install), (phase::MEASURE, measure), (phase::RUNTIME, runtime)], pairs)
+        schedule::build(&[(Phase::Install, install), (Phase::Measure, measure), (Phase::Runtime, runtime)], pairs)
     }
 
     fn fail(cause: &str) -> TrialResult {
@@ -231,7 +231,7 @@ mod tests {
     #[test]
     fn a_failed_first_install_gates_measure_and_runtime_of_that_sandbox_only() {
         let mut gates = ready_gates(1, 5);
-        let result = |s: &Slot| match (s.phase, s.trial, s.side) {
+        let result = |s: &Slot| match (s.phase.as_str(), s.trial, s.side) {
             ("install", 0, Side::Head) => fail("exit 1"),
             _ => TrialResult::Ok,
         };
@@ -254,7 +254,7 @@ mod tests {
     fn the_failure_streak_is_per_pair_and_side() {
         // The bug this replaced: pair 2 failing blocked the same side of pairs 0 and 1.
         let mut gates = ready_gates(3, 2);
-        let result = |s: &Slot| match (s.phase, s.pair, s.side) {
+        let result = |s: &Slot| match (s.phase.as_str(), s.pair, s.side) {
             ("measure", 2, Side::Head) => fail("no prompt"),
             _ => TrialResult::Ok,
         };
@@ -292,7 +292,7 @@ mod tests {
     #[test]
     fn different_causes_or_a_success_reset_the_streak() {
         let mut gates = ready_gates(1, 2);
-        let result = |s: &Slot| match (s.phase, s.trial, s.side) {
+        let result = |s: &Slot| match (s.phase.as_str(), s.trial, s.side) {
             ("measure", 0, Side::Base) => fail("a"),
             ("measure", 1, Side::Base) => fail("b"),
             ("measure", 3, Side::Base) => fail("b"),
@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn a_lost_sandbox_runs_nothing_more_and_the_other_side_goes_on() {
         let mut gates = ready_gates(1, 2);
-        let result = |s: &Slot| match (s.phase, s.trial, s.side) {
+        let result = |s: &Slot| match (s.phase.as_str(), s.trial, s.side) {
             ("measure", 1, Side::Head) => TrialResult::Failed { cause: "sandbox stopped".into(), lost: true },
             _ => TrialResult::Ok,
         };

@@ -215,7 +215,8 @@ pub fn agent_warnings(dir: &Path) -> Vec<String> {
 
 pub fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Report {
     let mut expected = BTreeMap::new();
-    for (name, n) in std::iter::once((sandbench_proto::phase::PREPARE, 1)).chain(plan.timed_phases()) {
+    for name in sandbench_proto::Phase::ALL {
+        let n = plan.trials.of(name);
         for m in plan.metrics_of_phase(name) {
             expected.insert(m.clone(), if m == sandbench_proto::metric::DISK { 1 } else { n });
         }

@@ -6,6 +6,7 @@
 //! `t % pairs`, and each pair alternates its sides ABBA — base then head on its even rounds,
 //! head then base on its odd ones — so drift hits both sides alike.
 
+use sandbench_proto::Phase;
 pub use sandbench_proto::Side;
 
 use crate::shard::Shard;
@@ -19,7 +20,7 @@ pub fn label(side: Side, pair: usize, pairs: usize) -> String {
 /// One timed trial of one sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
-    pub phase: &'static str,
+    pub phase: Phase,
     pub trial: u32,
     pub pair: usize,
     pub side: Side,
@@ -28,19 +29,19 @@ pub struct Slot {
 /// One phase's slots: one lane per pair, the lanes walked in parallel, each in order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stage {
-    pub phase: &'static str,
+    pub phase: Phase,
     pub lanes: Vec<Vec<Slot>>,
 }
 
 /// The timed phases of a run, in the order given with their trial counts (`Plan::timed_phases`),
 /// and `pairs` pairs (at least one).
-pub fn build(phases: &[(&'static str, u32)], pairs: usize) -> Vec<Stage> {
+pub fn build(phases: &[(Phase, u32)], pairs: usize) -> Vec<Stage> {
     build_for(phases, pairs, None)
 }
 
 /// [`build`] for one shard of a sharded run: only the trials `shard` owns
 /// ([`crate::shard`]), split across this run's pairs in turn as [`build`] splits all of them.
-pub fn build_for(phases: &[(&'static str, u32)], pairs: usize, shard: Option<Shard>) -> Vec<Stage> {
+pub fn build_for(phases: &[(Phase, u32)], pairs: usize, shard: Option<Shard>) -> Vec<Stage> {
     let pairs = pairs.max(1);
     phases
         .iter()
@@ -54,7 +55,7 @@ pub fn build_for(phases: &[(&'static str, u32)], pairs: usize, shard: Option<Sha
 /// The slots that grow a phase from `from` to `to` trials (an adaptive run's added pairs):
 /// split across pairs and ordered ABBA as if the phase had had `to` trials from the start, so
 /// each pair's rounds go on alternating where its planned ones stopped.
-pub fn grow(phase: &'static str, from: u32, to: u32, pairs: usize) -> Stage {
+pub fn grow(phase: Phase, from: u32, to: u32, pairs: usize) -> Stage {
     let pairs = pairs.max(1);
     let all: Vec<u32> = (0..to).collect();
     let lanes = (0..pairs)
@@ -63,7 +64,7 @@ pub fn grow(phase: &'static str, from: u32, to: u32, pairs: usize) -> Stage {
     Stage { phase, lanes }
 }
 
-fn lane(name: &'static str, trials: &[u32], pair: usize, pairs: usize) -> Vec<Slot> {
+fn lane(name: Phase, trials: &[u32], pair: usize, pairs: usize) -> Vec<Slot> {
     let mine = trials.iter().enumerate().filter(|(at, _)| at % pairs == pair).map(|(_, t)| *t);
     mine.enumerate()
         .flat_map(|(round, trial)| {
@@ -97,10 +98,9 @@ pub fn sharded_install_trials(asked: u32, pairs: usize, shard: Option<Shard>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbench_proto::plan::phase;
 
-    fn trials(install: u32, measure: u32, runtime: u32) -> [(&'static str, u32); 3] {
-        [(phase::INSTALL, install), (phase::MEASURE, measure), (phase::RUNTIME, runtime)]
+    fn trials(install: u32, measure: u32, runtime: u32) -> [(Phase, u32); 3] {
+        [(Phase::Install, install), (Phase::Measure, measure), (Phase::Runtime, runtime)]
     }
 
     fn order(lane: &[Slot]) -> Vec<(u32, &'static str)> {
@@ -169,7 +169,7 @@ mod tests {
     fn grown_trials_go_on_with_each_pairs_abba_rounds() {
         // One pair: measure planned with 3 trials, grown to 6. Rounds 3, 4 and 5 continue the
         // alternation: head first on the odd rounds.
-        let grown = grow(phase::MEASURE, 3, 6, 1);
+        let grown = grow(Phase::Measure, 3, 6, 1);
         assert_eq!(
             order(&grown.lanes[0]),
             [(3, "head"), (3, "base"), (4, "base"), (4, "head"), (5, "head"), (5, "base")]
@@ -179,10 +179,10 @@ mod tests {
         let planned = &build(&trials(0, 3, 0), 1)[1].lanes[0];
         assert_eq!([planned.as_slice(), grown.lanes[0].as_slice()].concat(), *whole);
         // Two pairs: trial t on pair t % 2, as the plan would have put it.
-        let grown = grow(phase::RUNTIME, 5, 8, 2);
+        let grown = grow(Phase::Runtime, 5, 8, 2);
         assert_eq!(order(&grown.lanes[0]), [(6, "head"), (6, "base")]);
         assert_eq!(order(&grown.lanes[1]), [(5, "base"), (5, "head"), (7, "head"), (7, "base")]);
-        assert!(grow(phase::RUNTIME, 8, 8, 2).lanes.iter().all(Vec::is_empty));
+        assert!(grow(Phase::Runtime, 8, 8, 2).lanes.iter().all(Vec::is_empty));
     }
 
     #[test]

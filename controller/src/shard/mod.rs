@@ -105,7 +105,7 @@ pub struct ShardPart {
 
 impl ShardPart {
     /// Shard `shard` of a plan whose timed phases have these trial counts.
-    pub fn new(shard: Shard, run_id: &str, phases: &[(&'static str, u32)]) -> ShardPart {
+    pub fn new(shard: Shard, run_id: &str, phases: &[(sandbench_proto::Phase, u32)]) -> ShardPart {
         let trials = phases.iter().filter(|(_, n)| *n > 0).map(|&(p, n)| (p.to_string(), shard.trials(n))).collect();
         ShardPart { shard, run_id: run_id.to_string(), trials }
     }

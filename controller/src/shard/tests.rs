@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 use tokio::sync::watch;
 
 use super::Shard;
@@ -88,7 +88,7 @@ fn every_split_is_balanced_disjoint_and_covering() {
 #[test]
 fn a_shards_schedule_walks_only_its_trials_abba_split_across_its_pairs() {
     let shard = Shard { index: 2, count: 2 };
-    let phases = [(phase::INSTALL, schedule::sharded_install_trials(1, 2, Some(shard))), (phase::MEASURE, 7)];
+    let phases = [(Phase::Install, schedule::sharded_install_trials(1, 2, Some(shard))), (Phase::Measure, 7)];
     assert_eq!(phases[0].1, 4, "every pair of every shard installs its own sandboxes");
     let stages = schedule::build_for(&phases, 2, Some(shard));
     let order = |lane: &[schedule::Slot]| lane.iter().map(|s| (s.trial, s.side)).collect::<Vec<_>>();
@@ -134,9 +134,9 @@ fn options(dir: &Path, shard: Shard) -> crate::run::RunOptions {
 async fn run_shard(dir: &Path, index: u32, speed: f64) -> PathBuf {
     let opts = options(dir, Shard { index, count: 2 });
     let plan = crate::spec::load(&opts.spec).unwrap_or_else(|e| panic!("{e}"));
-    let script = Script::for_plan(&plan).on("base", phase::MEASURE, None, Answer::Scale(speed)).on(
+    let script = Script::for_plan(&plan).on("base", Phase::Measure.as_str(), None, Answer::Scale(speed)).on(
         "head",
-        phase::MEASURE,
+        Phase::Measure.as_str(),
         None,
         Answer::Scale(speed * 2.0),
     );
@@ -167,8 +167,8 @@ async fn two_shards(tmp: &Path) -> (PathBuf, PathBuf, crate::publish::Target) {
     let (one, two) = (run_shard(tmp, 1, 1.0).await, run_shard(tmp, 2, 3.0).await);
     // Each shard ran its own trials, and says so.
     let record = super::ShardRecord::load(&two).unwrap();
-    assert_eq!(record.part.trials[phase::MEASURE], [1, 3, 5]);
-    assert_eq!(record.part.trials[phase::INSTALL], [1]);
+    assert_eq!(record.part.trials[Phase::Measure.as_str()], [1, 3, 5]);
+    assert_eq!(record.part.trials[Phase::Install.as_str()], [1]);
     assert_eq!(trials(&read_report(&two).head_side, "cold"), [1, 3, 5]);
     let target = crate::publish::Target {
         forge: "github".into(),

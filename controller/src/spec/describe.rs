@@ -2,8 +2,9 @@
 
 use std::fmt::Write;
 
+use sandbench_proto::Phase;
 use sandbench_proto::metric;
-use sandbench_proto::plan::{Channel, Check, Runtime, ScenarioStep, phase};
+use sandbench_proto::plan::{Channel, Check, Runtime, ScenarioStep};
 
 use super::metrics::MetricDef;
 use super::{Plan, SourceSettings};
@@ -169,10 +170,11 @@ fn lens_words(what: &str, stem: &str) -> String {
 /// The sections with scenarios, commands and scripts: runtime, transport and ui.
 fn runtime(out: &mut String, plan: &Plan) {
     let t = &plan.trials;
-    for (name, trials) in [(phase::RUNTIME, t.runtime), (phase::TRANSPORT, t.transport), (phase::UI, t.ui)] {
+    for name in [Phase::Runtime, Phase::Transport, Phase::Ui] {
+        let trials = t.of(name);
         let Some(section) = plan.section(name).filter(|_| trials > 0) else { continue };
         let who =
-            if name == phase::TRANSPORT { "as builder, in the prepared source" } else { "as the first benchmark user" };
+            if name.needs_install() { "as the first benchmark user" } else { "as builder, in the prepared source" };
         let _ = writeln!(out, "{name} ({trials} trials, {who}):");
         section_lines(out, section);
     }

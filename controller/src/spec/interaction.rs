@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use sandbench_proto::plan::{Channel, CountRule, Runtime, ScenarioStep, SocketSpec, Step, keys, phase};
+use sandbench_proto::Phase;
+use sandbench_proto::plan::{Channel, CountRule, Runtime, ScenarioStep, SocketSpec, Step, keys};
 use toml::Spanned;
 
 use super::Plan;
@@ -19,30 +20,17 @@ const MAX_HARNESS_BYTES: usize = 1024 * 1024;
 impl Plan {
     /// The timed phases in the order a run walks them, with their trial counts; a phase with
     /// nothing to do has none.
-    pub fn timed_phases(&self) -> Vec<(&'static str, u32)> {
-        let t = &self.trials;
-        vec![
-            (phase::INSTALL, t.install),
-            (phase::MEASURE, t.measure),
-            (phase::RUNTIME, t.runtime),
-            (phase::TRANSPORT, t.transport),
-            (phase::UI, t.ui),
-        ]
-    }
-
-    /// Whether a phase needs the sandbox's first installation (transport runs against the
-    /// source build, so it does not).
-    pub fn needs_install(phase_name: &str) -> bool {
-        ![phase::PREPARE, phase::INSTALL, phase::TRANSPORT].contains(&phase_name)
+    pub fn timed_phases(&self) -> Vec<(Phase, u32)> {
+        Phase::TIMED.into_iter().map(|phase| (phase, self.trials.of(phase))).collect()
     }
 
     /// The scenarios, commands and scripts of a phase that has them.
-    pub fn section(&self, phase_name: &str) -> Option<&Runtime> {
-        match phase_name {
-            phase::RUNTIME => Some(&self.agent.runtime),
-            phase::TRANSPORT => Some(&self.agent.transport),
-            phase::UI => Some(&self.agent.ui),
-            _ => None,
+    pub fn section(&self, phase: Phase) -> Option<&Runtime> {
+        match phase {
+            Phase::Runtime => Some(&self.agent.runtime),
+            Phase::Transport => Some(&self.agent.transport),
+            Phase::Ui => Some(&self.agent.ui),
+            Phase::Prepare | Phase::Install | Phase::Measure | Phase::Synthetic => None,
         }
     }
 }
@@ -429,7 +417,8 @@ impl Validator<'_> {
 mod tests {
     use std::path::Path;
 
-    use sandbench_proto::plan::{Channel, ScenarioStep, phase};
+    use sandbench_proto::Phase;
+    use sandbench_proto::plan::{Channel, ScenarioStep};
 
     use crate::spec::{SpecErrors, parse};
 
@@ -515,8 +504,8 @@ scale = 1000
     #[test]
     fn ui_and_transport_sections_become_plan_phases() {
         let plan = parse(Path::new("bench.toml"), &format!("{HEAD}{UI}")).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(plan.metrics_of_phase(phase::UI), ["open", "open_cpu", "cold_cpu", "cold"]);
-        assert_eq!(plan.metrics_of_phase(phase::TRANSPORT), ["frame_decode"]);
+        assert_eq!(plan.metrics_of_phase(Phase::Ui), ["open", "open_cpu", "cold_cpu", "cold"]);
+        assert_eq!(plan.metrics_of_phase(Phase::Transport), ["frame_decode"]);
         assert_eq!((plan.trials.ui, plan.trials.transport), (3, 10));
         let browse = &plan.agent.ui.scenarios[0];
         assert_eq!(browse.fixture.as_ref().map(|f| f.run.as_str()), Some("make-fixtures"));
@@ -538,8 +527,8 @@ scale = 1000
             phases.iter().map(|p| p.0).collect::<Vec<_>>(),
             ["install", "measure", "runtime", "transport", "ui"]
         );
-        assert!(plan.phase_limit_s(phase::UI) > 0.0);
-        assert!(!crate::spec::Plan::needs_install(phase::TRANSPORT) && crate::spec::Plan::needs_install(phase::UI));
+        assert!(plan.phase_limit_s(Phase::Ui) > 0.0);
+        assert!(!Phase::Transport.needs_install() && Phase::Ui.needs_install());
         // No section, no trials.
         let bare = parse(Path::new("bench.toml"), HEAD).unwrap();
         assert_eq!((bare.trials.ui, bare.trials.transport), (0, 0));

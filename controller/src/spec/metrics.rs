@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use sandbench_proto::Phase;
 use sandbench_proto::metric;
-use sandbench_proto::plan::phase;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
@@ -130,8 +130,8 @@ pub const LENS_RELATIVE: f64 = 0.005;
 fn lens_def(plan: &Plan, stem: &str, suffix: &str, defs: &[MetricDef]) -> MetricDef {
     let step = match stem.strip_prefix("script.") {
         Some(name) => {
-            let first = ["runtime", "transport", "ui"]
-                .iter()
+            let first = Phase::ALL
+                .into_iter()
                 .filter_map(|p| plan.section(p))
                 .flat_map(|s| &s.scripts)
                 .find(|s| s.name == name)
@@ -165,7 +165,7 @@ impl Validator<'_> {
         raw: &BTreeMap<String, Spanned<RawMetric>>,
     ) -> Vec<MetricDef> {
         let mut produced: Vec<String> = Vec::new();
-        for phase in phase::ALL {
+        for phase in Phase::ALL {
             for m in plan.metrics_of_phase(phase) {
                 if produced.contains(&m) {
                     let line = self.line_of(&format!("\"{m}\""));

@@ -20,8 +20,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbench_proto::metric;
-use sandbench_proto::plan::{AgentPlan, Source, phase};
+use sandbench_proto::plan::{AgentPlan, Source};
+use sandbench_proto::{Phase, metric};
 use serde::{Deserialize, Serialize};
 
 use crate::cost::RateCard;
@@ -139,6 +139,22 @@ pub struct Trials {
     pub order: Order,
 }
 
+impl Trials {
+    /// The trials of `phase`: a timed phase's count, one for prepare (once per sandbox), none for
+    /// the synthetic phase.
+    pub fn of(&self, phase: Phase) -> u32 {
+        match phase {
+            Phase::Prepare => 1,
+            Phase::Install => self.install,
+            Phase::Measure => self.measure,
+            Phase::Runtime => self.runtime,
+            Phase::Transport => self.transport,
+            Phase::Ui => self.ui,
+            Phase::Synthetic => 0,
+        }
+    }
+}
+
 /// How the two sides of a pair take their runs (`[trials] order`). Install trials are one run
 /// each and always go ABBA. A report without one was taken ABBA.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,8 +197,8 @@ impl Order {
     }
 
     /// Whether a phase's trials are taken run by run (stepwise) in this order.
-    pub fn stepwise(self, phase: &str) -> bool {
-        matches!(self, Order::Interleaved | Order::Duet) && phase != phase::INSTALL
+    pub fn stepwise(self, phase: Phase) -> bool {
+        matches!(self, Order::Interleaved | Order::Duet) && phase != Phase::Install
     }
 
     /// The order a run of `pairs` pairs takes: [`Order::Auto`] made concrete (`duet_fits`:
@@ -311,10 +327,10 @@ impl Plan {
 
     /// How long the controller waits for one trial of `phase`: every step at its timeout, plus
     /// room for the agent's own work (users, hygiene, artifacts).
-    pub fn phase_timeout(&self, phase: &str) -> Duration {
+    pub fn phase_timeout(&self, phase: Phase) -> Duration {
         let margin = match phase {
-            phase::PREPARE => 600.0,
-            phase::MEASURE => 180.0,
+            Phase::Prepare => 600.0,
+            Phase::Measure => 180.0,
             _ => 120.0,
         };
         Duration::from_secs_f64(self.phase_limit_s(phase) + margin)
@@ -326,14 +342,14 @@ impl Plan {
     pub fn worst_case(&self) -> Duration {
         let t = &self.trials;
         let grown = t.max_pairs.max(t.measure).max(t.runtime);
-        let trials = |phase: &str, n: u32| f64::from(n) * self.phase_timeout(phase).as_secs_f64();
-        let timed = trials(phase::INSTALL, t.install)
-            + trials(phase::MEASURE, grown.max(t.measure))
-            + trials(phase::RUNTIME, grown.max(t.runtime))
-            + trials(phase::TRANSPORT, t.transport)
-            + trials(phase::UI, t.ui);
+        let trials = |phase: Phase, n: u32| f64::from(n) * self.phase_timeout(phase).as_secs_f64();
+        let timed = trials(Phase::Install, t.install)
+            + trials(Phase::Measure, grown.max(t.measure))
+            + trials(Phase::Runtime, grown.max(t.runtime))
+            + trials(Phase::Transport, t.transport)
+            + trials(Phase::Ui, t.ui);
         let provision_and_teardown = 180.0;
-        Duration::from_secs_f64(provision_and_teardown + self.phase_timeout(phase::PREPARE).as_secs_f64() + 2.0 * timed)
+        Duration::from_secs_f64(provision_and_teardown + self.phase_timeout(Phase::Prepare).as_secs_f64() + 2.0 * timed)
     }
 
     /// Checks what can only be checked on the machine that runs the plan: the cpuset names CPUs
@@ -375,23 +391,23 @@ impl Plan {
     }
 
     /// The longest one trial of `phase` takes when every step runs to its timeout.
-    pub fn phase_limit_s(&self, phase: &str) -> f64 {
+    pub fn phase_limit_s(&self, phase: Phase) -> f64 {
         let a = &self.agent;
         match phase {
             // Every optional step may run (a revision that has what it needs).
-            phase::PREPARE => a
+            Phase::Prepare => a
                 .prepare
                 .commands
                 .iter()
                 .chain(a.prepare.optional.iter().flat_map(|o| o.commands.iter()))
                 .map(|c| c.timeout_s)
                 .sum(),
-            phase::INSTALL => {
+            Phase::Install => {
                 a.install.command.timeout_s
                     + 60.0 * a.install.checks.len() as f64
                     + a.install.inventory.as_ref().map_or(0.0, |i| i.timeout_s)
             }
-            phase::MEASURE => {
+            Phase::Measure => {
                 a.measure.startup.as_ref().map_or(0.0, |s| 2.0 * (s.timeout_s + a.measure.settle_s))
                     + a.measure.between.as_ref().map_or(0.0, |b| b.timeout_s)
                     + self.lens_stems_of_phase(phase).len() as f64 * a.lens.timeout_s
@@ -405,11 +421,11 @@ impl Plan {
 
     /// The steps of `phase` that run under the instruction lens, by the stem of their lens
     /// metrics (`cold`, a command's metric, `script.<name>`).
-    pub fn lens_stems_of_phase(&self, phase: &str) -> Vec<String> {
+    pub fn lens_stems_of_phase(&self, phase: Phase) -> Vec<String> {
         let a = &self.agent;
         match phase {
-            phase::MEASURE if a.measure.instructions && a.measure.startup.is_some() => vec![metric::COLD.into()],
-            phase::PREPARE | phase::INSTALL | phase::MEASURE => Vec::new(),
+            Phase::Measure if a.measure.instructions && a.measure.startup.is_some() => vec![metric::COLD.into()],
+            Phase::Prepare | Phase::Install | Phase::Measure => Vec::new(),
             _ => self.section(phase).map_or_else(Vec::new, |s| {
                 let commands = s.commands.iter().filter(|c| c.instructions).map(|c| c.metric.clone());
                 let scripts = s.scripts.iter().filter(|s| s.instructions).map(|s| format!("script.{}", s.name));
@@ -420,7 +436,7 @@ impl Plan {
 
     /// Whether any step runs under the instruction lens (the run then needs valgrind).
     pub fn uses_instruction_lens(&self) -> bool {
-        phase::ALL.iter().any(|p| !self.lens_stems_of_phase(p).is_empty())
+        Phase::ALL.into_iter().any(|p| !self.lens_stems_of_phase(p).is_empty())
     }
 
     /// `stems`' lens metrics (`<stem>.instructions`, `<stem>.cycles`), each stem's right after the
@@ -449,12 +465,12 @@ impl Plan {
     }
 
     /// Metrics recorded by a phase, as the controller expects them.
-    pub fn metrics_of_phase(&self, phase: &str) -> Vec<String> {
+    pub fn metrics_of_phase(&self, phase: Phase) -> Vec<String> {
         let a = &self.agent;
         match phase {
-            phase::PREPARE if !a.prepare.artifacts.is_empty() => vec![metric::BUNDLE.into()],
-            phase::INSTALL => vec![metric::INSTALL.into()],
-            phase::MEASURE => {
+            Phase::Prepare if !a.prepare.artifacts.is_empty() => vec![metric::BUNDLE.into()],
+            Phase::Install => vec![metric::INSTALL.into()],
+            Phase::Measure => {
                 let mut m = Vec::new();
                 if a.measure.startup.is_some() {
                     m.extend([metric::COLD, metric::WARM, metric::RSS].map(String::from));

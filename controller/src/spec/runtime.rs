@@ -17,7 +17,7 @@ const MAX_RESULTS_PER_SCRIPT: i64 = 100_000;
 
 impl Validator<'_> {
     /// One section (`runtime`, `transport` or `ui`, named by `section` in errors).
-    pub(super) fn runtime(&mut self, raw: &RawRuntime, section: &str) -> Runtime {
+    pub(super) fn runtime(&mut self, raw: &RawRuntime, section: sandbench_proto::Phase) -> Runtime {
         let max_results = self.count(
             &raw.max_results_per_script,
             &format!("{section}.max_results_per_script"),

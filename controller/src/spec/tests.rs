@@ -96,7 +96,7 @@ fn the_examples_are_valid() {
     assert!(demo.uses_instruction_lens() && !prime.uses_instruction_lens());
     assert!(demo.trials.gate.iter().all(|k| !sandbench_proto::lens::is_counted(k)), "{:?}", demo.trials.gate);
     assert!(demo.trials.ui > 0 && demo.trials.transport > 0);
-    assert_eq!(demo.timed_phases().iter().map(|p| p.0).collect::<Vec<_>>(), phase::TIMED);
+    assert_eq!(demo.timed_phases().iter().map(|p| p.0).collect::<Vec<_>>(), Phase::TIMED);
     // The demo grows its pairs on its two gating metrics.
     assert_eq!(
         (demo.trials.max_pairs, demo.trials.gate.as_slice()),
@@ -109,7 +109,7 @@ fn the_examples_are_valid() {
     let spec = tempfile::Builder::new().suffix(".toml").tempfile_in(root.join("examples/demo")).unwrap();
     std::fs::write(spec.path(), text.replace("\ngate = [\"work\", \"cold\"]\n", "\n")).unwrap();
     let defaulted = load(spec.path()).unwrap_or_else(|e| panic!("{e}"));
-    let fixed = [demo.metrics_of_phase(phase::UI), demo.metrics_of_phase(phase::TRANSPORT)].concat();
+    let fixed = [demo.metrics_of_phase(Phase::Ui), demo.metrics_of_phase(Phase::Transport)].concat();
     let gate = &defaulted.trials.gate;
     assert!(gate.iter().any(|k| k == "cold") && gate.iter().any(|k| k == "kernel_exec"), "{gate:?}");
     assert!(gate.iter().all(|k| !fixed.contains(k)), "{gate:?}");
@@ -253,7 +253,7 @@ shutdown = { type = "shutdown" }
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(plan.metrics_of_phase("runtime"), ["kernel_start", "kernel_exec"]);
+    assert_eq!(plan.metrics_of_phase(Phase::Runtime), ["kernel_start", "kernel_exec"]);
 }
 
 #[test]
@@ -444,7 +444,7 @@ fn the_expiry_covers_the_worst_case() {
     // More pairs, a longer worst case.
     let grown = MINIMAL.replace("[install]", "[trials]\nmax_pairs = 40\n[measure]\nstartup = [\"x\"]\n[install]");
     let grown = parse(Path::new("bench.toml"), &grown).unwrap();
-    let measure = grown.phase_timeout("measure").as_secs_f64();
+    let measure = grown.phase_timeout(Phase::Measure).as_secs_f64();
     assert!(grown.worst_case().as_secs_f64() >= 2.0 * 40.0 * measure, "{:?}", grown.worst_case());
 }
 
@@ -498,7 +498,7 @@ unit = "µs"
         (0, sandbench_proto::plan::Aggregate::Mean, &None)
     );
     // Every warmup and timed run, each after its prepare, at their timeouts.
-    assert_eq!(plan.phase_limit_s("runtime"), 7.0 * 2.0 * 7.0 + 60.0);
+    assert_eq!(plan.phase_limit_s(Phase::Runtime), 7.0 * 2.0 * 7.0 + 60.0);
     let check = describe(&plan);
     assert!(check.contains("command probe: `wc -l < runs` × 5 after 2 warmup, each after `echo x >> runs`"), "{check}");
     // The unit sets the scale from seconds.
@@ -870,8 +870,8 @@ fn optional_steps_formats_and_the_origin_path_are_read() {
     assert_eq!(docs.incomplete, "the optional step \"docs\" needs all of docs/build.sh");
     assert_eq!((docs.commands[0].timeout_s, docs.compiled), (1800.0, false));
     // A phase's limit counts what may run: every optional step, the inventory.
-    assert_eq!(plan.phase_limit_s(phase::PREPARE), 1800.0 + 2.0 * 600.0 + 1800.0);
-    assert_eq!(plan.phase_limit_s(phase::INSTALL), 240.0 + 60.0 + 120.0);
+    assert_eq!(plan.phase_limit_s(Phase::Prepare), 1800.0 + 2.0 * 600.0 + 1800.0);
+    assert_eq!(plan.phase_limit_s(Phase::Install), 240.0 + 60.0 + 120.0);
     let i = &plan.agent.install;
     assert_eq!(i.entry_point.as_deref(), Some("~/.local/bin/demo"));
     assert_eq!(i.inventory.as_ref().map(|s| s.run.as_str()), Some("npm ls --global --all --json"));

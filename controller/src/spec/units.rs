@@ -6,8 +6,9 @@
 //! `scale` that contradicts the unit is a spec error. (`absolute` floors stay in the observed
 //! unit: seconds, bytes.)
 
+use sandbench_proto::Phase;
 use sandbench_proto::metric;
-use sandbench_proto::plan::{ScenarioStep, phase};
+use sandbench_proto::plan::ScenarioStep;
 
 use super::Plan;
 
@@ -84,7 +85,7 @@ impl Plan {
             // Counts, in their own unit (`metrics::lens_def`).
             return None;
         }
-        for name in phase::ALL {
+        for name in Phase::ALL {
             let produced = self.metrics_of_phase(name);
             if !produced.iter().any(|m| m == key) {
                 continue;

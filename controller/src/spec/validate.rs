@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbench_proto::phase;
+use sandbench_proto::Phase;
 use sandbench_proto::plan::{AgentPlan, RegistryBridge, Source, Step};
 use toml::Spanned;
 
@@ -131,9 +131,9 @@ impl Validator<'_> {
         let install = self.install(&raw.install);
         self.formats(&prepare, &install);
         let measure = self.measure(raw.measure.as_ref());
-        let runtime = self.runtime(&raw.runtime, phase::RUNTIME);
-        let transport = self.runtime(&raw.transport, phase::TRANSPORT);
-        let ui = self.runtime(&raw.ui, phase::UI);
+        let runtime = self.runtime(&raw.runtime, Phase::Runtime);
+        let transport = self.runtime(&raw.transport, Phase::Transport);
+        let ui = self.runtime(&raw.ui, Phase::Ui);
         let mut trials = trials;
         if interaction::is_empty(&transport) {
             trials.transport = 0;
@@ -274,7 +274,7 @@ impl Validator<'_> {
             None => {
                 // Not transport's or ui's: more pairs grow measure and runtime only, the others
                 // keep their trial counts, so their verdicts would never settle by waiting.
-                let phases = [plan.metrics_of_phase(phase::MEASURE), plan.metrics_of_phase(phase::RUNTIME)].concat();
+                let phases = [plan.metrics_of_phase(Phase::Measure), plan.metrics_of_phase(Phase::Runtime)].concat();
                 let timed = |key: &String| {
                     plan.metrics
                         .iter()

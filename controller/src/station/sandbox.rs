@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 
+use sandbench_proto::Phase;
 use sandbench_proto::plan::{AgentPlan, SOURCE_DIR, Source};
 use sandbench_proto::v1::{Command, RunPhase, Turn, command};
 
@@ -122,7 +123,7 @@ pub async fn deliver_source(
 
 /// The id of a phase's command: one per phase and trial, so a repeated request is the same
 /// command and the agent runs it once.
-pub fn command_id(phase: &str, trial: u32) -> String {
+pub fn command_id(phase: Phase, trial: u32) -> String {
     format!("{phase}-{trial}")
 }
 
@@ -131,7 +132,7 @@ pub async fn run_phase(
     hub: &Hub,
     sandbox_id: &str,
     agent_plan: &AgentPlan,
-    phase: &str,
+    phase: Phase,
     trial: u32,
     timeout: Duration,
 ) -> anyhow::Result<PhaseOutcome> {
@@ -144,7 +145,7 @@ pub async fn start_phase(
     hub: &Hub,
     sandbox_id: &str,
     agent_plan: &AgentPlan,
-    phase: &str,
+    phase: Phase,
     trial: u32,
     stepwise: bool,
 ) -> anyhow::Result<()> {
@@ -167,7 +168,7 @@ pub async fn run_command(
     hub: &Hub,
     sandbox_id: &str,
     agent_plan: &AgentPlan,
-    phase: &str,
+    phase: Phase,
     trial: u32,
     command_id: &str,
     timeout: Duration,

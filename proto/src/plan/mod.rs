@@ -8,27 +8,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Names of the phases, as in `RunPhase.phase`.
-pub mod phase {
-    pub const PREPARE: &str = "prepare";
-    pub const INSTALL: &str = "install";
-    pub const MEASURE: &str = "measure";
-    pub const RUNTIME: &str = "runtime";
-    /// RESULT benches and scenarios run as the builder against the prepared source (not gated on
-    /// an installation).
-    pub const TRANSPORT: &str = "transport";
-    /// Interactions with the installed product on generated fixtures (terminal and socket
-    /// scenarios), gated on the first installation like measure and runtime.
-    pub const UI: &str = "ui";
-    /// Every phase, in the order a run takes them.
-    pub const ALL: [&str; 6] = [PREPARE, INSTALL, MEASURE, RUNTIME, TRANSPORT, UI];
-    /// The timed phases, in order.
-    pub const TIMED: [&str; 5] = [INSTALL, MEASURE, RUNTIME, TRANSPORT, UI];
-    /// The agent's test phase, no spec's: it streams a number of observations for the delivery
-    /// path's tests and benchmark (`sandbench bench`), so it is in neither list above.
-    pub const SYNTHETIC: &str = "synthetic";
-}
-
 /// The user that builds (prepare), and where the source goes.
 pub const BUILDER_USER: &str = "builder";
 pub const BUILDER_UID: u32 = 1500;

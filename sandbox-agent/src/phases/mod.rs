@@ -17,7 +17,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use sandbench_proto::plan::{AgentPlan, BUILDER_USER, phase};
+use sandbench_proto::Phase;
+use sandbench_proto::plan::{AgentPlan, BUILDER_USER};
 
 use crate::context::PhaseContext;
 use crate::probes::processes::of_user;
@@ -27,7 +28,11 @@ pub use common::restore_origin;
 
 /// Runs phase `name` to completion (or cancellation) on the calling thread.
 pub fn run(name: &str, ctx: &PhaseContext) -> anyhow::Result<()> {
-    if name == synthetic::NAME {
+    let Ok(phase) = name.parse::<Phase>() else {
+        let known: Vec<&str> = Phase::KNOWN.iter().map(|p| p.as_str()).collect();
+        bail!("unknown phase {name:?} (this agent knows: {})", known.join(", "));
+    };
+    if phase == Phase::Synthetic {
         return synthetic::run(ctx);
     }
     let plan: AgentPlan =
@@ -38,23 +43,22 @@ pub fn run(name: &str, ctx: &PhaseContext) -> anyhow::Result<()> {
     }
     harness::write(&plan).context("cannot write the harness files")?;
     let before = isolation::snapshot(&isolation::RealFs, &isolation::SHARED_PLACES);
-    let timed = phase::TIMED.contains(&name);
-    let conditions_before = timed.then(|| conditions::read(Path::new("/")));
-    let result = dispatch(name, ctx, &plan);
+    let conditions_before = phase.is_timed().then(|| conditions::read(Path::new("/")));
+    let result = dispatch(phase, ctx, &plan);
     if let Some(before) = conditions_before {
-        send_conditions(ctx, name, before);
+        send_conditions(ctx, phase, before);
     }
-    let cleanup = isolate(ctx, name, &before);
+    let cleanup = isolate(ctx, phase, &before);
     result.and(cleanup)
 }
 
 /// Sends the trial's conditions (steal, load, throttling), read before and now after it.
-fn send_conditions(ctx: &PhaseContext, name: &str, before: sandbench_proto::conditions::Reading) {
+fn send_conditions(ctx: &PhaseContext, phase: Phase, before: sandbench_proto::conditions::Reading) {
     let after = conditions::read(Path::new("/"));
     let trial =
-        sandbench_proto::conditions::TrialConditions { phase: name.to_string(), trial: ctx.trial, before, after };
+        sandbench_proto::conditions::TrialConditions { phase: phase.to_string(), trial: ctx.trial, before, after };
     if let Ok(bytes) = serde_json::to_vec_pretty(&trial) {
-        ctx.file(&sandbench_proto::conditions::file_path(name, ctx.trial), &bytes);
+        ctx.file(&sandbench_proto::conditions::file_path(phase.as_str(), ctx.trial), &bytes);
     }
 }
 
@@ -62,10 +66,10 @@ fn send_conditions(ctx: &PhaseContext, name: &str, before: sandbench_proto::cond
 /// what non-root users left in the shared places removed, and what was removed or survived
 /// sent as the trial's warnings (`warnings/<phase>-<trial>.txt`, which the controller adds to
 /// the report's warnings).
-fn isolate(ctx: &PhaseContext, name: &str, before: &BTreeSet<PathBuf>) -> anyhow::Result<()> {
+fn isolate(ctx: &PhaseContext, phase: Phase, before: &BTreeSet<PathBuf>) -> anyhow::Result<()> {
     let accounts = common::accounts();
     let stopped = match accounts.find(BUILDER_USER) {
-        Ok(Some(builder)) if name == phase::PREPARE || !of_user(Path::new("/proc"), builder.uid).is_empty() => {
+        Ok(Some(builder)) if phase == Phase::Prepare || !of_user(Path::new("/proc"), builder.uid).is_empty() => {
             common::hygiene(&builder)
         }
         _ => Ok(()),
@@ -75,34 +79,25 @@ fn isolate(ctx: &PhaseContext, name: &str, before: &BTreeSet<PathBuf>) -> anyhow
     let fs = isolation::RealFs;
     let swept = isolation::sweep(&fs, &isolation::SHARED_PLACES, &quiet);
     let after = isolation::snapshot(&fs, &isolation::SHARED_PLACES);
-    let warnings = isolation::warnings(name, ctx.trial, &swept, before, &after);
+    let warnings = isolation::warnings(phase.as_str(), ctx.trial, &swept, before, &after);
     if !warnings.is_empty() {
         for warning in &warnings {
             ctx.note(warning);
         }
         let text: String = warnings.iter().map(|w| format!("{w}\n")).collect();
-        ctx.file(&format!("warnings/{name}-{}.txt", ctx.trial), text.as_bytes());
+        ctx.file(&format!("warnings/{phase}-{}.txt", ctx.trial), text.as_bytes());
     }
     stopped
 }
 
-fn dispatch(name: &str, ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
-    match name {
-        phase::PREPARE => prepare::run(ctx, plan),
-        phase::INSTALL => install::run(ctx, plan, ctx.trial),
-        phase::MEASURE => measure::run(ctx, plan, ctx.trial),
-        phase::RUNTIME => runtime::run(ctx, plan, ctx.trial),
-        phase::TRANSPORT => transport::run(ctx, plan, ctx.trial),
-        phase::UI => ui::run(ctx, plan, ctx.trial),
-        other => bail!(
-            "unknown phase {other:?} (this agent knows: {}, {}, {}, {}, {}, {}, {})",
-            phase::PREPARE,
-            phase::INSTALL,
-            phase::MEASURE,
-            phase::RUNTIME,
-            phase::TRANSPORT,
-            phase::UI,
-            synthetic::NAME
-        ),
+fn dispatch(phase: Phase, ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {
+    match phase {
+        Phase::Prepare => prepare::run(ctx, plan),
+        Phase::Install => install::run(ctx, plan, ctx.trial),
+        Phase::Measure => measure::run(ctx, plan, ctx.trial),
+        Phase::Runtime => runtime::run(ctx, plan, ctx.trial),
+        Phase::Transport => transport::run(ctx, plan, ctx.trial),
+        Phase::Ui => ui::run(ctx, plan, ctx.trial),
+        Phase::Synthetic => synthetic::run(ctx),
     }
 }

@@ -5,13 +5,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::{Observation, event, observation};
 use serde::Deserialize;
 
 use crate::context::PhaseContext;
-
-pub const NAME: &str = phase::SYNTHETIC;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,7 +24,7 @@ struct Plan {
 
 /// The observations' metric unless the plan names one: the phase's name.
 fn default_metric() -> String {
-    phase::SYNTHETIC.to_string()
+    Phase::Synthetic.to_string()
 }
 
 pub fn run(ctx: &PhaseContext) -> anyhow::Result<()> {

@@ -13,6 +13,8 @@
 
 use std::time::Duration;
 
+use sandbench_proto::Phase;
+
 use super::super::gate::over_budget;
 use super::super::output::collect;
 use super::super::schedule::{self, Side, Stage};
@@ -29,7 +31,7 @@ pub enum Look {
     Ended,
     /// Grow these phases: each (phase, trials it grows to, its slots), walked in order; the
     /// look taken next is `next`.
-    Grow { next: u32, stages: Vec<(&'static str, u32, Stage)> },
+    Grow { next: u32, stages: Vec<(Phase, u32, Stage)> },
 }
 
 /// Look `look` at the gating metrics after the walk so far (see the module): whether to add
@@ -62,7 +64,7 @@ pub fn look(run: &Run, adaptive: &Adaptive, look: usize, sides: &[SideRun]) -> L
             } else if let Some(why) = no_room(run, sides, &grow, pairs) {
                 format!("inconclusive at look {look} ({}); {why}", undecided.join(", "))
             } else {
-                let names: Vec<&str> = grow.iter().map(|(name, _)| *name).collect();
+                let names: Vec<&str> = grow.iter().map(|(name, _)| name.as_str()).collect();
                 run.display.line(&format!(
                     "look {look}: {} inconclusive at {pairs_now} pairs: adding pairs up to {pairs} ({})",
                     undecided.join(", "),
@@ -111,10 +113,10 @@ fn look_at(run: &Run, skeleton: &Report, sequential: &Sequential, sides: &[SideR
 
 /// Why growing `grow` (phase, current trials) to `pairs` does not fit the run timeout or
 /// the budget, at the round times seen so far; None when it fits.
-fn no_room(run: &Run, sides: &[SideRun], grow: &[(&'static str, u32)], pairs: u32) -> Option<String> {
+fn no_room(run: &Run, sides: &[SideRun], grow: &[(Phase, u32)], pairs: u32) -> Option<String> {
     let lanes = run.opts.pairs.max(1);
     let needed: Duration =
-        grow.iter().map(|(name, from)| run.round_times.rounds(name, (pairs - from).div_ceil(lanes))).sum();
+        grow.iter().map(|(name, from)| run.round_times.rounds(*name, (pairs - from).div_ceil(lanes))).sum();
     let elapsed = run.started.elapsed();
     if elapsed + needed > run.opts.run_timeout {
         return Some(format!(

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 
 use crate::report::{Report, Sequential};
 
 /// The phases that grow with the pairs.
-const GROWN: [&str; 2] = [phase::MEASURE, phase::RUNTIME];
+pub const GROWN: [Phase; 2] = [Phase::Measure, Phase::Runtime];
 
 /// An adaptive run's state: the report skeleton its looks are analysed on, and how far it went.
 pub struct Adaptive {
@@ -24,7 +24,7 @@ pub struct Adapted {
     /// The design and the last look taken, with why the run stopped adding pairs.
     pub sequential: Sequential,
     /// Measure and runtime's trials at the end (the planned counts unless grown).
-    pub trials: BTreeMap<&'static str, u32>,
+    pub trials: BTreeMap<Phase, u32>,
 }
 
 impl Adaptive {
@@ -32,7 +32,7 @@ impl Adaptive {
     /// more pairs than it starts with and the run is not a shard.
     pub fn new(skeleton: &Report, plan: &crate::spec::Plan, shard: bool) -> Option<Adaptive> {
         let sequential = Sequential::for_plan(plan).filter(|_| !shard)?;
-        let trials = BTreeMap::from([(phase::MEASURE, plan.trials.measure), (phase::RUNTIME, plan.trials.runtime)]);
+        let trials = BTreeMap::from(GROWN.map(|phase| (phase, plan.trials.of(phase))));
         Some(Adaptive { skeleton: skeleton.clone(), state: Mutex::new(Adapted { sequential, trials }) })
     }
 
@@ -48,11 +48,11 @@ impl Adaptive {
 /// How long one slot (one side's trial) of each phase took, from the stages walked so far:
 /// what growing a phase is expected to cost.
 #[derive(Debug, Default)]
-pub struct RoundTimes(Mutex<BTreeMap<&'static str, Duration>>);
+pub struct RoundTimes(Mutex<BTreeMap<Phase, Duration>>);
 
 impl RoundTimes {
     /// Records a stage of `phase` whose longest lane ran `slots` slots in `took`.
-    pub fn record(&self, phase: &'static str, slots: usize, took: Duration) {
+    pub fn record(&self, phase: Phase, slots: usize, took: Duration) {
         if slots > 0 {
             let per = took / u32::try_from(slots).unwrap_or(u32::MAX);
             self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(phase, per);
@@ -60,8 +60,8 @@ impl RoundTimes {
     }
 
     /// How long `rounds` rounds (a base and a head slot each) of `phase` are expected to take.
-    pub fn rounds(&self, phase: &str, rounds: u32) -> Duration {
-        let per = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(phase).copied();
+    pub fn rounds(&self, phase: Phase, rounds: u32) -> Duration {
+        let per = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&phase).copied();
         per.unwrap_or_default() * 2 * rounds
     }
 }
@@ -71,19 +71,19 @@ impl RoundTimes {
 /// their current count.
 pub fn phases_to_grow(
     plan: &crate::spec::Plan,
-    trials: &BTreeMap<&'static str, u32>,
+    trials: &BTreeMap<Phase, u32>,
     undecided: &[String],
     pairs: u32,
-) -> Vec<(&'static str, u32)> {
+) -> Vec<(Phase, u32)> {
     GROWN
         .into_iter()
         .filter(|name| {
-            let metrics = plan.metrics_of_phase(name);
+            let metrics = plan.metrics_of_phase(*name);
             undecided.iter().any(|key| {
                 let stem = key.strip_suffix(crate::report::CPU_SUFFIX).unwrap_or(key);
                 metrics.iter().any(|m| m == stem)
             })
         })
-        .filter_map(|name| trials.get(name).filter(|n| **n < pairs).map(|n| (name, *n)))
+        .filter_map(|name| trials.get(&name).filter(|n| **n < pairs).map(|n| (name, *n)))
         .collect()
 }

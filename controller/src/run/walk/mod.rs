@@ -30,7 +30,7 @@ mod trial;
 use std::time::Duration;
 
 use anyhow::bail;
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::PhaseStatus;
 use tokio::sync::watch;
 
@@ -68,7 +68,7 @@ async fn walk_stage(run: &Run, sides: &[SideRun], stage: &schedule::Stage) -> Op
         return None;
     }
     for side in sides.iter().filter(|s| s.live.is_some()) {
-        side.meter.mark(stage.phase);
+        side.meter.mark(stage.phase.as_str());
     }
     let began = std::time::Instant::now();
     let stepwise = run.plan.trials.order.stepwise(stage.phase);
@@ -117,11 +117,11 @@ async fn prepare(run: &Run, sides: &[SideRun]) -> Option<Stop> {
         let live = side.live.as_ref()?;
         let plan = &run.agent_plans[&side.side];
         run.display.status(&side.label, "prepare (untimed)");
-        side.meter.mark(phase::PREPARE);
+        side.meter.mark(Phase::Prepare.as_str());
         let result = async {
             sandbox::deliver_source(&**run.station.provisioner(), &run.plan, &live.sandbox, plan).await?;
             let (status, error, _) =
-                wait_phase(run, side, phase::PREPARE, 0, run.phase_timeout(phase::PREPARE), false).await?;
+                wait_phase(run, side, Phase::Prepare, 0, run.phase_timeout(Phase::Prepare), false).await?;
             if status != PhaseStatus::Ok {
                 bail!("prepare failed: {error}");
             }
@@ -187,8 +187,8 @@ async fn install_resumed(run: &Run, side: &SideRun) -> anyhow::Result<()> {
     // An adaptive run may grow measure and runtime: their slots up to max_pairs may come.
     if run.adaptive.is_some() {
         let t = &run.plan.trials;
-        for (name, planned) in [(phase::MEASURE, t.measure), (phase::RUNTIME, t.runtime)] {
-            stages.push(schedule::grow(name, planned, t.max_pairs, run.opts.pairs as usize));
+        for name in adaptive::GROWN {
+            stages.push(schedule::grow(name, t.of(name), t.max_pairs, run.opts.pairs as usize));
         }
     }
     let mine: Vec<&Slot> = stages
@@ -196,18 +196,17 @@ async fn install_resumed(run: &Run, side: &SideRun) -> anyhow::Result<()> {
         .flat_map(|s| s.lanes.iter().flatten())
         .filter(|s| s.pair == side.pair && s.side == side.side)
         .collect();
-    let Some(first) = mine.iter().find(|s| s.phase == phase::INSTALL) else { return Ok(()) };
+    let Some(first) = mine.iter().find(|s| s.phase == Phase::Install) else { return Ok(()) };
     if resumed.accounting.result(first) != Some(TrialResult::Ok) {
         return Ok(());
     }
-    let pending =
-        mine.iter().any(|s| crate::spec::Plan::needs_install(s.phase) && resumed.accounting.result(s).is_none());
+    let pending = mine.iter().any(|s| s.phase.needs_install() && resumed.accounting.result(s).is_none());
     if !pending {
         return Ok(());
     }
     run.display.status(&side.label, "install (untimed: this sandbox's own installation)");
     let (status, error, _) =
-        wait_phase(run, side, phase::INSTALL, first.trial, run.phase_timeout(phase::INSTALL), false).await?;
+        wait_phase(run, side, Phase::Install, first.trial, run.phase_timeout(Phase::Install), false).await?;
     if status != PhaseStatus::Ok {
         bail!("the untimed install of the resumed sandbox failed: {error}");
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::bail;
-use sandbench_proto::plan::phase;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::PhaseStatus;
 
 use super::super::gate::TrialResult;
@@ -93,20 +93,20 @@ async fn replace(run: &Run, side: &SideRun, slot: &Slot) -> anyhow::Result<Strin
     *lock(&side.renewal.replacement) = Some((live.clone(), meter.clone()));
     side.seen_running(run.engine.outages());
     run.display.status(&side.label, "prepare (untimed) in the new sandbox");
-    meter.mark(phase::PREPARE);
+    meter.mark(Phase::Prepare.as_str());
     let plan = &run.agent_plans[&side.side];
     sandbox::deliver_source(&**run.station.provisioner(), &run.plan, &live.sandbox, plan).await?;
-    let (status, error, _) = wait_phase(run, side, phase::PREPARE, 0, run.phase_timeout(phase::PREPARE), false).await?;
+    let (status, error, _) = wait_phase(run, side, Phase::Prepare, 0, run.phase_timeout(Phase::Prepare), false).await?;
     if status != PhaseStatus::Ok {
         bail!("prepare failed: {error}");
     }
-    meter.mark(slot.phase);
-    if crate::spec::Plan::needs_install(slot.phase) {
+    meter.mark(slot.phase.as_str());
+    if slot.phase.needs_install() {
         // The product must be installed in the new sandbox too: the first installation runs
         // again (a first installation in a fresh sandbox, as the one it replaces).
         run.display.status(&side.label, "install trial 0 in the new sandbox");
         let (status, error, _) =
-            wait_phase(run, side, phase::INSTALL, 0, run.phase_timeout(phase::INSTALL), false).await?;
+            wait_phase(run, side, Phase::Install, 0, run.phase_timeout(Phase::Install), false).await?;
         if status != PhaseStatus::Ok {
             bail!("its installation failed: {error}");
         }

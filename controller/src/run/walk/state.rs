@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use sandbench_proto::plan::{AgentPlan, phase};
+use sandbench_proto::Phase;
+use sandbench_proto::plan::AgentPlan;
 use tokio::sync::watch;
 
 use super::super::accounting::Resumed;
@@ -96,13 +97,8 @@ impl Run {
     }
 
     /// A trial's step timeout: every step at its own timeout, plus room for the agent's work.
-    pub fn phase_timeout(&self, name: &str) -> Duration {
-        let margin = match name {
-            phase::PREPARE => 600.0,
-            phase::MEASURE => 180.0,
-            _ => 120.0,
-        };
-        Duration::from_secs_f64(self.plan.phase_limit_s(name) + margin)
+    pub fn phase_timeout(&self, phase: Phase) -> Duration {
+        self.plan.phase_timeout(phase)
     }
 
     /// The request for a sandbox of this run with this role, for pair `pair`'s CPUs.

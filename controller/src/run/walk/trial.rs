@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::PhaseStatus;
 
 use super::super::gate::{Stop, TrialResult};
@@ -104,7 +105,7 @@ async fn engine_answers(run: &Run) {
 pub async fn wait_phase(
     run: &Run,
     side: &SideRun,
-    name: &str,
+    name: Phase,
     trial: u32,
     timeout: Duration,
     stepwise: bool,

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
 use futures_util::StreamExt;
-use sandbench_proto::Phase;
 use sandbench_proto::plan::AgentPlan;
 use sandbench_proto::v1::PhaseStatus;
+use sandbench_proto::{Phase, StepId};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
@@ -242,9 +242,10 @@ async fn serve_rerun(
             return Ok(());
         }
     };
-    let command_id = format!("{name}-{trial}-rerun{}", reruns.fetch_add(1, Ordering::Relaxed) + 1);
+    let step = StepId::new(name, trial).rerun(reruns.fetch_add(1, Ordering::Relaxed) + 1);
+    let command_id = step.to_string();
     let mut events = hub.subscribe();
-    let run = sandbox::run_command(hub, id, plan, name, trial, &command_id, Duration::from_secs(3600));
+    let run = sandbox::run_command(hub, id, plan, step, Duration::from_secs(3600));
     tokio::pin!(run);
     loop {
         tokio::select! {

@@ -1,6 +1,6 @@
 //! sandbench protocol v1, generated from `proto/sandbench/v1/agent.proto`, and the vocabulary
-//! agent and controller share: phases ([`Phase`]), metric keys ([`metric`]), sides
-//! ([`Side`]).
+//! agent and controller share: phases ([`Phase`]), phase commands ([`StepId`]), metric keys
+//! ([`metric`]), sides ([`Side`]).
 
 /// Generated messages and the `Agent` service.
 #[allow(clippy::all, missing_docs)]
@@ -17,9 +17,11 @@ pub mod lens;
 pub mod metric;
 pub mod phase;
 mod side;
+mod step;
 
 pub use phase::{Phase, UnknownPhase};
 pub use side::{Side, UnknownSide};
+pub use step::{NotAStep, StepId};
 
 /// Largest message either side accepts or sends. Event batches are cut well below it.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;

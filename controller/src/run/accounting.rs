@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use sandbench_proto::Phase;
+use sandbench_proto::{Phase, StepId};
 
 use super::gate::TrialResult;
 use super::schedule::{Side, Slot, Stage};
@@ -38,10 +38,11 @@ pub fn side_of(run_id: &str, sandbox: &str) -> Option<Side> {
     Side::BOTH.into_iter().find(|side| role.starts_with(side.as_str()))
 }
 
-/// `install-3` → (`install`, 3).
+/// `install-3` → (`install`, 3): the slot of a run's phase command (a rerun by hand, or any other
+/// command, is no slot's).
 fn parse_command(command_id: &str) -> Option<(Phase, u32)> {
-    let (name, trial) = command_id.rsplit_once('-')?;
-    Some((name.parse().ok()?, trial.parse().ok()?))
+    let step = command_id.parse::<StepId>().ok().filter(|s| s.is_run_command())?;
+    Some((step.phase, step.trial))
 }
 
 /// The first completion of a slot.
@@ -251,6 +252,19 @@ mod tests {
         let log = vec![done("base1", 1, "measure-1", "ok"), done("head0-r2", 2, "measure-0", "ok")];
         let accounting = Accounting::from_events(RUN, log);
         assert_eq!(names(&accounting.missing(&stages)), ["measure0-base", "measure1-head"]);
+    }
+
+    #[test]
+    fn a_rerun_by_hand_or_another_command_completes_no_slot() {
+        let log = vec![
+            done("base", 1, "measure-0-rerun1", "ok"),
+            done("head", 2, "turn-measure-0", "ok"),
+            done("head", 3, "measure-00", "ok"),
+            done("head", 4, "bench-stream", "ok"),
+        ];
+        let accounting = Accounting::from_events(RUN, log);
+        assert_eq!(accounting.missing(&stages()).len(), 2 * (2 + 3));
+        assert!(!accounting.counts(RUN, &format!("sandbench-{RUN}-base"), "measure-0-rerun1", false));
     }
 
     #[test]

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 
-use sandbench_proto::Phase;
 use sandbench_proto::plan::{AgentPlan, SOURCE_DIR, Source};
 use sandbench_proto::v1::{Command, RunPhase, Turn, command};
+use sandbench_proto::{Phase, StepId};
 
 use crate::observations::server::{HelloInfo, Hub, PhaseOutcome};
 use crate::provision::{Provisioner, Sandbox, SandboxRequest};
@@ -121,12 +121,6 @@ pub async fn deliver_source(
     Ok(())
 }
 
-/// The id of a phase's command: one per phase and trial, so a repeated request is the same
-/// command and the agent runs it once.
-pub fn command_id(phase: Phase, trial: u32) -> String {
-    format!("{phase}-{trial}")
-}
-
 /// Runs one phase (one trial) on a sandbox and waits for the agent to report it done.
 pub async fn run_phase(
     hub: &Hub,
@@ -136,51 +130,43 @@ pub async fn run_phase(
     trial: u32,
     timeout: Duration,
 ) -> anyhow::Result<PhaseOutcome> {
-    run_command(hub, sandbox_id, agent_plan, phase, trial, &command_id(phase, trial), timeout).await
+    run_command(hub, sandbox_id, agent_plan, StepId::new(phase, trial), timeout).await
 }
 
-/// Starts one phase (one trial) on a sandbox, stepwise (its segments at the controller's
-/// turns, [`grant_turn`]) or not, without waiting for it.
+/// Starts one phase command on a sandbox, stepwise (its segments at the controller's turns,
+/// [`grant_turn`]) or not, without waiting for it. Its command id is the step's: one per phase
+/// and trial, so a repeated request is the same command and the agent runs it once.
 pub async fn start_phase(
     hub: &Hub,
     sandbox_id: &str,
     agent_plan: &AgentPlan,
-    phase: Phase,
-    trial: u32,
+    step: StepId,
     stepwise: bool,
 ) -> anyhow::Result<()> {
     let plan = serde_json::to_vec(agent_plan)?;
-    let run = RunPhase { phase: phase.to_string(), trial, plan, stepwise };
-    let command = Command { command_id: command_id(phase, trial), body: Some(command::Body::RunPhase(run)) };
+    let run = RunPhase { phase: step.phase.to_string(), trial: step.trial, plan, stepwise };
+    let command = Command { command_id: step.to_string(), body: Some(command::Body::RunPhase(run)) };
     hub.send(sandbox_id, command).await
 }
 
-/// Lets a stepwise command run its segments up to `index` (from 1).
-pub async fn grant_turn(hub: &Hub, sandbox_id: &str, target_command_id: &str, index: u32) -> anyhow::Result<()> {
-    let turn = Turn { target_command_id: target_command_id.to_string(), index };
-    let command = Command { command_id: format!("turn-{target_command_id}"), body: Some(command::Body::Turn(turn)) };
+/// Lets the stepwise command of `target` run its segments up to `index` (from 1).
+pub async fn grant_turn(hub: &Hub, sandbox_id: &str, target: StepId, index: u32) -> anyhow::Result<()> {
+    let turn = Turn { target_command_id: target.to_string(), index };
+    let command = Command { command_id: target.turn_id(), body: Some(command::Body::Turn(turn)) };
     hub.send(sandbox_id, command).await
 }
 
-/// Like [`run_phase`] with a command id of the caller's (a rerun needs a new one: the agent
-/// runs each command id once).
+/// Like [`run_phase`] for any step (a rerun is a step of its own: the agent runs each command
+/// id once).
 pub async fn run_command(
     hub: &Hub,
     sandbox_id: &str,
     agent_plan: &AgentPlan,
-    phase: Phase,
-    trial: u32,
-    command_id: &str,
+    step: StepId,
     timeout: Duration,
 ) -> anyhow::Result<PhaseOutcome> {
-    let command_id = command_id.to_string();
-    let plan = serde_json::to_vec(agent_plan)?;
-    let command = Command {
-        command_id: command_id.clone(),
-        body: Some(command::Body::RunPhase(RunPhase { phase: phase.to_string(), trial, plan, stepwise: false })),
-    };
-    hub.send(sandbox_id, command).await?;
-    hub.wait_done(sandbox_id, &command_id, timeout).await
+    start_phase(hub, sandbox_id, agent_plan, step, false).await?;
+    hub.wait_done(sandbox_id, &step.to_string(), timeout).await
 }
 
 fn save_log(run_dir: &Path, id: &str, log: &str) -> anyhow::Result<PathBuf> {

@@ -11,6 +11,7 @@
 //! the ABBA walk ([`renew`]), alone.
 
 use futures_util::future::join_all;
+use sandbench_proto::StepId;
 use tokio::sync::watch;
 
 use super::super::gate::{Stop, TrialResult};
@@ -94,7 +95,7 @@ async fn together(run: &Run, slots: &[Slot], todo: &[(usize, &SideRun)]) -> Vec<
         .iter()
         .map(|&(i, side)| Target {
             sandbox: side.current().map(|l| l.sandbox.id).unwrap_or_default(),
-            command: sandbox::command_id(slots[i].phase, slots[i].trial),
+            command: StepId::new(slots[i].phase, slots[i].trial),
         })
         .collect();
     let hub = run.station.hub();
@@ -105,7 +106,7 @@ async fn together(run: &Run, slots: &[Slot], todo: &[(usize, &SideRun)]) -> Vec<
 /// A stepwise command the conductor grants turns to.
 struct Target {
     sandbox: String,
-    command: String,
+    command: StepId,
 }
 
 /// The turns, in order (see the module's text), until every target's trial has ended.
@@ -123,7 +124,7 @@ async fn conduct(hub: &Hub, targets: &[Target], duet: bool, mut ended: watch::Re
             let live: Vec<usize> = group.into_iter().filter(|&k| !finished(hub, &targets[k], &ended, k)).collect();
             for &k in &live {
                 // A lost grant is resent with the command after a reconnection (the hub keeps it).
-                let _ = sandbox::grant_turn(hub, &targets[k].sandbox, &targets[k].command, next[k]).await;
+                let _ = sandbox::grant_turn(hub, &targets[k].sandbox, targets[k].command, next[k]).await;
             }
             for &k in &live {
                 segment_ended(hub, &targets[k], next[k], &mut ended, k).await;
@@ -139,16 +140,18 @@ async fn conduct(hub: &Hub, targets: &[Target], duet: bool, mut ended: watch::Re
 
 /// Whether target `k`'s trial has ended: its command done, or its trial over on our side.
 fn finished(hub: &Hub, target: &Target, ended: &watch::Receiver<Vec<bool>>, k: usize) -> bool {
-    ended.borrow()[k] || hub.status(&target.sandbox).is_none_or(|s| s.borrow().done.contains_key(&target.command))
+    let command = target.command.to_string();
+    ended.borrow()[k] || hub.status(&target.sandbox).is_none_or(|s| s.borrow().done.contains_key(&command))
 }
 
 /// Waits until target `k` ended its segment `index` (or its command, or its trial).
 async fn segment_ended(hub: &Hub, target: &Target, index: u32, ended: &mut watch::Receiver<Vec<bool>>, k: usize) {
     let Some(mut status) = hub.status(&target.sandbox) else { return };
+    let command = target.command.to_string();
     loop {
         {
             let s = status.borrow_and_update();
-            if s.done.contains_key(&target.command) || s.yielded.get(&target.command).is_some_and(|&y| y >= index) {
+            if s.done.contains_key(&command) || s.yielded.get(&command).is_some_and(|&y| y >= index) {
                 return;
             }
         }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use sandbench_proto::Phase;
 use sandbench_proto::v1::PhaseStatus;
+use sandbench_proto::{Phase, StepId};
 
 use super::super::gate::{Stop, TrialResult};
 use super::super::schedule::Slot;
@@ -114,9 +114,10 @@ pub async fn wait_phase(
     let id = live.sandbox.id.clone();
     let plan = &run.agent_plans[&side.side];
     let hub = run.station.hub();
+    let step = StepId::new(name, trial);
     let phase = async {
-        sandbox::start_phase(&hub, &id, plan, name, trial, stepwise).await?;
-        hub.wait_done(&id, &sandbox::command_id(name, trial), timeout).await
+        sandbox::start_phase(&hub, &id, plan, step, stepwise).await?;
+        hub.wait_done(&id, &step.to_string(), timeout).await
     };
     tokio::pin!(phase);
     // The engine is pinged often (a restart can take under a second, and an outage nobody
@@ -130,7 +131,7 @@ pub async fn wait_phase(
                 let done = done?;
                 let errors = hub
                     .status(&id)
-                    .and_then(|s| s.borrow().observation_errors.get(&sandbox::command_id(name, trial)).cloned())
+                    .and_then(|s| s.borrow().observation_errors.get(&step.to_string()).cloned())
                     .unwrap_or_default();
                 return Ok((done.status, done.error, errors));
             }

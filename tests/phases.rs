@@ -121,7 +121,7 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
         hub.close().await;
 
         let values = observed_values(&hub);
-        for def in plan.metrics.iter().filter(|d| !sandbench_proto::lens::is_counted(&d.key)) {
+        for def in plan.metrics.iter().filter(|d| !sandbench_proto::metric::MetricKey::facet_of(&d.key).is_lens()) {
             let got =
                 values.get(&def.key).unwrap_or_else(|| panic!("metric {} was not observed; got {values:?}", def.key));
             assert!(got.iter().all(|(_, v)| v.is_finite() && *v >= 0.0), "{}: {got:?}", def.key);
@@ -355,7 +355,7 @@ fn assert_fresh_users(run: &BusyboxRun) {
 fn assert_companions_and_conditions(run: &BusyboxRun, run_dir: &Path) {
     // Every timed step's process tree beside its wall time: the install command (wait4),
     // the terminal starts (the live tree at the echo), the script (named after it).
-    let suffixes = sandbench_proto::metric::companion::ALL.map(|(s, _)| s);
+    let suffixes = sandbench_proto::metric::Facet::COMPANIONS.map(|f| f.suffix());
     for (key, trials) in [("install", [0, 1]), ("cold", [0, 1]), ("warm", [0, 1])] {
         for trial in trials {
             for suffix in suffixes {

@@ -1,17 +1,9 @@
 //! The instruction lens: a step run once more per trial under valgrind's callgrind, untimed, whose
-//! counts do not depend on the machine's speed or load. Its metrics are companions of the step's
-//! metric (`<key>.instructions`, `<key>.cycles`, `<key>.lens_s`), and its per-function profile a
-//! file of the sandbox (`lens/<key>-<trial>.json`, a [`Profile`]).
+//! counts do not depend on the machine's speed or load. Its metrics are facets of the step's
+//! metric ([`crate::metric::Facet::LENS`]: `<key>.instructions`, `<key>.cycles`), and its
+//! per-function profile a file of the sandbox (`lens/<key>-<trial>.json`, a [`Profile`]).
 
 use serde::{Deserialize, Serialize};
-
-/// Instructions executed (callgrind's `Ir`), summed over the step's process tree.
-pub const INSTRUCTIONS: &str = ".instructions";
-/// Estimated cycles: L1 hits + 5 × last-level hits + 35 × RAM accesses (the formula of
-/// iai-callgrind and gungraun), from callgrind's cache simulation.
-pub const CYCLES: &str = ".cycles";
-/// Every suffix the lens records, judged as deterministic metrics.
-pub const ALL: [&str; 2] = [INSTRUCTIONS, CYCLES];
 
 /// Cycle weights of a last-level hit and of a RAM access (an L1 hit costs 1).
 pub const LL_HIT_CYCLES: u64 = 5;
@@ -19,16 +11,6 @@ pub const RAM_CYCLES: u64 = 35;
 
 /// The name under which JIT-compiled code (no symbol) is grouped in a profile.
 pub const JIT: &str = "(JIT code, unnamed)";
-
-/// The stem of a lens metric and its suffix: `work.instructions` → (`work`, `.instructions`).
-pub fn split(key: &str) -> Option<(&str, &'static str)> {
-    ALL.iter().find_map(|suffix| key.strip_suffix(suffix).filter(|s| !s.is_empty()).map(|s| (s, *suffix)))
-}
-
-/// Whether `key` is counted by the lens (instructions or cycles).
-pub fn is_counted(key: &str) -> bool {
-    split(key).is_some()
-}
 
 /// Where the profile of `stem`'s lens run in `trial` is kept, relative to the sandbox's files.
 pub fn profile_path(stem: &str, trial: u32) -> String {
@@ -88,11 +70,15 @@ mod tests {
 
     #[test]
     fn keys_split_into_stem_and_suffix() {
-        assert_eq!(split("work.instructions"), Some(("work", INSTRUCTIONS)));
-        assert_eq!(split("script.x.cycles"), Some(("script.x", CYCLES)));
-        assert_eq!(split(".instructions"), None);
-        assert_eq!(split("work"), None);
-        assert!(is_counted("cold.cycles") && !is_counted("cold.cpu"));
+        use crate::metric::{Facet, MetricKey};
+        fn lens(key: &str) -> Option<(&str, Facet)> {
+            Some(MetricKey::split(key)).filter(|(_, f)| f.is_lens())
+        }
+        assert_eq!(lens("work.instructions"), Some(("work", Facet::Instructions)));
+        assert_eq!(lens("script.x.cycles"), Some(("script.x", Facet::Cycles)));
+        assert_eq!(lens(".instructions"), None);
+        assert_eq!(lens("work"), None);
+        assert!(MetricKey::facet_of("cold.cycles").is_lens() && !MetricKey::facet_of("cold.cpu").is_lens());
         assert_eq!(profile_path("work", 2), "lens/work-2.json");
     }
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
 use sandbench_proto::Phase;
+use sandbench_proto::metric::{Facet, MetricKey};
 use sandbench_proto::plan::{AgentPlan, Runtime};
 use sandbench_proto::v1::PhaseStatus;
 use serde::{Deserialize, Serialize};
@@ -466,9 +467,10 @@ impl Target {
         let phases = || Phase::ALL.into_iter();
         match lens {
             Lens::Instructions => {
-                let (stem, key) = match sandbench_proto::lens::split(metric) {
-                    Some((stem, _)) => (stem.to_string(), metric.to_string()),
-                    None => (metric.to_string(), format!("{metric}{}", sandbench_proto::lens::INSTRUCTIONS)),
+                // A lens key as it is; any other metric's instructions.
+                let (stem, key) = match MetricKey::split(metric) {
+                    (stem, facet) if facet.is_lens() => (stem.to_string(), metric.to_string()),
+                    _ => (metric.to_string(), MetricKey::new(metric, Facet::Instructions).to_string()),
                 };
                 let Some(phase) = phases().find(|p| plan.lens_stems_of_phase(*p).contains(&stem)) else {
                     let counted: Vec<String> = phases().flat_map(|p| plan.lens_stems_of_phase(p)).collect();

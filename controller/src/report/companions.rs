@@ -1,11 +1,11 @@
-//! The companions of the timed metrics (`sandbench_proto::metric::companion`): what each timed
+//! The companions of the timed metrics (`sandbench_proto::metric::Facet::COMPANIONS`): what each timed
 //! step's process tree cost besides wall time. `<key>.cpu` of a defined metric is judged like
 //! any metric ([`super::Report::metric_defs`]); every companion is also shown in the details as
 //! medians, base → head ([`table`]).
 
 use std::fmt::Write;
 
-use sandbench_proto::metric::companion;
+use sandbench_proto::metric::{Facet, MetricKey};
 
 use super::Report;
 use super::format::escape;
@@ -17,9 +17,8 @@ pub fn stems(report: &Report) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();
     for side in [&report.base_side, &report.head_side] {
         for key in side.metrics.keys() {
-            if let Some((stem, _)) = companion::split(key)
-                && !found.iter().any(|s| s == stem)
-            {
+            let (stem, facet) = MetricKey::split(key);
+            if facet.is_companion() && !found.iter().any(|s| s == stem) {
                 found.push(stem.to_string());
             }
         }
@@ -47,14 +46,14 @@ pub fn table(report: &Report) -> Option<String> {
     let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for stem in &stems {
         let title = report.metrics.iter().find(|d| &d.key == stem).map_or(stem.as_str(), |d| d.title.as_str());
-        let cells: Vec<String> = companion::ALL
-            .iter()
-            .map(|(suffix, _)| {
-                let key = format!("{stem}{suffix}");
+        let cells: Vec<String> = Facet::COMPANIONS
+            .into_iter()
+            .map(|facet| {
+                let key = MetricKey::new(stem.as_str(), facet).to_string();
                 let median = |side: &super::Side| {
                     // Each trial's value (the median of its runs), as the metric itself is judged.
                     let values: Vec<f64> = super::values(side.metrics.get(&key)).into_iter().map(|(_, v)| v).collect();
-                    stats::median(&values).map_or("—".to_string(), |m| shown(suffix, m))
+                    stats::median(&values).map_or("—".to_string(), |m| shown(facet, m))
                 };
                 format!("{} → {}", median(&report.base_side), median(&report.head_side))
             })
@@ -65,10 +64,10 @@ pub fn table(report: &Report) -> Option<String> {
 }
 
 /// A companion's value as the table shows it.
-fn shown(suffix: &str, value: f64) -> String {
-    match suffix {
-        companion::CPU => format!("{:.1} ms", value * 1000.0),
-        companion::MAXRSS => format!("{:.1} MB", value / 1e6),
+fn shown(facet: Facet, value: f64) -> String {
+    match facet {
+        Facet::Cpu => format!("{:.1} ms", value * 1000.0),
+        Facet::MaxRss => format!("{:.1} MB", value / 1e6),
         _ => format!("{value:.0}"),
     }
 }

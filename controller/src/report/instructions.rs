@@ -187,9 +187,8 @@ pub fn changed_steps<'a>(report: &'a Report, comparisons: &[MetricComparison]) -
     let mut stems: Vec<&str> = Vec::new();
     for c in comparisons {
         let changed = matches!(c.comparison.outcome, Outcome::Regressed | Outcome::Improved);
-        if let Some((stem, _)) = sandbench_proto::lens::split(&c.key).filter(|_| changed)
-            && !stems.contains(&stem)
-        {
+        let (stem, facet) = sandbench_proto::metric::MetricKey::split(&c.key);
+        if changed && facet.is_lens() && !stems.contains(&stem) {
             stems.push(stem);
         }
     }

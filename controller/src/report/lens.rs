@@ -3,8 +3,10 @@
 //! `cold.cpu` in CPU time, `cold.instructions` in instructions); each is judged on its own, and
 //! the report names the lens beside each row, so a reader knows which one decided it.
 //!
-//! [`of`] is the one place that maps a metric to its lens, by key suffix first, then by the kind
-//! of its unit; a new lens is a new suffix here.
+//! [`of`] is the one place that maps a metric to its lens, by the key's facet first, then by the
+//! kind of its unit; a new lens is a new facet here.
+
+use sandbench_proto::metric::{Facet, MetricKey};
 
 use crate::spec::MetricDef;
 use crate::spec::units::{self, Kind};
@@ -33,21 +35,20 @@ impl Lens {
     }
 }
 
-/// Companions counted under callgrind (`<key>.instructions`, `<key>.cycles`).
-const INSTRUCTION_SUFFIXES: [&str; 2] = [".instructions", ".cycles"];
-/// CPU time of a step: the agent's companion `<key>.cpu`, or a scenario's `cpu_metric` named
-/// `<key>_cpu` by convention.
-const CPU_SUFFIXES: [&str; 2] = [sandbench_proto::metric::companion::CPU, "_cpu"];
+/// CPU time of a step besides its companion `<key>.cpu` ([`Facet::Cpu`]): a scenario's
+/// `cpu_metric`, named `<key>_cpu` by convention.
+const CPU_CONVENTION: &str = "_cpu";
 
-/// The lens of `def`: `.instructions` and `.cycles` are instructions, `.cpu` (and `_cpu`) CPU
-/// time; otherwise a time unit is wall time, and a size unit memory when the metric says it
-/// measures memory (an RSS, a `memory` title or group), else a size.
+/// The lens of `def`: the lens's facets (`.instructions`, `.cycles`) are instructions, `.cpu`
+/// (and `_cpu`) CPU time; otherwise a time unit is wall time, and a size unit memory when the
+/// metric says it measures memory (an RSS, a `memory` title or group), else a size.
 pub fn of(def: &MetricDef) -> Lens {
     let key = def.key.as_str();
-    if INSTRUCTION_SUFFIXES.iter().any(|s| key.ends_with(s)) {
+    let facet = MetricKey::facet_of(key);
+    if facet.is_lens() {
         return Lens::Instructions;
     }
-    if CPU_SUFFIXES.iter().any(|s| key.ends_with(s)) {
+    if facet == Facet::Cpu || key.ends_with(CPU_CONVENTION) {
         return Lens::Cpu;
     }
     match units::parse(&def.unit) {
@@ -69,11 +70,10 @@ fn measures_memory(def: &MetricDef) -> bool {
 /// The step a metric belongs to, whatever its lens: `cold.cpu`, `cold_cpu` and
 /// `cold.instructions` are all of `cold`.
 pub fn step(key: &str) -> &str {
-    INSTRUCTION_SUFFIXES
-        .iter()
-        .chain(&CPU_SUFFIXES)
-        .find_map(|s| key.strip_suffix(s).filter(|k| !k.is_empty()))
-        .unwrap_or(key)
+    match MetricKey::split(key) {
+        (stem, facet) if facet.is_lens() || facet == Facet::Cpu => stem,
+        _ => key.strip_suffix(CPU_CONVENTION).filter(|k| !k.is_empty()).unwrap_or(key),
+    }
 }
 
 #[cfg(test)]

@@ -24,10 +24,12 @@
 
 use std::fmt::Write;
 
+use sandbench_proto::metric::{Facet, MetricKey};
+
 use super::comment::{self, Block, Class};
 use super::format::{change, decision, escape, escape_clipped, marker_field, value};
 use super::summary::{self, Row};
-use super::{CPU_SUFFIX, MetricComparison, Report, Rule, Status, warnings};
+use super::{MetricComparison, Report, Rule, Status, warnings};
 use crate::spec::MetricDef;
 use crate::stats::{Outcome, Verdict};
 
@@ -389,7 +391,7 @@ fn overall(comparisons: &[MetricComparison]) -> String {
 pub(super) fn cpu_findings(defs: &[MetricDef], comparisons: &[MetricComparison]) -> Vec<String> {
     let mut found = Vec::new();
     for (def, cpu) in defs.iter().zip(comparisons) {
-        let Some(stem) = def.key.strip_suffix(CPU_SUFFIX) else { continue };
+        let Some(stem) = MetricKey::stem_if(&def.key, Facet::Cpu) else { continue };
         let Some((wall_def, wall)) = defs.iter().zip(comparisons).find(|(d, _)| d.key == stem) else { continue };
         let cpu_changed = matches!(cpu.outcome(), Outcome::Regressed | Outcome::Improved);
         let telling = match wall.outcome() {

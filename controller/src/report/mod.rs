@@ -34,6 +34,7 @@ pub mod warnings;
 
 use std::collections::BTreeMap;
 
+use sandbench_proto::metric::{Facet, MetricKey};
 use serde::{Deserialize, Serialize};
 
 pub use crate::cost::SandboxRecord;
@@ -92,9 +93,6 @@ fn first_attempt() -> u32 {
 fn is_first_attempt(n: &u32) -> bool {
     *n == 1
 }
-
-/// The suffix of a metric's CPU-time companion: `cold.cpu` is the CPU time of `cold`.
-pub const CPU_SUFFIX: &str = sandbench_proto::metric::companion::CPU;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -366,7 +364,7 @@ impl Report {
         let mut defs = Vec::new();
         for def in &self.metrics {
             defs.push(def.clone());
-            let key = format!("{}{CPU_SUFFIX}", def.key);
+            let key = MetricKey::new(def.key.as_str(), Facet::Cpu).to_string();
             let sampled = [&self.base_side, &self.head_side].iter().any(|s| s.metrics.contains_key(&key));
             if sampled && !self.metrics.iter().any(|d| d.key == key) {
                 defs.push(MetricDef { key, title: format!("{} (CPU)", def.title), ..def.clone() });
@@ -385,7 +383,7 @@ impl Report {
     /// Samples each side should have of `key` (a CPU companion: as many as its metric).
     pub fn expected_of(&self, key: &str) -> usize {
         let own = self.expected.get(key);
-        let stem = key.strip_suffix(CPU_SUFFIX).and_then(|k| self.expected.get(k));
+        let stem = MetricKey::stem_if(key, Facet::Cpu).and_then(|k| self.expected.get(k));
         own.or(stem).copied().unwrap_or(1) as usize
     }
 
@@ -516,7 +514,7 @@ impl Report {
         // Before any sample a CPU companion has no definition of its own: its metric's, as
         // `metric_defs` gives it once sampled.
         let def_of = |key: &String| {
-            let stem = key.strip_suffix(CPU_SUFFIX).and_then(|s| defs.iter().find(|d| d.key == s));
+            let stem = MetricKey::stem_if(key, Facet::Cpu).and_then(|s| defs.iter().find(|d| d.key == s));
             let own = defs.iter().find(|d| &d.key == key).cloned();
             own.or_else(|| stem.map(|d| MetricDef { key: key.clone(), ..d.clone() }))
         };

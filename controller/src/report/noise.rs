@@ -76,7 +76,7 @@ impl NoiseProfile {
             .iter()
             .filter_map(|def| {
                 let (pairs, _) = report.pairs_of(&def.key);
-                if sandbench_proto::lens::is_counted(&def.key) {
+                if sandbench_proto::metric::MetricKey::facet_of(&def.key).is_lens() {
                     return NoiseProfile::counted_noise(&pairs, report.within_spread(&def.key))
                         .map(|m| (def.key.clone(), m));
                 }
@@ -139,7 +139,7 @@ impl NoiseProfile {
             .into_iter()
             .filter_map(|key| {
                 let entries: Vec<&MetricNoise> = runs.iter().filter_map(|r| r.metrics.get(key)).collect();
-                let pooled = if sandbench_proto::lens::is_counted(key) {
+                let pooled = if sandbench_proto::metric::MetricKey::facet_of(key).is_lens() {
                     NoiseProfile::pooled_counts(&entries)
                 } else {
                     NoiseProfile::pooled_noise(&entries)
@@ -258,7 +258,7 @@ impl NoiseProfile {
         let calibrated: Vec<&MetricNoise> = self
             .metrics
             .iter()
-            .filter(|(k, m)| m.pairs >= MIN_PROFILE_PAIRS && !sandbench_proto::lens::is_counted(k))
+            .filter(|(k, m)| m.pairs >= MIN_PROFILE_PAIRS && !sandbench_proto::metric::MetricKey::facet_of(k).is_lens())
             .map(|(_, m)| m)
             .collect();
         let range = |f: fn(&MetricNoise) -> usize| {
@@ -289,7 +289,7 @@ impl NoiseProfile {
     /// The profile's calibration of a timed metric: its pair sd and the degrees of freedom of
     /// that sd, when it has the pairs.
     fn calibrated_spread(&self, key: &str) -> Option<(f64, usize, usize)> {
-        if sandbench_proto::lens::is_counted(key) {
+        if sandbench_proto::metric::MetricKey::facet_of(key).is_lens() {
             return None;
         }
         let m = self.metrics.get(key).filter(|m| m.pairs >= MIN_PROFILE_PAIRS)?;

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use sandbench_proto::metric::{Facet, MetricKey};
 use tokio::sync::watch;
 
 use super::display::Display;
@@ -31,11 +32,11 @@ pub(super) struct Bisecting<'a> {
 pub(super) fn regressed(report: &Report) -> Vec<String> {
     let keys: Vec<String> =
         report.analyze().into_iter().filter(|c| c.outcome() == Outcome::Regressed).map(|c| c.key).collect();
-    let counted = |stem: &str| keys.iter().any(|k| *k == format!("{stem}{}", sandbench_proto::lens::INSTRUCTIONS));
+    let counted = |stem: &str| keys.iter().any(|k| *k == MetricKey::new(stem, Facet::Instructions).to_string());
     keys.iter()
-        .filter(|k| match sandbench_proto::lens::split(k) {
-            Some((stem, suffix)) => suffix == sandbench_proto::lens::INSTRUCTIONS || !counted(stem),
-            None => true,
+        .filter(|k| match MetricKey::split(k) {
+            (stem, Facet::Cycles) => !counted(stem),
+            _ => true,
         })
         .cloned()
         .collect()
@@ -65,7 +66,7 @@ pub(super) async fn bisect_regressions(
             report.warnings.push(format!("--bisect: canceled before {key} was bisected"));
             break;
         }
-        let lens = if sandbench_proto::lens::split(&key).is_some() { Lens::Instructions } else { Lens::Wall };
+        let lens = if MetricKey::facet_of(&key).is_lens() { Lens::Instructions } else { Lens::Wall };
         let target = match Target::of(at.plan, &key, lens) {
             Ok(target) => target,
             Err(err) => {

@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use sandbench_proto::metric::{Facet, MetricKey};
+
 use crate::report::{Report, Status};
 use crate::stats::Outcome;
 
@@ -54,7 +56,7 @@ fn missing(report: &Report) -> String {
 fn names(report: &Report, keys: &[&str]) -> String {
     let title = |key: &str| -> String {
         let def = |k: &str| report.metrics.iter().find(|m| m.key == k).map(|m| m.title.clone());
-        match (def(key), key.strip_suffix(sandbench_proto::metric::companion::CPU).and_then(def)) {
+        match (def(key), MetricKey::stem_if(key, Facet::Cpu).and_then(def)) {
             (Some(title), _) => title,
             (None, Some(wall)) => format!("{wall} (CPU)"),
             (None, None) => key.to_string(),

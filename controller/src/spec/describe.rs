@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use sandbench_proto::Phase;
 use sandbench_proto::metric;
+use sandbench_proto::metric::{Facet, MetricKey};
 use sandbench_proto::plan::{Channel, Check, Runtime, ScenarioStep};
 
 use super::metrics::MetricDef;
@@ -164,7 +165,8 @@ fn phases(out: &mut String, plan: &Plan) {
 
 /// What the lens adds to a step, in `check`'s words.
 fn lens_words(what: &str, stem: &str) -> String {
-    format!("+ {what} once more per trial under the instruction lens → {stem}.instructions, {stem}.cycles")
+    let keys = Facet::LENS.map(|facet| MetricKey::new(stem, facet).to_string());
+    format!("+ {what} once more per trial under the instruction lens → {}", keys.join(", "))
 }
 
 /// The sections with scenarios, commands and scripts: runtime, transport and ui.

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sandbench_proto::Phase;
 use sandbench_proto::metric;
+use sandbench_proto::metric::{Facet, MetricKey};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
@@ -127,7 +128,7 @@ pub const LENS_RELATIVE: f64 = 0.005;
 
 /// The definition of a lens metric (`<stem>.instructions`, `<stem>.cycles`): millions of counts,
 /// titled and grouped as its step.
-fn lens_def(plan: &Plan, stem: &str, suffix: &str, defs: &[MetricDef]) -> MetricDef {
+fn lens_def(plan: &Plan, stem: &str, facet: Facet, defs: &[MetricDef]) -> MetricDef {
     let step = match stem.strip_prefix("script.") {
         Some(name) => {
             let first = Phase::ALL
@@ -145,9 +146,9 @@ fn lens_def(plan: &Plan, stem: &str, suffix: &str, defs: &[MetricDef]) -> Metric
             .map(|d| (d.title.clone(), d.group.clone()))
             .unwrap_or_else(|| (stem.to_string(), "CLI".into())),
     };
-    let what = if suffix == sandbench_proto::lens::CYCLES { "cycles" } else { "instructions" };
+    let what = if facet == Facet::Cycles { "cycles" } else { "instructions" };
     MetricDef {
-        key: format!("{stem}{suffix}"),
+        key: MetricKey::new(stem, facet).to_string(),
         title: format!("{} ({what})", step.0),
         unit: format!("M {what}"),
         scale: 1e-6,
@@ -177,10 +178,9 @@ impl Validator<'_> {
         }
         let mut defs: Vec<MetricDef> = Vec::new();
         for key in &produced {
-            if let Some((stem, suffix)) = sandbench_proto::lens::split(key)
-                && !raw.contains_key(key)
-            {
-                let def = lens_def(plan, stem, suffix, &defs);
+            let (stem, facet) = MetricKey::split(key);
+            if facet.is_lens() && !raw.contains_key(key) {
+                let def = lens_def(plan, stem, facet, &defs);
                 defs.push(def);
                 continue;
             }

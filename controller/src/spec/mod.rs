@@ -453,13 +453,13 @@ impl Plan {
             for stem in stems {
                 let anchor = last_of_script(stem).unwrap_or_else(|| stem.clone());
                 if anchor == key && !placed.contains(stem) {
-                    out.extend(sandbench_proto::lens::ALL.iter().map(|s| format!("{stem}{s}")));
+                    out.extend(lens_keys(stem));
                     placed.push(stem.clone());
                 }
             }
         }
         for stem in stems.iter().filter(|s| !placed.contains(s)) {
-            out.extend(sandbench_proto::lens::ALL.iter().map(|s| format!("{stem}{s}")));
+            out.extend(lens_keys(stem));
         }
         out
     }
@@ -500,6 +500,11 @@ impl Plan {
             }
         }
     }
+}
+
+/// The keys the instruction lens records of a step: `<stem>.instructions`, `<stem>.cycles`.
+fn lens_keys(stem: &str) -> [String; 2] {
+    metric::Facet::LENS.map(|facet| metric::MetricKey::new(stem, facet).to_string())
 }
 
 /// What a sandbox's default lifetime adds to the plan's worst case.

@@ -94,7 +94,11 @@ fn the_examples_are_valid() {
     let work = keys.iter().position(|k| *k == "work").unwrap();
     assert_eq!(keys[work..work + 3], ["work", "work.instructions", "work.cycles"]);
     assert!(demo.uses_instruction_lens() && !prime.uses_instruction_lens());
-    assert!(demo.trials.gate.iter().all(|k| !sandbench_proto::lens::is_counted(k)), "{:?}", demo.trials.gate);
+    assert!(
+        demo.trials.gate.iter().all(|k| !sandbench_proto::metric::MetricKey::facet_of(k).is_lens()),
+        "{:?}",
+        demo.trials.gate
+    );
     assert!(demo.trials.ui > 0 && demo.trials.transport > 0);
     assert_eq!(demo.timed_phases().iter().map(|p| p.0).collect::<Vec<_>>(), Phase::TIMED);
     // The demo grows its pairs on its two gating metrics.

@@ -81,7 +81,7 @@ impl Plan {
     /// footprints; None for a script's metrics (their unit is what the script prints).
     pub fn observed_unit(&self, key: &str) -> Option<&'static str> {
         const BYTES: &str = "bytes";
-        if sandbench_proto::lens::is_counted(key) {
+        if sandbench_proto::metric::MetricKey::facet_of(key).is_lens() {
             // Counts, in their own unit (`metrics::lens_def`).
             return None;
         }

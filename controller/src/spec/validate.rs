@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbench_proto::Phase;
+use sandbench_proto::metric::{Facet, MetricKey};
 use sandbench_proto::plan::{AgentPlan, RegistryBridge, Source, Step};
 use toml::Spanned;
 
@@ -254,7 +255,7 @@ impl Validator<'_> {
             );
         }
         let known = |key: &str| {
-            let stem = key.strip_suffix(sandbench_proto::metric::companion::CPU).unwrap_or(key);
+            let stem = MetricKey::stem_if(key, Facet::Cpu).unwrap_or(key);
             plan.metrics.iter().any(|m| m.key == stem)
         };
         let gate = match &t.gate {
@@ -262,7 +263,7 @@ impl Validator<'_> {
                 for key in keys.get_ref().iter().filter(|k| !known(k)) {
                     self.error(keys, "trials.gate", format!("{key:?} is not a metric this spec records"));
                 }
-                for key in keys.get_ref().iter().filter(|k| sandbench_proto::lens::is_counted(k)) {
+                for key in keys.get_ref().iter().filter(|k| MetricKey::facet_of(k).is_lens()) {
                     self.error(
                         keys,
                         "trials.gate",

@@ -7,15 +7,13 @@
 use std::path::Path;
 
 use sandbench_proto::lens::{self, Profile};
+use sandbench_proto::metric::{Facet, MetricKey};
 use sandbench_proto::plan::{AgentPlan, Runtime, Startup};
 
 use super::common;
 use crate::context::PhaseContext;
 use crate::probes::lens::Lens;
 use crate::users::User;
-
-/// The unit of both counts as observations carry it.
-const UNIT: &str = "count";
 
 /// The stem of a script's lens metrics (as of its companions).
 fn script_stem(name: &str) -> String {
@@ -83,7 +81,8 @@ fn counted(
     if ctx.canceled() {
         return;
     }
-    let keys = [format!("{stem}{}", lens::INSTRUCTIONS), format!("{stem}{}", lens::CYCLES)];
+    // Both counts, in their unit as observations carry it.
+    let keys = Facet::LENS.map(|facet| (MetricKey::new(stem, facet).to_string(), facet.unit().unwrap_or_default()));
     let result = common::hygiene(user).and_then(|()| {
         let profile = Lens::new(&plan.lens, user, env).and_then(|mut l| run(&mut l));
         let cleanup = common::hygiene(user);
@@ -93,14 +92,15 @@ fn counted(
     });
     match result {
         Ok(profile) => {
-            ctx.value(&keys[0], trial, profile.instructions as f64, UNIT);
-            ctx.value(&keys[1], trial, profile.cycles as f64, UNIT);
+            for ((key, unit), count) in keys.iter().zip([profile.instructions, profile.cycles]) {
+                ctx.value(key, trial, count as f64, unit);
+            }
             ctx.file(&lens::profile_path(stem, trial), &serde_json::to_vec_pretty(&profile).unwrap_or_default());
         }
         Err(err) => {
             let err = err.context(format!("the instruction lens of {stem}"));
-            for key in &keys {
-                ctx.error(key, trial, &err, UNIT);
+            for (key, unit) in &keys {
+                ctx.error(key, trial, &err, unit);
             }
         }
     }

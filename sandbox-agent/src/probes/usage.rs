@@ -1,6 +1,6 @@
 //! What a timed step's process tree cost besides wall time: user + system CPU seconds, the
 //! largest peak resident set, page faults and context switches ([`Usage`]), sent as the step
-//! metric's companions (`cold.cpu`, `install.maxrss`, … see `sandbench_proto::metric::companion`).
+//! metric's companions (`cold.cpu`, `install.maxrss`, … see `sandbench_proto::metric::Facet`).
 //!
 //! Two sources. A command the agent waits for itself is reaped with wait4(2) ([`wait`]): its
 //! rusage covers the child and every descendant that was waited for (what `time` and hyperfine
@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::ExitStatus;
 
 use procfs::process::Process;
-use sandbench_proto::metric::companion;
+use sandbench_proto::metric::{Facet, MetricKey};
 
 use super::processes;
 
@@ -96,10 +96,15 @@ impl Usage {
         }
     }
 
-    /// The companions of metric `key`: (metric, value, unit), in `companion::ALL` order.
+    /// The companions of metric `key`: (metric, value, unit), in `Facet::COMPANIONS` order.
     pub fn companions(&self, key: &str) -> Vec<(String, f64, &'static str)> {
         let values = [self.cpu_s(), self.maxrss_bytes, self.minflt, self.majflt, self.vcsw, self.ivcsw];
-        companion::ALL.iter().zip(values).map(|((suffix, unit), v)| (format!("{key}{suffix}"), v, *unit)).collect()
+        let companion = |facet: Facet| MetricKey::new(key, facet).to_string();
+        Facet::COMPANIONS
+            .into_iter()
+            .zip(values)
+            .map(|(f, v)| (companion(f), v, f.unit().unwrap_or_default()))
+            .collect()
     }
 }
 

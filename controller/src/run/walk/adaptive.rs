@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sandbench_proto::Phase;
+use sandbench_proto::metric::{Facet, MetricKey};
 
 use crate::report::{Report, Sequential};
 
@@ -80,7 +81,7 @@ pub fn phases_to_grow(
         .filter(|name| {
             let metrics = plan.metrics_of_phase(*name);
             undecided.iter().any(|key| {
-                let stem = key.strip_suffix(crate::report::CPU_SUFFIX).unwrap_or(key);
+                let stem = MetricKey::stem_if(key, Facet::Cpu).unwrap_or(key);
                 metrics.iter().any(|m| m == stem)
             })
         })

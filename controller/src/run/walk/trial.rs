@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use sandbench_proto::metric::MetricKey;
 use sandbench_proto::v1::PhaseStatus;
 use sandbench_proto::{Phase, StepId};
 
@@ -47,7 +48,7 @@ pub async fn trial(run: &Run, side: &SideRun, slot: &Slot, stepwise: bool) -> (T
     // A lens metric's error (`<key>.instructions: …`) fails that metric, not the trial: the
     // wall-time samples stand, and no streak of lens failures skips the trials that time.
     let result = result.map(|(status, error, mut errors)| {
-        errors.retain(|e| !e.split_once(": ").is_some_and(|(key, _)| sandbench_proto::lens::is_counted(key)));
+        errors.retain(|e| !e.split_once(": ").is_some_and(|(key, _)| MetricKey::facet_of(key).is_lens()));
         (status, error, errors)
     });
     let mut named = None;

@@ -422,6 +422,42 @@ async fn sandboxes_are_created_locked_down_with_their_labels_and_limits() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compared_sandbox_carries_its_place_in_the_run_as_labels_and_its_agent_says_it() {
+    with_harness("placement", HubConfig::default(), |h| async move {
+        let placement = sandbench_proto::Placement { side: sandbench_proto::Side::Head, pair: 1, attempt: 2 };
+        let mut request = h.request("head1-r2", SCRATCH_IMAGE, AgentShipping::Bind);
+        request.placement = Some(placement);
+        let live = h.launch(request).await;
+        let s = h.provisioner.settings(&live.sandbox.id).await.unwrap();
+        let label = |key: &str| s.labels[key].as_str();
+        assert_eq!(
+            (label("io.sandbench.side"), label("io.sandbench.pair"), label("io.sandbench.attempt")),
+            ("head", "1", "2")
+        );
+        let mut env = s.env_names.clone();
+        env.sort();
+        assert_eq!(
+            env,
+            [
+                "SANDBENCH_ATTEMPT",
+                "SANDBENCH_PAIR",
+                "SANDBENCH_SANDBOX_ID",
+                "SANDBENCH_SIDE",
+                "SANDBENCH_SOCKET",
+                "SANDBENCH_TOKEN"
+            ]
+        );
+        // The real agent read it from its environment and said it in its Hello (the hub
+        // refuses a Hello that says another).
+        assert_eq!(live.hello.placement, Some(placement));
+        let registered = &sandbench::observations::server::registrations(h.run_dir.path()).unwrap()[&live.sandbox.id];
+        assert_eq!((registered.role.as_deref(), registered.placement), (Some("head1-r2"), Some(placement)));
+        h.teardown(&live.sandbox).await;
+    })
+    .await;
+}
+
 /// The setuid drill: root in a sandbox, with the capabilities the agent keeps (CHOWN,
 /// DAC_OVERRIDE, FOWNER, FSETID…), tries to plant a setuid-root binary in its socket folder on
 /// the host, open that folder to everyone, and delete or replace its socket. Each fails on the

@@ -8,7 +8,7 @@ mod flood;
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
-use sandbench::observations::server::{Hub, HubConfig, ServerHandle};
+use sandbench::observations::server::{Hub, HubConfig, Registration, ServerHandle};
 use sandbench::observations::store::read_events;
 use sandbench::observations::store::{Data, StoredBody};
 use sandbench_proto::v1::agent_client::AgentClient;
@@ -16,6 +16,7 @@ use sandbench_proto::v1::{
     AgentMessage, Command, ControllerMessage, Event, EventBatch, FileChunk, Hello, Log, LogStream, Observation,
     PhaseDone, PhaseStatus, RunPhase, Welcome, agent_message, command, controller_message, event, observation,
 };
+use sandbench_proto::{Placement, Side};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -58,9 +59,24 @@ struct Session {
 }
 
 async fn open(f: &Fixture, sandbox: &str, token: &str) -> Result<Session, tonic::Status> {
+    open_placed(f, sandbox, token, None).await
+}
+
+/// [`open`] with a Hello that says the sandbox's place in its run.
+async fn open_placed(
+    f: &Fixture,
+    sandbox: &str,
+    token: &str,
+    placement: Option<Placement>,
+) -> Result<Session, tonic::Status> {
     let (tx, rx) = mpsc::channel(16);
-    let hello =
-        Hello { sandbox_id: sandbox.into(), token: token.into(), boot_id: "boot-1".into(), ..Default::default() };
+    let hello = Hello {
+        sandbox_id: sandbox.into(),
+        token: token.into(),
+        boot_id: "boot-1".into(),
+        placement: placement.map(Into::into),
+        ..Default::default()
+    };
     tx.send(AgentMessage { body: Some(agent_message::Body::Hello(hello)) }).await.unwrap();
     let mut rx = client(f).await.session(ReceiverStream::new(rx)).await?.into_inner();
     let welcome = match rx.message().await?.and_then(|m| m.body) {
@@ -199,6 +215,26 @@ async fn unknown_wrong_and_borrowed_tokens_are_refused_and_recorded() {
     assert!(open(&f, "a", &a).await.is_ok());
     f.hub.retire("a").unwrap();
     assert_eq!(refused(open(&f, "a", &a).await), "token reused: the sandbox was retired");
+}
+
+#[tokio::test]
+async fn a_hello_that_says_another_place_in_the_run_is_refused() {
+    let f = fixture().await;
+    let head = Placement { side: Side::Head, pair: 1, attempt: 2 };
+    let registration = Registration { role: Some("head1-r2".into()), placement: Some(head) };
+    let token = f.hub.register_as("sb", registration).unwrap();
+    for said in [None, Some(Placement { side: Side::Base, ..head }), Some(Placement { attempt: 1, ..head })] {
+        let Err(status) = open_placed(&f, "sb", &token, said).await else { panic!("accepted {said:?}") };
+        assert_eq!(status.code(), tonic::Code::Unauthenticated);
+        assert!(status.message().starts_with("the sandbox is the head of pair 1, attempt 2; its agent says "));
+    }
+    assert_eq!(f.hub.refusals().len(), 3);
+    let _session = open_placed(&f, "sb", &token, Some(head)).await.unwrap();
+    let hello = f.hub.status("sb").unwrap().borrow().first_hello.clone().unwrap();
+    assert_eq!(hello.placement, Some(head));
+    // A sandbox registered with no place in a run (debug, bisect) takes a Hello that says none.
+    let bare = f.hub.register("debug").unwrap();
+    assert!(open(&f, "debug", &bare).await.is_ok());
 }
 
 fn log_event(seq: u64, command: &str, chunk: &[u8]) -> Event {

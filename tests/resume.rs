@@ -197,6 +197,7 @@ fn assert_every_trial_once(report: &Report) {
 fn assert_only_missing_slots_ran(dir: &Path, run_id: &str, report: &Report) {
     let sandbox = |role: &str| format!("sandbench-{run_id}-{role}");
     let (started, done) = phases(dir);
+    let roster = sandbench::run::Roster::read(dir, run_id).unwrap();
     let ran = |role: &str, phase: &str, trial: u32| started.contains(&(sandbox(role), phase.to_string(), trial));
     assert!(!ran("base-r2", "measure", 0), "a completed trial ran again");
     assert!(ran("head-r2", "measure", 0) && ran("base-r2", "measure", 1) && ran("head-r2", "measure", 1));
@@ -204,7 +205,7 @@ fn assert_only_missing_slots_ran(dir: &Path, run_id: &str, report: &Report) {
     // The trial completed before the kill completed once: it was not run again.
     let mut completions: BTreeMap<(String, String), u32> = BTreeMap::new();
     for (sandbox_id, command) in &done {
-        let side = sandbench::run::side_of(run_id, sandbox_id).unwrap();
+        let side = roster.side(sandbox_id).unwrap();
         *completions.entry((side.as_str().to_string(), command.clone())).or_default() += 1;
     }
     assert_eq!(completions[&("base".to_string(), "measure-0".to_string())], 1);

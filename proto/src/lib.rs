@@ -1,6 +1,6 @@
 //! sandbench protocol v1, generated from `proto/sandbench/v1/agent.proto`, and the vocabulary
 //! agent and controller share: phases ([`Phase`]), phase commands ([`StepId`]), metric keys
-//! ([`metric`]), sides ([`Side`]).
+//! ([`metric`]), sides ([`Side`]) and a sandbox's place in its run ([`Placement`]).
 
 /// Generated messages and the `Agent` service.
 #[allow(clippy::all, missing_docs)]
@@ -16,10 +16,12 @@ pub mod conditions;
 pub mod lens;
 pub mod metric;
 pub mod phase;
+mod placement;
 mod side;
 mod step;
 
 pub use phase::{Phase, UnknownPhase};
+pub use placement::{NoSide, Placement};
 pub use side::{Side, UnknownSide};
 pub use step::{NotAStep, StepId};
 
@@ -46,6 +48,10 @@ pub mod env {
     pub const TOKEN: &str = "SANDBENCH_TOKEN";
     pub const SOCKET: &str = "SANDBENCH_SOCKET";
     pub const STATE_DIR: &str = "SANDBENCH_STATE_DIR";
+    /// The sandbox's [`crate::Placement`], when it has one: its side, pair and attempt.
+    pub const SIDE: &str = "SANDBENCH_SIDE";
+    pub const PAIR: &str = "SANDBENCH_PAIR";
+    pub const ATTEMPT: &str = "SANDBENCH_ATTEMPT";
 }
 
 /// The bytes a URL path's percent-escapes stand for (`%2e` is `.`); None for a malformed escape.

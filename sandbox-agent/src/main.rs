@@ -227,9 +227,13 @@ fn run() -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-/// Who this agent is: the controller's sandbox id and token, this boot, and the socket.
+/// Who this agent is: the controller's sandbox id and token, this boot, the socket, and the
+/// sandbox's place in its run.
 fn identity() -> anyhow::Result<Identity> {
+    let placement = sandbench_proto::Placement::from_env(|name| std::env::var(name).ok())
+        .map_err(|why| anyhow::anyhow!("{why} (the controller sets it)"))?;
     Ok(Identity {
+        placement,
         sandbox_id: required_env(env::SANDBOX_ID)?,
         token: required_env(env::TOKEN)?,
         boot_id: std::fs::read_to_string("/proc/sys/kernel/random/uuid")

@@ -30,6 +30,9 @@ pub struct Identity {
     pub token: String,
     pub boot_id: String,
     pub socket: PathBuf,
+    /// The sandbox's side, pair and attempt, as the controller set them (none outside a
+    /// comparison).
+    pub placement: Option<sandbench_proto::Placement>,
 }
 
 /// How a session loop ended for good.
@@ -199,6 +202,7 @@ impl Session {
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
             facts: Some(crate::facts::collect()),
             journal_seq: *self.durable.borrow(),
+            placement: self.identity.placement.map(Into::into),
         };
         tx.send(message(agent_message::Body::Hello(hello))).await.map_err(|_| anyhow!("stream closed"))?;
         let response = client.session(ReceiverStream::new(rx)).await.map_err(refusal_or_error)?;

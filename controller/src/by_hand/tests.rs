@@ -23,6 +23,7 @@ fn request(run: &str, role: &str, ttl: Duration, socket_dir: &Path) -> SandboxRe
         socket_dir: socket_dir.to_path_buf(),
         token: String::new(),
         labels: Default::default(),
+        placement: None,
     }
 }
 

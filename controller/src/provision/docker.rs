@@ -366,6 +366,7 @@ impl DockerProvisioner {
             (labels::EXPIRES_AT.to_string(), unix_secs(expires_at).to_string()),
         ]);
         container_labels.extend(request.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        container_labels.extend(request.placement_labels());
         let host_config = host_config(request);
         let body = ContainerCreateBody {
             image: Some(request.image.clone()),
@@ -373,11 +374,16 @@ impl DockerProvisioner {
             cmd: Some(vec![]),
             user: Some("0:0".to_string()),
             // Only what the agent needs; nothing from the controller's environment.
-            env: Some(vec![
-                format!("{}={}", env::SANDBOX_ID, name),
-                format!("{}={}", env::TOKEN, request.token),
-                format!("{}={}/{}", env::SOCKET, SOCKET_DIR_IN_SANDBOX, SOCKET_NAME),
-            ]),
+            env: Some(
+                [
+                    format!("{}={}", env::SANDBOX_ID, name),
+                    format!("{}={}", env::TOKEN, request.token),
+                    format!("{}={}/{}", env::SOCKET, SOCKET_DIR_IN_SANDBOX, SOCKET_NAME),
+                ]
+                .into_iter()
+                .chain(request.placement.iter().flat_map(|p| p.env().map(|(k, v)| format!("{k}={v}"))))
+                .collect(),
+            ),
             labels: Some(container_labels),
             network_disabled: Some(!request.network),
             host_config: Some(host_config),

@@ -729,6 +729,7 @@ fn info(s: &FakeSandbox) -> ContainerInfo {
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     container_labels.extend(s.request.labels.clone());
+    container_labels.extend(s.request.placement_labels());
     ContainerInfo {
         id: s.sandbox.container_id.clone(),
         name: s.sandbox.id.clone(),
@@ -793,6 +794,7 @@ impl FakeAgent {
                 os_release: "sandbench fake sandbox".to_string(),
             }),
             journal_seq: self.seq,
+            placement: self.request.placement.map(Into::into),
         };
         tx.send(message(agent_message::Body::Hello(hello))).await?;
         let mut inbound = AgentClient::new(channel).session(ReceiverStream::new(rx)).await?.into_inner();

@@ -226,6 +226,11 @@ pub mod labels {
     pub const USD_PER_HOUR: &str = "io.sandbench.usd-per-hour";
     /// The control socket of the `sandbench debug` session keeping the sandbox.
     pub const CONTROL: &str = "io.sandbench.control";
+    /// A compared sandbox's side (`base`, `head`), pair (from 0) and the run's attempt (from 1):
+    /// its [`sandbench_proto::Placement`].
+    pub const SIDE: &str = "io.sandbench.side";
+    pub const PAIR: &str = "io.sandbench.pair";
+    pub const ATTEMPT: &str = "io.sandbench.attempt";
 }
 
 /// How the agent binary gets into the sandbox.
@@ -287,12 +292,27 @@ pub struct SandboxRequest {
     pub token: String,
     /// More labels (cost rate, debug control socket).
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The sandbox's side, pair and attempt in a comparison (none for a sandbox of no
+    /// comparison): its labels, and its agent's environment, which its Hello says back.
+    pub placement: Option<sandbench_proto::Placement>,
 }
 
 impl SandboxRequest {
     /// The deterministic container name, also the sandbox id on the wire.
     pub fn sandbox_id(&self) -> String {
         format!("sandbench-{}-{}", self.run_id, self.role)
+    }
+
+    /// The labels of the sandbox's placement ([`labels::SIDE`], …), none without one.
+    pub fn placement_labels(&self) -> Vec<(String, String)> {
+        let Some(p) = self.placement else { return Vec::new() };
+        [
+            (labels::SIDE, p.side.to_string()),
+            (labels::PAIR, p.pair.to_string()),
+            (labels::ATTEMPT, p.attempt.to_string()),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .to_vec()
     }
 }
 

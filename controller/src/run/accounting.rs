@@ -1,5 +1,5 @@
-//! The accounting under the whole run, pure over the run directory's log: how a sandbox is
-//! named (its role and side, told back from its id) and which slots are complete.
+//! The accounting under the whole run, pure over the run directory: who each sandbox is (its
+//! role and side, as the hub registered them, [`Roster`]) and which slots are complete.
 //!
 //! A slot (side × phase × trial) is complete when `observations.jsonl` holds a `phase_done`
 //! event for its command (`<phase>-<trial>`) from a sandbox of that side. The agent sends it
@@ -13,13 +13,14 @@
 //! A resumed run's sandboxes are named `<role>-r<attempt>` (`base-r2`), so their events never mix
 //! with those of the dead attempt's sandboxes in the log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use sandbench_proto::{Phase, StepId};
 
 use super::gate::TrialResult;
 use super::schedule::{Side, Slot, Stage};
+use crate::observations::server::{Registration, registrations};
 use crate::observations::store::StoredBody;
 
 /// The role of a pair's sandbox in an attempt: the label, then `-r<attempt>` from the second.
@@ -27,15 +28,61 @@ pub fn role(label: &str, attempt: u32) -> String {
     if attempt <= 1 { label.to_string() } else { format!("{label}-r{attempt}") }
 }
 
-/// The role of a sandbox of run `run_id`, from its id (`sandbench-<run>-<role>`).
-pub fn role_of<'a>(run_id: &str, sandbox: &'a str) -> Option<&'a str> {
-    sandbox.strip_prefix("sandbench-")?.strip_prefix(run_id)?.strip_prefix('-')
+/// Who the sandboxes of a run directory are: each one's role and place in the run as the hub
+/// registered them ([`registrations`]). A run directory written before registrations kept
+/// them tells its sandboxes by their ids only, read as they were named then ([`legacy`]).
+#[derive(Debug, Clone, Default)]
+pub struct Roster {
+    run_id: String,
+    registered: HashMap<String, Registration>,
 }
 
-/// The side of a sandbox of run `run_id`, from its id.
-pub fn side_of(run_id: &str, sandbox: &str) -> Option<Side> {
-    let role = role_of(run_id, sandbox)?;
-    Side::BOTH.into_iter().find(|side| role.starts_with(side.as_str()))
+impl Roster {
+    /// The roster of run `run_id` in `dir`.
+    pub fn read(dir: &Path, run_id: &str) -> anyhow::Result<Roster> {
+        Ok(Roster { run_id: run_id.to_string(), registered: registrations(dir)? })
+    }
+
+    /// The roster of a run directory whose registrations say nothing: every sandbox told by its id.
+    pub fn unregistered(run_id: &str) -> Roster {
+        Roster { run_id: run_id.to_string(), registered: HashMap::new() }
+    }
+
+    /// What the run directory kept of `sandbox` when registering it, if it kept its role.
+    fn registered(&self, sandbox: &str) -> Option<&Registration> {
+        self.registered.get(sandbox).filter(|r| r.role.is_some())
+    }
+
+    /// The side `sandbox` measured (none for a sandbox of no side).
+    pub fn side(&self, sandbox: &str) -> Option<Side> {
+        match self.registered(sandbox) {
+            Some(registration) => registration.placement.map(|p| p.side),
+            None => legacy::side(&self.run_id, sandbox),
+        }
+    }
+
+    /// The role of `sandbox` in the run (`base`, `head1-r2`, …).
+    pub fn role<'a>(&'a self, sandbox: &'a str) -> Option<&'a str> {
+        match self.registered(sandbox) {
+            Some(registration) => registration.role.as_deref(),
+            None => legacy::role(&self.run_id, sandbox),
+        }
+    }
+}
+
+/// Sandboxes of run directories written before their registrations kept who they are: their
+/// ids are `sandbench-<run>-<role>`, each role starting with its side (`base`, `head1-r2`).
+mod legacy {
+    use sandbench_proto::Side;
+
+    pub fn role<'a>(run_id: &str, sandbox: &'a str) -> Option<&'a str> {
+        sandbox.strip_prefix("sandbench-")?.strip_prefix(run_id)?.strip_prefix('-')
+    }
+
+    pub fn side(run_id: &str, sandbox: &str) -> Option<Side> {
+        let role = role(run_id, sandbox)?;
+        Side::BOTH.into_iter().find(|side| role.starts_with(side.as_str()))
+    }
 }
 
 /// `install-3` → (`install`, 3): the slot of a run's phase command (a rerun by hand, or any other
@@ -56,6 +103,7 @@ pub struct Completion {
 /// Which slots a run directory's log holds as complete, and when each sandbox was last heard of.
 #[derive(Debug, Default, Clone)]
 pub struct Accounting {
+    roster: Roster,
     done: BTreeMap<(Side, Phase, u32), Completion>,
     /// First and last event time per sandbox (unix ms).
     seen: BTreeMap<String, (u64, u64)>,
@@ -65,25 +113,27 @@ impl Accounting {
     /// Reads the log of `dir` (as a stream); an empty accounting when there is no log. A line
     /// that is not an event ends the reading there (what follows a torn line is not trusted).
     pub fn read(dir: &Path, run_id: &str) -> anyhow::Result<Accounting> {
+        let roster = Roster::read(dir, run_id)?;
         let path = dir.join(crate::observations::store::OBSERVATIONS_FILE);
         if !path.exists() {
-            return Ok(Accounting::default());
+            return Ok(Accounting { roster, ..Accounting::default() });
         }
         let events = crate::observations::store::events(&path)?.map_while(Result::ok);
-        Ok(Accounting::from_events(run_id, events))
+        Ok(Accounting::from_events(roster, events))
     }
 
     pub fn from_events(
-        run_id: &str,
+        roster: Roster,
         events: impl IntoIterator<Item = crate::observations::store::StoredEvent>,
     ) -> Accounting {
-        let mut accounting = Accounting::default();
+        let mut accounting = Accounting { roster, ..Accounting::default() };
         for event in events {
             let seen = accounting.seen.entry(event.sandbox.clone()).or_insert((event.unix_ms, event.unix_ms));
             seen.0 = seen.0.min(event.unix_ms);
             seen.1 = seen.1.max(event.unix_ms);
             let StoredBody::PhaseDone { command_id, status, error } = event.body else { continue };
-            let (Some(side), Some((name, trial))) = (side_of(run_id, &event.sandbox), parse_command(&command_id))
+            let (Some(side), Some((name, trial))) =
+                (accounting.roster.side(&event.sandbox), parse_command(&command_id))
             else {
                 continue;
             };
@@ -120,8 +170,8 @@ impl Accounting {
     /// Whether an observation of `sandbox` in command `command_id` counts: it belongs to the
     /// slot's first completion, or, for a slot not complete, to a sandbox of this attempt
     /// (`current`: a trial that failed by its sandbox's loss still reports what it got).
-    pub fn counts(&self, run_id: &str, sandbox: &str, command_id: &str, current: bool) -> bool {
-        let slot = side_of(run_id, sandbox).zip(parse_command(command_id));
+    pub fn counts(&self, sandbox: &str, command_id: &str, current: bool) -> bool {
+        let slot = self.roster.side(sandbox).zip(parse_command(command_id));
         match slot.and_then(|(side, (name, trial))| self.completion(side, name, trial)) {
             Some(done) => done.sandbox == sandbox,
             None => current,
@@ -136,6 +186,11 @@ impl Accounting {
     /// The sandboxes the log heard of.
     pub fn sandboxes(&self) -> impl Iterator<Item = &String> {
         self.seen.keys()
+    }
+
+    /// Who the run directory's sandboxes are.
+    pub fn roster(&self) -> &Roster {
+        &self.roster
     }
 }
 
@@ -202,7 +257,7 @@ mod tests {
             done("head", 9, "measure-0", "ok"),
             observation("head", 10, "measure-1"),
         ];
-        let accounting = Accounting::from_events(RUN, log);
+        let accounting = Accounting::from_events(Roster::unregistered(RUN), log);
         assert_eq!(
             names(&accounting.missing(&stages())),
             ["measure1-head", "measure1-base", "measure2-base", "measure2-head"]
@@ -212,8 +267,8 @@ mod tests {
         assert!(matches!(accounting.result(&failed), Some(TrialResult::Failed { lost: false, .. })));
         let sandbox = |role: &str| format!("sandbench-{RUN}-{role}");
         // The cut trial's observation is not counted; a complete one is.
-        assert!(!accounting.counts(RUN, &sandbox("head"), "measure-1", false));
-        assert!(accounting.counts(RUN, &sandbox("base"), "measure-0", false));
+        assert!(!accounting.counts(&sandbox("head"), "measure-1", false));
+        assert!(accounting.counts(&sandbox("base"), "measure-0", false));
     }
 
     #[test]
@@ -227,30 +282,32 @@ mod tests {
             observation("base-r2", 12, "measure-0"),
             done("base-r2", 13, "measure-0", "ok"),
         ];
-        let accounting = Accounting::from_events(RUN, log);
+        let accounting = Accounting::from_events(Roster::unregistered(RUN), log);
         let sandbox = |role: &str| format!("sandbench-{RUN}-{role}");
         assert_eq!(accounting.completion(Side::Base, Phase::Install, 0).unwrap().sandbox, sandbox("base"));
-        assert!(!accounting.counts(RUN, &sandbox("base-r2"), "install-0", true));
-        assert!(accounting.counts(RUN, &sandbox("base"), "install-0", false));
-        assert!(!accounting.counts(RUN, &sandbox("base"), "measure-0", false), "cut in the dead attempt");
-        assert!(accounting.counts(RUN, &sandbox("base-r2"), "measure-0", true));
+        assert!(!accounting.counts(&sandbox("base-r2"), "install-0", true));
+        assert!(accounting.counts(&sandbox("base"), "install-0", false));
+        assert!(!accounting.counts(&sandbox("base"), "measure-0", false), "cut in the dead attempt");
+        assert!(accounting.counts(&sandbox("base-r2"), "measure-0", true));
         // A trial of this attempt that never completed (its sandbox lost) still counts.
-        assert!(accounting.counts(RUN, &sandbox("base-r2"), "measure-2", true));
-        assert!(!accounting.counts(RUN, &sandbox("base"), "measure-2", false));
+        assert!(accounting.counts(&sandbox("base-r2"), "measure-2", true));
+        assert!(!accounting.counts(&sandbox("base"), "measure-2", false));
     }
 
     #[test]
     fn pairs_and_attempts_are_told_from_sandbox_ids() {
-        assert_eq!(side_of(RUN, &format!("sandbench-{RUN}-head1-r3")), Some(Side::Head));
-        assert_eq!(side_of(RUN, &format!("sandbench-{RUN}-base")), Some(Side::Base));
-        assert_eq!(side_of(RUN, "sandbench-other-base"), None);
-        assert_eq!(role_of(RUN, &format!("sandbench-{RUN}-base0-r2")), Some("base0-r2"));
+        // In a run directory written before registrations kept who each sandbox is.
+        let roster = Roster::unregistered(RUN);
+        assert_eq!(roster.side(&format!("sandbench-{RUN}-head1-r3")), Some(Side::Head));
+        assert_eq!(roster.side(&format!("sandbench-{RUN}-base")), Some(Side::Base));
+        assert_eq!(roster.side("sandbench-other-base"), None);
+        assert_eq!(roster.role(&format!("sandbench-{RUN}-base0-r2")), Some("base0-r2"));
         assert_eq!(role("head0", 1), "head0");
         assert_eq!(role("head0", 2), "head0-r2");
         // With two pairs, a slot is complete whichever pair's sandbox ran it.
         let stages = schedule::build(&[(Phase::Measure, 2)], 2);
         let log = vec![done("base1", 1, "measure-1", "ok"), done("head0-r2", 2, "measure-0", "ok")];
-        let accounting = Accounting::from_events(RUN, log);
+        let accounting = Accounting::from_events(Roster::unregistered(RUN), log);
         assert_eq!(names(&accounting.missing(&stages)), ["measure0-base", "measure1-head"]);
     }
 
@@ -262,9 +319,43 @@ mod tests {
             done("head", 3, "measure-00", "ok"),
             done("head", 4, "bench-stream", "ok"),
         ];
-        let accounting = Accounting::from_events(RUN, log);
+        let accounting = Accounting::from_events(Roster::unregistered(RUN), log);
         assert_eq!(accounting.missing(&stages()).len(), 2 * (2 + 3));
-        assert!(!accounting.counts(RUN, &format!("sandbench-{RUN}-base"), "measure-0-rerun1", false));
+        assert!(!accounting.counts(&format!("sandbench-{RUN}-base"), "measure-0-rerun1", false));
+    }
+
+    #[test]
+    fn a_registered_sandbox_is_who_its_registration_says_whatever_its_name() {
+        use sandbench_proto::Placement;
+
+        use crate::observations::server::{Hub, HubConfig};
+        let dir = tempfile::tempdir().unwrap();
+        let hub = Hub::open(dir.path(), HubConfig::default()).unwrap();
+        let placed = |role: &str, side| Registration {
+            role: Some(role.into()),
+            placement: Some(Placement { side, pair: 0, attempt: 1 }),
+        };
+        let sandbox = |role: &str| format!("sandbench-{RUN}-{role}");
+        hub.register_as(&sandbox("a"), placed("a", Side::Head)).unwrap();
+        hub.register_as(&sandbox("base-but-head"), placed("base-but-head", Side::Head)).unwrap();
+        hub.register_as(&sandbox("base-debug"), Registration { role: Some("base-debug".into()), placement: None })
+            .unwrap();
+        let roster = Roster::read(dir.path(), RUN).unwrap();
+        assert_eq!(roster.side(&sandbox("a")), Some(Side::Head));
+        assert_eq!(roster.side(&sandbox("base-but-head")), Some(Side::Head));
+        assert_eq!(roster.side(&sandbox("base-debug")), None, "registered without a place in the run");
+        assert_eq!(roster.role(&sandbox("a")), Some("a"));
+        // A sandbox the registrations do not know is told by its id, as in an old directory.
+        assert_eq!(roster.side(&sandbox("base")), Some(Side::Base));
+        // The accounting of that directory counts by those sides.
+        let log = vec![done("a", 1, "measure-0", "ok"), done("base-but-head", 2, "measure-1", "ok")];
+        let accounting = Accounting::from_events(roster, log);
+        let measure = |trial, side| Slot { phase: Phase::Measure, trial, pair: 0, side };
+        assert!(
+            accounting.result(&measure(0, Side::Head)).is_some()
+                && accounting.result(&measure(1, Side::Head)).is_some()
+        );
+        assert!(accounting.result(&measure(1, Side::Base)).is_none());
     }
 
     #[test]

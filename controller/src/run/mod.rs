@@ -15,7 +15,8 @@
 //!
 //! - `schedule`: the order of the timed trials as a value (pure).
 //! - `gate`: the rules each trial passes, and how a trial ended (pure).
-//! - `accounting`: how a sandbox is named, and which slots the log holds as complete (pure).
+//! - `accounting`: who each sandbox is (as registered, or as an old run directory's ids say),
+//!   and which slots the log holds as complete (pure).
 //! - `display`: the terminal's lines and per-sandbox status.
 //! - `story`: how the terminal ends the run.
 //! - `usage`: each sandbox's phases and cgroup samples, for its cost.
@@ -60,7 +61,7 @@ use std::time::SystemTime;
 use anyhow::{Context, bail};
 use tokio::sync::watch;
 
-pub use accounting::side_of;
+pub use accounting::Roster;
 pub use conduct::RunResult;
 pub(crate) use conduct::record_lens;
 use conduct::{NOISE_USED, Start, apply_options, conduct, noise_from_ledger};

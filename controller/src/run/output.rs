@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 
-use super::accounting::{Accounting, side_of};
+use super::accounting::Accounting;
 use crate::observations::server::HelloInfo;
 use crate::observations::store::StoredBody;
 use crate::report::{self, Report, Revision, Sample, Side, Status};
@@ -32,22 +32,22 @@ pub struct Measured {
 
 /// Samples per side and metric from the run's event log (read as a stream: only the samples
 /// are kept), and each side's facts, for the sandboxes of this attempt (`sandboxes`, in pair
-/// order). A resumed run (`resumed`: its id and what its earlier attempts completed) also takes
+/// order). A resumed run (`resumed`: what its earlier attempts completed) also takes
 /// the samples of earlier attempts' sandboxes, only those each slot's first completion counts
 /// ([`Accounting::counts`]); this attempt's sandboxes count for the slots they ran. A side
 /// takes at most `max_metrics` metrics; the warning says how many more were dropped.
 pub fn collect(
     dir: &Path,
     sandboxes: &[Measured],
-    resumed: Option<(&str, &Accounting)>,
+    resumed: Option<&Accounting>,
     max_metrics: usize,
 ) -> anyhow::Result<(BTreeMap<sandbench_proto::Side, Side>, Option<String>)> {
     let mut side_of_id: BTreeMap<String, sandbench_proto::Side> =
         sandboxes.iter().map(|s| (s.id.clone(), s.side)).collect();
     let current: std::collections::BTreeSet<String> = side_of_id.keys().cloned().collect();
-    if let Some((run_id, accounting)) = resumed {
+    if let Some(accounting) = resumed {
         for id in accounting.sandboxes() {
-            if let Some(side) = side_of(run_id, id) {
+            if let Some(side) = accounting.roster().side(id) {
                 side_of_id.entry(id.clone()).or_insert(side);
             }
         }
@@ -68,8 +68,8 @@ pub fn collect(
             else {
                 continue;
             };
-            if let Some((run_id, accounting)) = resumed
-                && !accounting.counts(run_id, &event.sandbox, &command_id, current.contains(&event.sandbox))
+            if let Some(accounting) = resumed
+                && !accounting.counts(&event.sandbox, &command_id, current.contains(&event.sandbox))
             {
                 continue;
             }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
-use super::accounting::{Accounting, role_of};
+use super::accounting::{Accounting, Roster};
 use super::mark::Mark;
 use super::output::write_reports;
 use crate::cost::ledger::Ledger;
@@ -74,6 +74,8 @@ pub(super) async fn lifetimes(
     usd_per_hour: f64,
 ) -> (Vec<SandboxRecord>, SystemTime) {
     let accounting = Accounting::read(dir, run_id).unwrap_or_default();
+    // Who the sandboxes were, even when the log cannot be read.
+    let roster = Roster::read(dir, run_id).unwrap_or_else(|_| Roster::unregistered(run_id));
     let containers = provisioner.list(Some((labels::RUN, run_id))).await.unwrap_or_default();
     let ids: BTreeSet<&String> = accounting.sandboxes().chain(containers.iter().map(|c| &c.name)).collect();
     let ms = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
@@ -94,7 +96,7 @@ pub(super) async fn lifetimes(
         last = Some(last.map_or(end, |l| l.max(end)));
         records.push(SandboxRecord {
             id: id.clone(),
-            role: role_of(run_id, id).unwrap_or_default().to_string(),
+            role: roster.role(id).unwrap_or_default().to_string(),
             created_at: report::timestamp(start),
             removed_at: None,
             seconds,

@@ -188,6 +188,7 @@ impl Station {
             socket_dir: self.open_socket(role)?,
             token: String::new(),
             labels: Default::default(),
+            placement: None,
         })
     }
 

@@ -11,7 +11,7 @@ use sandbench_proto::plan::{AgentPlan, SOURCE_DIR, Source};
 use sandbench_proto::v1::{Command, RunPhase, Turn, command};
 use sandbench_proto::{Phase, StepId};
 
-use crate::observations::server::{HelloInfo, Hub, PhaseOutcome};
+use crate::observations::server::{HelloInfo, Hub, PhaseOutcome, Registration};
 use crate::provision::{Provisioner, Sandbox, SandboxRequest};
 use crate::spec::{Plan, SourceSettings};
 
@@ -45,7 +45,8 @@ pub async fn launch(
 ) -> anyhow::Result<LiveSandbox> {
     let id = request.sandbox_id();
     let begun = Instant::now();
-    request.token = hub.register(&id)?;
+    let registration = Registration { role: Some(request.role.clone()), placement: request.placement };
+    request.token = hub.register_as(&id, registration)?;
     let sandbox = provisioner.create(&request).await?;
     let started = async {
         provisioner.start(&sandbox.id).await?;

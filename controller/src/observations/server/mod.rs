@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use sandbench_proto::Placement;
 use sandbench_proto::v1::agent_server::{Agent, AgentServer};
 use sandbench_proto::v1::{
     AgentMessage, Command, ControllerMessage, Event, Facts, FetchReply, FetchRequest, Heartbeat, PhaseStatus, Welcome,
@@ -97,6 +98,9 @@ pub struct HelloInfo {
     pub boot_id: String,
     pub agent_version: String,
     pub facts: Facts,
+    /// The sandbox's place in its run, as its agent said it (the registered one: a Hello that
+    /// says another is refused).
+    pub placement: Option<Placement>,
     pub at: Instant,
 }
 
@@ -127,15 +131,43 @@ pub struct AgentStatus {
     pub yielded: HashMap<String, u32>,
 }
 
+/// What the run directory keeps of a registered sandbox besides its token (in the hub's token
+/// file, written before the sandbox is created): its role (the end of its name) and its place
+/// in the run. A registration made before they were kept, or without them, has neither.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+}
+
 #[derive(Serialize, Deserialize, Default)]
 struct TokenRecord {
     token: String,
     retired: bool,
+    #[serde(flatten)]
+    registration: Registration,
+}
+
+/// The registrations of the sandboxes of the run in `run_dir`, by sandbox id (none when no
+/// sandbox was registered there).
+pub fn registrations(run_dir: &Path) -> anyhow::Result<HashMap<String, Registration>> {
+    Ok(read_tokens(run_dir)?.into_iter().map(|(id, record)| (id, record.registration)).collect())
+}
+
+fn read_tokens(run_dir: &Path) -> anyhow::Result<HashMap<String, TokenRecord>> {
+    match std::fs::read(run_dir.join(TOKENS_FILE)) {
+        Ok(bytes) => serde_json::from_slice(&bytes).context("corrupt agent token file"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HashMap::new()),
+        Err(e) => Err(e).context("cannot read the agent token file"),
+    }
 }
 
 struct SandboxState {
     token: String,
     retired: bool,
+    registration: Registration,
     persisted_seq: u64,
     /// Bumped on every accepted session; an older session sees it change and ends.
     generation: watch::Sender<u64>,
@@ -192,16 +224,12 @@ impl Hub {
             .collect();
         let mut done = per_sandbox(recovered.done);
         let last_seqs = recovered.last_seqs;
-        let tokens: HashMap<String, TokenRecord> = match std::fs::read(run_dir.join(TOKENS_FILE)) {
-            Ok(bytes) => serde_json::from_slice(&bytes).context("corrupt agent token file")?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-            Err(e) => return Err(e).context("cannot read the agent token file"),
-        };
+        let tokens = read_tokens(run_dir)?;
         let sandboxes = tokens
             .into_iter()
             .map(|(id, record)| {
                 let seq = last_seqs.get(&id).copied().unwrap_or(0);
-                let state = SandboxState::new(record.token, record.retired, seq);
+                let state = SandboxState::new(record.token, record.retired, record.registration, seq);
                 // Commands that finished before a restart stay finished: their PhaseDone is
                 // acknowledged, so the agent will never send it again.
                 let finished = done.remove(&id).unwrap_or_default().into_iter().map(|(command, (status, error))| {
@@ -261,13 +289,19 @@ impl Hub {
 
     /// Registers a sandbox and returns the random token its agent must present.
     pub fn register(&self, sandbox_id: &str) -> anyhow::Result<String> {
+        self.register_as(sandbox_id, Registration::default())
+    }
+
+    /// [`Hub::register`] with the sandbox's role and place in the run, kept in the run directory
+    /// beside its token (see [`registrations`]).
+    pub fn register_as(&self, sandbox_id: &str, registration: Registration) -> anyhow::Result<String> {
         let token = random_token()?;
         {
             let mut sandboxes = lock(&self.inner.sandboxes);
             if sandboxes.contains_key(sandbox_id) {
                 bail!("sandbox {sandbox_id} is already registered in this run");
             }
-            sandboxes.insert(sandbox_id.to_string(), SandboxState::new(token.clone(), false, 0));
+            sandboxes.insert(sandbox_id.to_string(), SandboxState::new(token.clone(), false, registration, 0));
         }
         self.save_tokens()?;
         Ok(token)
@@ -288,7 +322,11 @@ impl Hub {
         use std::os::unix::fs::OpenOptionsExt;
         let records: HashMap<String, TokenRecord> = lock(&self.inner.sandboxes)
             .iter()
-            .map(|(id, s)| (id.clone(), TokenRecord { token: s.token.clone(), retired: s.retired }))
+            .map(|(id, s)| {
+                let record =
+                    TokenRecord { token: s.token.clone(), retired: s.retired, registration: s.registration.clone() };
+                (id.clone(), record)
+            })
             .collect();
         let tmp = self.inner.run_dir.join(format!("{TOKENS_FILE}.tmp"));
         let mut file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&tmp)?;
@@ -490,7 +528,7 @@ impl Hub {
                 })
             }
             Some(state) if state.retired => Some("token reused: the sandbox was retired".to_string()),
-            Some(_) => None,
+            Some(state) => misplaced(state.registration.placement, hello.placement.as_ref()),
         };
         if let Some(reason) = refusal {
             drop(sandboxes);
@@ -533,6 +571,7 @@ impl Hub {
             boot_id: intake::text(hello.boot_id.clone(), MAX_NAME_BYTES),
             agent_version: intake::text(hello.agent_version.clone(), MAX_NAME_BYTES),
             facts: bounded_facts(hello.facts.clone().unwrap_or_default()),
+            placement: state.registration.placement,
             at: Instant::now(),
         };
         state.status.send_modify(|s| {
@@ -756,6 +795,20 @@ fn per_sandbox<V>(map: HashMap<(String, String), V>) -> HashMap<String, Vec<(Str
 }
 
 /// Facts with every text bounded.
+/// Why a Hello is refused for the place in the run its agent says, if it is: a sandbox
+/// registered with a placement has an agent that says that one (the controller set it in the
+/// agent's environment), no other and not none.
+fn misplaced(registered: Option<Placement>, said: Option<&sandbench_proto::v1::Placement>) -> Option<String> {
+    let registered = registered?;
+    let said = match said.map(Placement::try_from) {
+        Some(Ok(said)) if said == registered => return None,
+        Some(Ok(said)) => said.to_string(),
+        Some(Err(no_side)) => no_side.to_string(),
+        None => "none".to_string(),
+    };
+    Some(format!("the sandbox is the {registered}; its agent says {said}"))
+}
+
 fn bounded_facts(f: Facts) -> Facts {
     Facts {
         kernel: intake::text(f.kernel, MAX_NAME_BYTES),
@@ -766,10 +819,11 @@ fn bounded_facts(f: Facts) -> Facts {
 }
 
 impl SandboxState {
-    fn new(token: String, retired: bool, persisted_seq: u64) -> SandboxState {
+    fn new(token: String, retired: bool, registration: Registration, persisted_seq: u64) -> SandboxState {
         SandboxState {
             token,
             retired,
+            registration,
             persisted_seq,
             generation: watch::Sender::new(0),
             outbound: None,
@@ -1101,6 +1155,53 @@ mod fuzz;
 
 #[cfg(test)]
 mod token_tests {
+    #[test]
+    fn a_registration_is_kept_beside_its_token_and_an_old_token_file_still_reads() {
+        use sandbench_proto::{Placement, Side};
+
+        use super::{Hub, HubConfig, Registration, registrations};
+        let dir = tempfile::tempdir().unwrap();
+        let placement = Placement { side: Side::Head, pair: 1, attempt: 2 };
+        let hub = Hub::open(dir.path(), HubConfig::default()).unwrap();
+        let registered = Registration { role: Some("head1-r2".into()), placement: Some(placement) };
+        hub.register_as("sandbench-r-head1-r2", registered.clone()).unwrap();
+        hub.register("sandbench-r-debug").unwrap();
+        let found = registrations(dir.path()).unwrap();
+        assert_eq!(found["sandbench-r-head1-r2"], registered);
+        assert_eq!(found["sandbench-r-debug"], Registration::default());
+        // Kept when the hub is reopened (a restarted controller) and its file rewritten.
+        let reopened = Hub::open(dir.path(), HubConfig::default()).unwrap();
+        reopened.retire("sandbench-r-debug").unwrap();
+        assert_eq!(registrations(dir.path()).unwrap()["sandbench-r-head1-r2"], registered);
+        // A token file written before registrations were kept.
+        let old = tempfile::tempdir().unwrap();
+        std::fs::write(old.path().join(super::TOKENS_FILE), r#"{"sandbench-r-base":{"token":"ab","retired":true}}"#)
+            .unwrap();
+        assert_eq!(registrations(old.path()).unwrap()["sandbench-r-base"], Registration::default());
+        assert!(registrations(tempfile::tempdir().unwrap().path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_hello_must_say_the_placement_its_sandbox_was_registered_with() {
+        use sandbench_proto::{Placement, Side, v1};
+
+        use super::misplaced;
+        let head = Placement { side: Side::Head, pair: 0, attempt: 1 };
+        assert_eq!(misplaced(Some(head), Some(&head.into())), None);
+        assert_eq!(misplaced(None, None), None, "a sandbox of no comparison");
+        assert_eq!(misplaced(None, Some(&head.into())), None);
+        let base = Placement { side: Side::Base, ..head };
+        assert_eq!(
+            misplaced(Some(head), Some(&base.into())).unwrap(),
+            "the sandbox is the head of pair 0, attempt 1; its agent says base of pair 0, attempt 1"
+        );
+        let later = Placement { attempt: 2, ..head };
+        assert!(misplaced(Some(head), Some(&later.into())).is_some());
+        assert!(misplaced(Some(head), None).unwrap().ends_with("its agent says none"));
+        let sideless = v1::Placement { side: 0, pair: 0, attempt: 1 };
+        assert!(misplaced(Some(head), Some(&sideless)).unwrap().ends_with("a placement without a side (0)"));
+    }
+
     #[test]
     fn tokens_match_only_when_every_byte_does() {
         let token = super::random_token().unwrap();

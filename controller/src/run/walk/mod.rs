@@ -89,7 +89,7 @@ async fn walk_stage(run: &Run, sides: &[SideRun], stage: &schedule::Stage) -> Op
 async fn provision(run: &Run, sides: &mut [SideRun]) -> Option<Stop> {
     run.display.line(&format!("provisioning {} sandboxes", sides.len()));
     let launches = sides.iter().map(|side| async move {
-        let request = run.sandbox_request(&side.label, side.pair)?;
+        let request = run.sandbox_request(&side.label, side.placement)?;
         run.station.launch(request, Duration::from_secs(120)).await
     });
     let launched = tokio::select! {

@@ -86,7 +86,7 @@ async fn replace(run: &Run, side: &SideRun, slot: &Slot) -> anyhow::Result<Strin
     let role = format!("{}-r1", side.label);
     run.display.status(&side.label, &format!("provisioning a new sandbox ({role})"));
     let meter = Meter::new();
-    let request = run.sandbox_request(&role, side.pair)?;
+    let request = run.sandbox_request(&role, side.placement)?;
     let live = run.station.launch(request, Duration::from_secs(120)).await?;
     let id = live.sandbox.id.clone();
     meter.sample(run.station.provisioner().clone(), id.clone());

@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use sandbench_proto::Placement;
+
 use super::super::accounting::role;
 use super::super::output::Measured;
 use super::super::schedule::{Side, label};
@@ -16,6 +18,8 @@ pub struct SideRun {
     pub side: Side,
     pub label: String,
     pub pair: usize,
+    /// Its side, pair and the run's attempt, as its sandboxes carry them.
+    pub placement: Placement,
     pub live: Option<LiveSandbox>,
     pub meter: Arc<Meter>,
     /// A new sandbox after an engine restart, and what the side's first one left.
@@ -48,6 +52,7 @@ impl SideRun {
                     side,
                     label: role(&label(side, pair, pairs), attempt),
                     pair,
+                    placement: Placement { side, pair: u32::try_from(pair).unwrap_or(u32::MAX), attempt },
                     live: None,
                     meter: Meter::new(),
                     renewal: Default::default(),

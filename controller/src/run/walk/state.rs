@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use sandbench_proto::Phase;
 use sandbench_proto::plan::AgentPlan;
+use sandbench_proto::{Phase, Placement};
 use tokio::sync::watch;
 
 use super::super::accounting::Resumed;
@@ -101,10 +101,15 @@ impl Run {
         self.plan.phase_timeout(phase)
     }
 
-    /// The request for a sandbox of this run with this role, for pair `pair`'s CPUs.
-    pub fn sandbox_request(&self, role: &str, pair: usize) -> anyhow::Result<crate::provision::SandboxRequest> {
+    /// The request for a sandbox of this run with this role and place in the run (its pair's
+    /// CPUs).
+    pub fn sandbox_request(
+        &self,
+        role: &str,
+        placement: Placement,
+    ) -> anyhow::Result<crate::provision::SandboxRequest> {
         let sandbox = &self.plan.sandbox;
-        let cpuset = self.cpusets.get(pair).cloned().flatten();
+        let cpuset = self.cpusets.get(placement.pair as usize).cloned().flatten();
         // The station's image: the spec's, or the one derived from it with valgrind.
         let mut request = self.station.request(role, self.station.image().unwrap_or(&sandbox.image))?;
         request.resources = Resources {
@@ -118,6 +123,7 @@ impl Run {
         request.ttl = sandbox.ttl;
         request.shipping = self.opts.shipping;
         request.labels = [(labels::USD_PER_HOUR.to_string(), format!("{:.6}", self.plan.hourly_usd()))].into();
+        request.placement = Some(placement);
         Ok(request)
     }
 }

@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use sandbench_proto::Phase;
 use sandbench_proto::v1::{FetchHead, FetchReply, fetch_reply};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
@@ -41,11 +43,34 @@ const MAX_ACCEPT: usize = 512;
 #[derive(Debug, Clone)]
 pub struct Ask {
     pub sandbox: String,
-    /// What the sandbox was running (`prepare#0`, `install#2`, …), for the per-trial counts.
-    pub command: String,
+    /// What the sandbox was running, for the per-trial counts.
+    pub command: Running,
     pub method: String,
     pub target: String,
     pub accept: String,
+}
+
+/// What a sandbox was running when it made a request: a trial of a phase (`install#2` in the
+/// log and the report), or nothing (`between phases`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Running {
+    Phase { phase: Phase, trial: u32 },
+    Between,
+}
+
+impl std::fmt::Display for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Running::Phase { phase, trial } => write!(f, "{phase}#{trial}"),
+            Running::Between => f.write_str("between phases"),
+        }
+    }
+}
+
+impl Serialize for Running {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// Requests per command, and how many the cache answered.
@@ -58,7 +83,8 @@ pub struct Count {
 
 #[derive(Default)]
 struct Tally {
-    by_command: BTreeMap<(String, String), Count>,
+    /// By sandbox and what it was running as the report names it (and orders it).
+    by_command: BTreeMap<(String, String), (Running, Count)>,
     reasons: Vec<String>,
 }
 
@@ -88,13 +114,26 @@ enum Body {
     File(PathBuf, u64),
 }
 
+/// How an answer was served, as the log's `cache` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Served {
+    /// From the cache.
+    Hit,
+    /// Fetched from the upstream and kept in the cache.
+    Miss,
+    /// Refused by the bridge.
+    Refused,
+    /// An upstream's error answer, passed on.
+    Upstream,
+}
+
 /// What a request gets.
 struct Answer {
     status: u16,
     content_type: String,
     body: Body,
-    /// `hit`, `miss`, `refused` or `upstream` (an upstream's error answer, passed on).
-    cache: &'static str,
+    cache: Served,
     reason: String,
     url: String,
 }
@@ -106,7 +145,7 @@ impl Answer {
             status,
             content_type: "text/plain; charset=utf-8".into(),
             body: Body::Bytes(format!("sandbench registry bridge: {reason}\n").into_bytes()),
-            cache: "refused",
+            cache: Served::Refused,
             reason,
             url: String::new(),
         }
@@ -207,7 +246,7 @@ impl Bridge {
                 status: 200,
                 content_type: entry.content_type.clone(),
                 body: Body::File(self.inner.cache.blob(&entry), entry.size),
-                cache: "hit",
+                cache: Served::Hit,
                 reason: String::new(),
                 url: String::new(),
             },
@@ -275,7 +314,7 @@ impl Bridge {
                 status,
                 content_type,
                 body: Body::Bytes(body),
-                cache: "upstream",
+                cache: Served::Upstream,
                 reason,
                 url: String::new(),
             });
@@ -306,7 +345,7 @@ impl Bridge {
             status,
             content_type,
             body: Body::File(self.inner.cache.blob(&entry), size),
-            cache: "miss",
+            cache: Served::Miss,
             reason: String::new(),
             url: String::new(),
         })
@@ -345,10 +384,11 @@ impl Bridge {
         });
         let _ = writeln!(lock(&self.inner.log), "{line}");
         let mut tally = lock(&self.inner.tally);
-        let count = tally.by_command.entry((ask.sandbox.clone(), ask.command.clone())).or_default();
+        let key = (ask.sandbox.clone(), ask.command.to_string());
+        let (_, count) = tally.by_command.entry(key).or_insert((ask.command, Count::default()));
         count.requests += 1;
-        count.hits += u64::from(answer.cache == "hit");
-        if answer.cache == "refused" {
+        count.hits += u64::from(answer.cache == Served::Hit);
+        if answer.cache == Served::Refused {
             count.refused += 1;
             let reason = format!("{} {}: {}", ask.method, crate::sanitize::bounded(&ask.target, 120), answer.reason);
             if tally.reasons.len() < 3 && !tally.reasons.contains(&reason) {
@@ -357,16 +397,16 @@ impl Bridge {
         }
     }
 
-    /// Requests per (sandbox, command) so far.
+    /// Requests per (sandbox, command) so far, the command as the report names it.
     pub fn counts(&self) -> BTreeMap<(String, String), Count> {
-        lock(&self.inner.tally).by_command.clone()
+        lock(&self.inner.tally).by_command.iter().map(|(key, (_, count))| (key.clone(), count.clone())).collect()
     }
 
     /// What the report says of the bridge: its totals, each timed trial's requests and cache
     /// hits, and the refusals with a few of their reasons.
     pub fn summary(&self) -> Vec<String> {
         let tally = lock(&self.inner.tally);
-        let total = tally.by_command.values().fold(Count::default(), |a, c| Count {
+        let total = tally.by_command.values().map(|(_, c)| c).fold(Count::default(), |a, c| Count {
             requests: a.requests + c.requests,
             hits: a.hits + c.hits,
             refused: a.refused + c.refused,
@@ -378,8 +418,9 @@ impl Bridge {
             "registries: {} requests through the bridge, {} from the cache, {} refused (each in {LOG_FILE})",
             total.requests, total.hits, total.refused
         )];
-        for ((sandbox, command), c) in &tally.by_command {
-            if !command.starts_with(sandbench_proto::Phase::Prepare.as_str()) {
+        for ((sandbox, command), (running, c)) in &tally.by_command {
+            // Prepare's requests fill the cache; the timed trials' are the ones that tell.
+            if !matches!(running, Running::Phase { phase: Phase::Prepare, .. }) {
                 out.push(format!(
                     "registries: {sandbox} {command}: {} requests, {} from the cache{}",
                     c.requests,
@@ -467,5 +508,22 @@ async fn send(tx: &mpsc::Sender<Result<FetchReply, Status>>, method: &str, answe
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use sandbench_proto::Phase;
+
+    use super::{Running, Served};
+
+    #[test]
+    fn what_a_sandbox_ran_and_how_an_answer_was_served_read_as_the_log_writes_them() {
+        let install = Running::Phase { phase: Phase::Install, trial: 2 };
+        assert_eq!((install.to_string(), Running::Between.to_string()), ("install#2".into(), "between phases".into()));
+        let line = serde_json::json!({ "command": install, "between": Running::Between });
+        assert_eq!(line.to_string(), r#"{"between":"between phases","command":"install#2"}"#);
+        let served = [Served::Hit, Served::Miss, Served::Refused, Served::Upstream].map(|s| serde_json::json!(s));
+        assert_eq!(served, ["hit", "miss", "refused", "upstream"].map(|s| serde_json::json!(s)));
     }
 }

@@ -270,17 +270,20 @@ impl Hub {
 
     /// What the sandbox whose agent presents `token` is running (`install#2`), for a bridged
     /// request; refused like a Hello with a wrong token.
-    fn fetch_caller(&self, sandbox_id: &str, token: &str) -> Result<String, Status> {
+    fn fetch_caller(&self, sandbox_id: &str, token: &str) -> Result<crate::bridge::Running, Status> {
         let sandboxes = lock(&self.inner.sandboxes);
         let state = sandboxes
             .get(sandbox_id)
             .filter(|s| !s.retired && constant_time_eq(s.token.as_bytes(), token.as_bytes()))
             .ok_or_else(|| Status::unauthenticated("unknown sandbox or wrong token"))?;
+        // The phase commands are the controller's own: each names a phase.
         let running = state.pending.iter().rev().find_map(|c| match &c.body {
-            Some(command::Body::RunPhase(run)) => Some(format!("{}#{}", run.phase, run.trial)),
+            Some(command::Body::RunPhase(run)) => {
+                run.phase.parse().ok().map(|phase| crate::bridge::Running::Phase { phase, trial: run.trial })
+            }
             _ => None,
         });
-        Ok(running.unwrap_or_else(|| "between phases".to_string()))
+        Ok(running.unwrap_or(crate::bridge::Running::Between))
     }
 
     pub fn log_path(&self) -> PathBuf {

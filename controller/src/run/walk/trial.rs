@@ -25,7 +25,7 @@ const INSPECT_EVERY: u32 = 8;
 #[error("sandbox {id} stopped during {phase} trial {trial}: {lost}")]
 pub struct Stopped {
     id: String,
-    phase: String,
+    phase: Phase,
     trial: u32,
     lost: Lost,
 }
@@ -144,7 +144,7 @@ pub async fn wait_phase(
                 }
                 if runs(run, &id).await == Some(false) {
                     let lost = run.station.provisioner().lost_cause(&id).await;
-                    return Err(Stopped { id: id.clone(), phase: name.to_string(), trial, lost }.into());
+                    return Err(Stopped { id: id.clone(), phase: name, trial, lost }.into());
                 }
             }
         }

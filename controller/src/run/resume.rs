@@ -321,6 +321,52 @@ startup = ["product"]
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_directory_from_before_registrations_kept_placements_resumes_by_its_sandbox_names() {
+        use crate::provision::fake::{FakeProvisioner, Script};
+        let (_tmp, opts, dir, mark) = killed_run().await;
+        // The token file as an older controller wrote it: tokens only, no role or placement.
+        let tokens = dir.join(".agent-tokens.json");
+        let mut file: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(&tokens).unwrap()).unwrap();
+        for record in file.values_mut() {
+            let record = record.as_object_mut().unwrap();
+            assert!(record.remove("role").is_some() && record.remove("placement").is_some(), "{record:?}");
+        }
+        std::fs::write(&tokens, serde_json::to_vec(&file).unwrap()).unwrap();
+        let roster = crate::run::Roster::read(&dir, FAKE_RUN).unwrap();
+        assert_eq!(roster.side(&format!("sandbench-{FAKE_RUN}-head")), Some(crate::run::schedule::Side::Head));
+
+        let plan = crate::spec::load(&opts.spec).unwrap();
+        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let result =
+            resume_on(resume_options(&dir, opts.ledger.clone()), mark, watch::channel(false).1, fake).await.unwrap();
+        assert_eq!(result.status, Status::Completed, "{:?}", result.report.errors);
+        assert_every_trial_once(&result.report);
+        // What the dead attempt completed was told apart by its sandboxes' names: not run again.
+        let events =
+            crate::observations::store::read_events(&dir.join(crate::observations::store::OBSERVATIONS_FILE)).unwrap();
+        let started: Vec<&str> = events
+            .iter()
+            .filter(|e| e.sandbox == format!("sandbench-{FAKE_RUN}-base-r2"))
+            .filter_map(|e| match &e.body {
+                StoredBody::PhaseStarted { command_id, .. } => Some(command_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            started,
+            ["prepare-0", "install-0", "measure-1", "measure-2", "measure-3", "runtime-0", "runtime-1"]
+        );
+        // The new attempt's sandboxes are registered with their placement; the old ones are
+        // still told by their names.
+        let roster = crate::run::Roster::read(&dir, FAKE_RUN).unwrap();
+        let registered = crate::observations::server::registrations(&dir).unwrap();
+        let head2 = &registered[&format!("sandbench-{FAKE_RUN}-head-r2")];
+        assert_eq!(head2.placement.map(|p| (p.side, p.attempt)), Some((crate::run::schedule::Side::Head, 2)));
+        assert_eq!(roster.role(&format!("sandbench-{FAKE_RUN}-base")), Some("base"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_interleaved_run_killed_mid_round_runs_only_the_trial_left_unfinished() {
         use crate::provision::fake::{FAKE_SEGMENTS, FakeProvisioner, Script};
         // Measure trial 0 starts with base, whose last run ends before head's (A B B A A B):

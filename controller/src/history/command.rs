@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
+use sandbench_proto::metric::{Facet, MetricKey};
 use tokio::sync::watch;
 
 use super::analysis::{self, Bisection, ChangeAt, History};
@@ -161,15 +162,14 @@ fn to_bisect(history: &History) -> Vec<(usize, usize)> {
             if change.unrecorded.unwrap_or(0) == 0 {
                 continue;
             }
-            let answered = sandbench_proto::lens::split(&metric.key).is_some_and(|(stem, suffix)| {
-                suffix != sandbench_proto::lens::INSTRUCTIONS
-                    && history.metrics.iter().any(|o| {
-                        o.key == format!("{stem}{}", sandbench_proto::lens::INSTRUCTIONS)
-                            && o.change_points
-                                .iter()
-                                .any(|oc| oc.before_at == change.before_at && oc.after_at == change.after_at)
-                    })
-            });
+            let (stem, facet) = MetricKey::split(&metric.key);
+            let answered = facet == Facet::Cycles
+                && history.metrics.iter().any(|o| {
+                    o.key == MetricKey::new(stem, Facet::Instructions).to_string()
+                        && o.change_points
+                            .iter()
+                            .any(|oc| oc.before_at == change.before_at && oc.after_at == change.after_at)
+                });
             if !answered {
                 out.push((m, c));
             }

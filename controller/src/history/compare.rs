@@ -13,7 +13,8 @@
 use std::path::Path;
 
 use sandbench_proto::Side;
-use sandbench_proto::plan::phase;
+use sandbench_proto::metric::{Facet, MetricKey};
+use sandbench_proto::phase::Phase;
 
 use super::series::{self, Kind};
 use super::store::{CommitInfo, Record, Records, TrialValue};
@@ -82,7 +83,7 @@ async fn record(plan: &Plan, report: &Report, side: Side, repository: Option<&Pa
     for (key, samples) in &data.metrics {
         let lens = match defs.iter().find(|d| &d.key == key) {
             Some(def) => lens::of(def),
-            None if sandbench_proto::lens::is_counted(key) => lens::Lens::Instructions,
+            None if MetricKey::facet_of(key) == Facet::Instructions => lens::Lens::Instructions,
             None => continue,
         };
         let counted = lens == lens::Lens::Instructions;
@@ -122,17 +123,20 @@ async fn record(plan: &Plan, report: &Report, side: Side, repository: Option<&Pa
 }
 
 /// The phase whose trials record `key` (a companion's, its step's).
-fn phase_of(plan: &Plan, key: &str) -> Option<&'static str> {
+fn phase_of(plan: &Plan, key: &str) -> Option<Phase> {
     let step = lens::step(key);
-    let stem = sandbench_proto::metric::companion::split(step).map_or(step, |(stem, _)| stem);
-    phase::ALL.into_iter().find(|p| plan.metrics_of_phase(p).iter().any(|m| m == key || m == step || m == stem))
+    let stem = MetricKey::stem_of(step);
+    Phase::ALL.into_iter().find(|p| plan.metrics_of_phase(*p).iter().any(|m| m == key || m == step || m == stem))
 }
 
 /// The conditions of `side`'s trial of `phase` (its sandboxes are labelled by their side:
 /// `base`, `base0`, `base-r1`).
-fn condition<'a>(report: &'a Report, side: Side, phase: Option<&str>, trial: u32) -> Option<&'a Condition> {
+fn condition(report: &Report, side: Side, phase: Option<Phase>, trial: u32) -> Option<&Condition> {
     let phase = phase?;
-    report.conditions.iter().find(|c| c.phase == phase && c.trial == trial && c.side.starts_with(side.as_str()))
+    report
+        .conditions
+        .iter()
+        .find(|c| c.phase == phase.as_str() && c.trial == trial && c.side.starts_with(side.as_str()))
 }
 
 /// Where the head stands, per regressed or improved metric, against main's recent recorded

@@ -138,6 +138,12 @@ pub fn marker_field(text: &str) -> String {
 /// Untrusted text (errors, warnings, image names) made inert in Markdown, as the reference does,
 /// on one line, without escape sequences or control characters, and without a live mention,
 /// reference or link ([`unlinked`]).
+///
+/// A `$` becomes the full-width dollar sign `＄` (U+FF04): GitHub reads inline math between
+/// dollar signs after Markdown's escapes and entities are undone (`\$` and `&#36;` are both a
+/// delimiter again), so product text could draw a formula, a coloured "improved" say. The only
+/// way GitHub's documentation gives, an HTML `<span>` around it, is a tag, which this escape never
+/// writes.
 pub fn escape(text: &str) -> String {
     let one_line = text.replace(['\r', '\n'], " ");
     let mut out = unlinked(&crate::sanitize::terminal(&one_line))
@@ -145,7 +151,8 @@ pub fn escape(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('|', "&#124;")
-        .replace('`', "&#96;");
+        .replace('`', "&#96;")
+        .replace('$', "\u{ff04}");
     for c in ['\\', '[', ']', '(', ')', '*', '_', '!'] {
         out = out.replace(c, &format!("\\{c}"));
     }

@@ -1,5 +1,6 @@
 //! Source delivery from a local git repository: resolve a revision to its exact commit, and
-//! export that commit's tree (of the spec's folder) as a tar to upload into the sandbox.
+//! export that commit's tree (of the spec's folder) as a tar to upload into the sandbox, as it was
+//! committed: the revision's `.gitattributes` run no filter and convert nothing.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -73,10 +74,12 @@ pub async fn archive(repo: &Path, commit: &str, dest: &str, max_bytes: u64) -> a
         );
     }
     let dest = format!("{}/", dest.trim_matches('/'));
+    let inert = inert_git_dir(Path::new(&top)).await?;
     // From the top: run in a subfolder, git archive would narrow the tree to it a second time.
     let mut child = Command::new("git")
         .arg("-C")
         .arg(&top)
+        .arg(format!("--git-dir={}", inert.path().display()))
         .args(["archive", "--format=tar", &format!("--prefix={dest}"), &tree])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -87,8 +90,8 @@ pub async fn archive(repo: &Path, commit: &str, dest: &str, max_bytes: u64) -> a
     let stdout = child.stdout.take().context("git archive has no stdout")?;
     let stderr = child.stderr.take().context("git archive has no stderr")?;
     let failure = Failure::default();
-    let reading =
-        Reading { child, stdout, stderr, sent: 0, max_bytes, what: format!("{tree} from {}", repo.display()) };
+    let what = format!("{tree} from {}", repo.display());
+    let reading = Reading { child, stdout, stderr, sent: 0, max_bytes, what, _inert: inert };
     let tar = futures_util::stream::unfold(Some(reading), {
         let failure = failure.clone();
         move |state| {
@@ -107,6 +110,46 @@ pub async fn archive(repo: &Path, commit: &str, dest: &str, max_bytes: u64) -> a
         }
     });
     Ok(Archive { tar: crate::provision::TarStream(Box::pin(tar)), failure })
+}
+
+/// What `git archive` is told of every path, from the attribute file that wins over the tree's
+/// own `.gitattributes` (`info/attributes`): no filter driver (`filter=lfs`, or any the host's
+/// git configuration names, would run on the revision's content), no keyword, substitution,
+/// encoding or line-ending conversion. The tree is sent as it was committed.
+const INERT_ATTRIBUTES: &str = "* -filter -ident -text !eol -export-subst !working-tree-encoding\n";
+
+/// A git folder of sandbench's own for `git archive` of the repository at `top`: its objects are
+/// the repository's (through `objects/info/alternates`, nothing is copied), its configuration
+/// empty (the repository's own filter drivers are not in it) and its `info/attributes`
+/// [`INERT_ATTRIBUTES`]. The repository itself is not changed.
+async fn inert_git_dir(top: &Path) -> anyhow::Result<tempfile::TempDir> {
+    let common = git(top, &["rev-parse", "--path-format=absolute", "--git-common-dir"]).await?;
+    let objects = Path::new(String::from_utf8_lossy(&common).trim()).join("objects");
+    let format = git(top, &["rev-parse", "--show-object-format"]).await?;
+    let config = match String::from_utf8_lossy(&format).trim() {
+        "sha1" | "" => "[core]\n\trepositoryformatversion = 0\n\tbare = true\n".to_string(),
+        other => {
+            format!("[core]\n\trepositoryformatversion = 1\n\tbare = true\n[extensions]\n\tobjectformat = {other}\n")
+        }
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("sandbench-archive-")
+        .tempdir()
+        .context("cannot make a folder for git archive")?;
+    let write = |path: &str, text: &str| -> std::io::Result<()> {
+        let path = dir.path().join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)
+    };
+    write("HEAD", "ref: refs/heads/sandbench\n")
+        .and_then(|()| write("config", &config))
+        .and_then(|()| std::fs::create_dir_all(dir.path().join("refs")))
+        .and_then(|()| write("objects/info/alternates", &format!("{}\n", objects.display())))
+        .and_then(|()| write("info/attributes", INERT_ATTRIBUTES))
+        .with_context(|| format!("cannot make the archive's git folder {}", dir.path().display()))?;
+    Ok(dir)
 }
 
 /// A source archive on its way: the tar, and why it ended early if it did.
@@ -138,6 +181,8 @@ struct Reading {
     sent: u64,
     max_bytes: u64,
     what: String,
+    /// The git folder `git archive` reads, removed once the stream is dropped.
+    _inert: tempfile::TempDir,
 }
 
 /// Bytes read from `git archive` at a time.
@@ -301,6 +346,54 @@ mod tests {
         assert!(err.contains("passed source.max_mb (0.02 MB) while it was sent"), "{err}");
         let whole = read_all(archive(dir.path(), &commit, "src", 4_000_000).await.unwrap()).await.unwrap();
         assert!(whole.len() > 3_000_000 && whole.len() < 4_000_000, "{}", whole.len());
+    }
+
+    /// The files of a tar, with their text.
+    fn files_of(tar: &[u8]) -> Vec<(String, String)> {
+        let mut entries = tar::Archive::new(tar);
+        let mut files = Vec::new();
+        for entry in entries.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let path = entry.path().unwrap().display().to_string();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            files.push((path, text));
+        }
+        files
+    }
+
+    #[tokio::test]
+    async fn the_archive_obeys_no_attribute_of_the_tree_and_runs_no_filter() {
+        // The host's git knows a filter driver (as git-lfs installs one); the revision's
+        // .gitattributes names it, and asks for keyword and line-ending conversions.
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("the-filter-ran");
+        sh(
+            dir.path(),
+            &format!(
+                "git init -q -b main repo && cd repo \
+                 && git config filter.evil.smudge 'touch {ran}; sed s/good/evil/' \
+                 && printf '* filter=evil\\nid.txt ident\\nsubst.txt export-subst\\ncrlf.txt text eol=crlf\\n' > .gitattributes \
+                 && echo good > a.txt && printf '$Id$\\n' > id.txt && printf '$Format:%%H$\\n' > subst.txt \
+                 && printf 'x\\ny\\n' > crlf.txt && git add -A && git -c user.name=t -c user.email=t@t commit -qm one",
+                ran = ran.display()
+            ),
+        );
+        let repo = dir.path().join("repo");
+        let commit = resolve(&repo, "HEAD").await.unwrap();
+        let tar = read_all(archive(&repo, &commit, "src", 1 << 20).await.unwrap()).await.unwrap();
+        let files = files_of(&tar);
+        assert!(!ran.exists(), "a filter driver of the host's ran on the revision's content");
+        for (path, text) in [
+            ("src/a.txt", "good\n"),
+            ("src/id.txt", "$Id$\n"),
+            ("src/subst.txt", "$Format:%H$\n"),
+            ("src/crlf.txt", "x\ny\n"),
+        ] {
+            assert!(files.contains(&(path.to_string(), text.to_string())), "{path}: {files:?}");
+        }
+        // The repository is left as it was: no attribute file of sandbench's in it.
+        assert!(!repo.join(".git/info/attributes").exists());
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! The run directory's event log: `observations.jsonl`, one JSON object per agent event,
 //! append-only. Every batch is written and fdatasynced before the caller acknowledges it to the
-//! agent; concurrent batches from several sandboxes share one fdatasync (group commit).
+//! agent; concurrent batches from several sandboxes share one fdatasync (group commit). A batch
+//! that fails part-way (a full disk) is cut off again before anything else is written.
 //!
 //! The log is read back as a stream ([`events`]), one bounded line at a time, never whole. When
 //! it is reopened ([`EventLog::open`]) what bounds the server keeps is recovered with the
@@ -287,6 +288,11 @@ pub struct EventLog {
 impl EventLog {
     /// Opens the log, cutting a torn last line, and returns what it holds.
     pub fn open(path: &Path) -> io::Result<(EventLog, Recovered)> {
+        EventLog::open_on(path, |file| file)
+    }
+
+    /// [`EventLog::open`], the writes going through `wrap(file)` (a file whose disk fills, in tests).
+    fn open_on<F: LogFile>(path: &Path, wrap: impl FnOnce(File) -> F) -> io::Result<(EventLog, Recovered)> {
         let mut file = OpenOptions::new().create(true).truncate(false).read(true).append(true).open(path)?;
         let mut recovered = Recovered::default();
         let mut good_len = 0u64;
@@ -304,8 +310,10 @@ impl EventLog {
         }
         file.set_len(good_len)?;
         file.seek(SeekFrom::End(0))?;
+        let file = wrap(file);
         let (tx, rx) = std_mpsc::channel::<WriteRequest>();
-        let thread = std::thread::Builder::new().name("event-log".into()).spawn(move || write_loop(file, rx))?;
+        let thread =
+            std::thread::Builder::new().name("event-log".into()).spawn(move || write_loop(file, good_len, rx))?;
         Ok((EventLog { path: path.to_path_buf(), tx: Some(tx), thread: Some(thread) }, recovered))
     }
 
@@ -330,20 +338,54 @@ impl EventLog {
     }
 }
 
-fn write_loop(mut file: File, rx: std_mpsc::Receiver<WriteRequest>) {
+/// What the writer needs of the log's file (opened to append): a seam for a disk that fills.
+trait LogFile: Send + 'static {
+    fn append_bytes(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn sync(&mut self) -> io::Result<()>;
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn append_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        Write::write_all(self, bytes)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+/// Writes the batches as they come, each made durable before it is acknowledged. A batch that
+/// fails part-way (a full disk) is cut off again, back to the end of the last batch written
+/// (`good_len`), so the log never holds a partial line that later lines would follow: it stays
+/// readable to its end and a resume keeps every event acknowledged. While that cut cannot be
+/// made, no batch is written.
+fn write_loop(mut file: impl LogFile, mut good_len: u64, rx: std_mpsc::Receiver<WriteRequest>) {
+    let mut torn = false;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
         }
-        let mut result = Ok(());
+        let mut result = if torn { file.truncate(good_len) } else { Ok(()) };
+        torn = false;
+        let mut written = 0u64;
         for request in &batch {
-            if let Err(err) = file.write_all(&request.bytes) {
-                result = Err(err);
+            if result.is_err() {
                 break;
             }
+            result = file.append_bytes(&request.bytes);
+            written += request.bytes.len() as u64;
         }
-        let result = result.and_then(|()| file.sync_data());
+        let result = result.and_then(|()| file.sync());
+        match &result {
+            Ok(()) => good_len += written,
+            Err(_) => torn = file.truncate(good_len).and_then(|()| file.sync()).is_err(),
+        }
         for request in batch {
             let reply = match &result {
                 Ok(()) => Ok(()),
@@ -404,6 +446,67 @@ mod tests {
             events.iter().map(|e| (e.sandbox.as_str(), e.seq)).collect::<Vec<_>>(),
             [("a", 1), ("b", 1), ("a", 2), ("b", 2)]
         );
+    }
+
+    /// A log file on a disk with `room` bytes left: a write past it writes what fits, then fails
+    /// as a full disk does.
+    struct Filling {
+        file: File,
+        room: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl LogFile for Filling {
+        fn append_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+            use std::sync::atomic::Ordering;
+            let room = self.room.load(Ordering::SeqCst);
+            let fits = bytes.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            Write::write_all(&mut self.file, &bytes[..fits])?;
+            self.room.fetch_sub(fits as u64, Ordering::SeqCst);
+            if fits < bytes.len() {
+                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            Ok(())
+        }
+
+        fn sync(&mut self) -> io::Result<()> {
+            self.file.sync_data()
+        }
+
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            self.file.set_len(len)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_append_that_fails_part_way_leaves_the_log_readable_and_loses_nothing_acknowledged() {
+        use std::sync::atomic::Ordering;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(OBSERVATIONS_FILE);
+        let room = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+        let (log, _) = EventLog::open_on(&path, |file| Filling { file, room: room.clone() }).unwrap();
+        let mut first = line("a", 1);
+        first.extend(line("a", 2));
+        log.append(first).await.unwrap();
+        // The disk fills in the middle of the next batch: it is refused (never acknowledged).
+        room.store(30, Ordering::SeqCst);
+        let mut torn = line("a", 3);
+        torn.extend(line("b", 1));
+        assert!(log.append(torn).await.is_err());
+        // Room again: the agents send the refused events again, and more; all acknowledged.
+        room.store(u64::MAX, Ordering::SeqCst);
+        let mut again = line("a", 3);
+        again.extend(line("b", 1));
+        log.append(again).await.unwrap();
+        log.append(line("a", 4)).await.unwrap();
+        log.close().await;
+        let seqs = |events: Vec<StoredEvent>| events.iter().map(|e| (e.sandbox.clone(), e.seq)).collect::<Vec<_>>();
+        let acknowledged = ["a1", "a2", "a3", "b1", "a4"].map(|s| (s[..1].to_string(), s[1..].parse::<u64>().unwrap()));
+        // Rendering reads every acknowledged event, and a resume keeps them all.
+        assert_eq!(seqs(read_events(&path).unwrap()), acknowledged);
+        let (log, recovered) = EventLog::open(&path).unwrap();
+        log.close().await;
+        assert_eq!(recovered.last_seqs, HashMap::from([("a".to_string(), 4), ("b".to_string(), 1)]));
+        assert_eq!(seqs(read_events(&path).unwrap()), acknowledged);
     }
 
     #[test]

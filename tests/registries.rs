@@ -237,3 +237,45 @@ async fn the_bridge_refuses_other_methods_hosts_path_tricks_huge_answers_and_flo
     })
     .await;
 }
+
+/// `sandbench check` of a bridged spec naming no registry, started in a pull request's checkout:
+/// the host's npm and pip are asked where their registries are, and nothing of the checkout runs
+/// or counts (a `pip` package, a project `.npmrc`).
+#[test]
+fn registry_discovery_runs_no_code_of_the_working_directory_and_reads_none_of_its_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("the-checkout-ran");
+    let pip = dir.path().join("pip");
+    std::fs::create_dir_all(pip.join("_internal/models")).unwrap();
+    let hostile = format!("open({:?}, 'a').write(__name__ + '\\n')\n", ran.display().to_string());
+    for module in ["__init__.py", "__main__.py", "_internal/__init__.py", "_internal/models/__init__.py"] {
+        std::fs::write(pip.join(module), &hostile).unwrap();
+    }
+    std::fs::write(
+        pip.join("_internal/models/index.py"),
+        format!("{hostile}class PyPI:\n    simple_url = 'https://evil.example/simple/'\n    file_storage_domain = 'evil.example'\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join(".npmrc"), "registry=https://evil.example/npm/\n").unwrap();
+    std::fs::write(dir.path().join("package.json"), "{\"name\": \"checkout\"}\n").unwrap();
+    std::fs::write(
+        dir.path().join("bench.toml"),
+        "name = \"discovery\"\n[sandbox]\nnetwork = \"registries\"\n[install]\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
+        .args(["check", "bench.toml"])
+        .current_dir(dir.path())
+        .env_remove("npm_config_registry")
+        .env_remove("NPM_CONFIG_REGISTRY")
+        .env_remove("PIP_INDEX_URL")
+        .output()
+        .expect("run sandbench check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let ran = std::fs::read_to_string(&ran).unwrap_or_default();
+    assert!(ran.is_empty(), "the checkout's code ran on the host: {ran}");
+    assert!(!stdout.contains("evil.example"), "the checkout's settings were taken:\n{stdout}");
+    assert!(stdout.contains("registry bridge: npm https://"), "the host's npm registry is named:\n{stdout}");
+}

@@ -420,8 +420,9 @@ fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// `sandbench check`: the plan, or every error in the spec (exit 2); for a plan that needs
-/// valgrind, where the engine's valgrind image comes from, or why it cannot (exit 1).
+/// `sandbench check`: the plan, or every error in the spec (exit 2); for a bridged sandbox, the
+/// registries its bridge would reach and where each comes from; for a plan that needs valgrind,
+/// where the engine's valgrind image comes from, or why it cannot (exit 1).
 async fn check(spec: &Path) -> anyhow::Result<ExitCode> {
     match crate::spec::load(spec).and_then(|plan| crate::spec::check_remote(spec, &plan).map(|warning| (plan, warning)))
     {
@@ -430,6 +431,20 @@ async fn check(spec: &Path) -> anyhow::Result<ExitCode> {
                 eprintln!("warning: {}", crate::sanitize::terminal(&warning));
             }
             print!("{}", crate::sanitize::terminal(&crate::spec::describe(&plan)));
+            if let Some(settings) = &plan.sandbox.registries {
+                // Where the bridge would go: the spec's upstreams, the rest from the host's npm and pip.
+                match crate::bridge::Upstreams::resolve(settings) {
+                    Ok(upstreams) => {
+                        for note in &upstreams.notes {
+                            println!("registry bridge: {}", crate::sanitize::terminal(note));
+                        }
+                    }
+                    Err(err) => {
+                        eprintln!("error: {}", crate::sanitize::terminal(&format!("{err:#}")));
+                        return Ok(ExitCode::from(exit::FAILED));
+                    }
+                }
+            }
             if !plan.needs_valgrind() {
                 return Ok(ExitCode::SUCCESS);
             }

@@ -1,5 +1,9 @@
 //! The bridge's upstreams: those the spec names, else the host's own configuration — npm's
 //! configured registry, pip's index URL and files host. None is written into the code.
+//!
+//! Asking the host runs npm and Python, which `sandbench run` may start in a pull request's
+//! checkout: they run in `/` (npm reads a project's `.npmrc` where it starts, Python imports from
+//! there), Python isolated (`-I`: neither the current folder nor `PYTHON*` variables on its path).
 
 use std::process::Command;
 use std::time::Duration;
@@ -76,7 +80,7 @@ fn host_npm() -> Option<(String, String)> {
             return Some((url, format!("${var}")));
         }
     }
-    let out = output(Command::new("npm").args(["config", "get", "registry"]))?;
+    let out = output(&mut host_command("npm", &["config", "get", "registry"]))?;
     upstream_url(out.trim()).ok().map(|url| (url, "the host's npm configuration".into()))
 }
 
@@ -87,7 +91,7 @@ fn host_pip_index() -> Option<(String, String)> {
     {
         return Some((url, "$PIP_INDEX_URL".into()));
     }
-    if let Some(out) = output(Command::new("python3").args(["-m", "pip", "config", "get", "global.index-url"]))
+    if let Some(out) = output(&mut host_command("python3", &["-I", "-m", "pip", "config", "get", "global.index-url"]))
         && let Ok(url) = upstream_url(out.trim())
     {
         return Some((url, "the host's pip configuration".into()));
@@ -97,7 +101,14 @@ fn host_pip_index() -> Option<(String, String)> {
 }
 
 fn pip_says(code: &str) -> Option<String> {
-    output(Command::new("python3").args(["-c", code])).map(|s| s.trim().to_string())
+    output(&mut host_command("python3", &["-I", "-c", code])).map(|s| s.trim().to_string())
+}
+
+/// `program` with `args`, run in `/`: nothing of the folder sandbench was started in is read.
+fn host_command(program: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(program);
+    command.args(args).current_dir("/");
+    command
 }
 
 /// A command's standard output when it succeeds within 20 s.

@@ -87,16 +87,36 @@ impl Validator<'_> {
     }
 }
 
-/// `url` as an upstream base: an https URL (or http on the loopback) with a host, no
-/// credentials, query or fragment, ending in `/`.
+/// The loopback hosts an upstream may name over plain http (a registry of the machine's own).
+const LOOPBACK_HOSTS: [&str; 2] = ["127.0.0.1", "localhost"];
+
+/// `url` as an upstream base: an https URL (or http on the loopback: exactly `127.0.0.1` or
+/// `localhost`, with a port or not) with a host name, no credentials, query or fragment, ending
+/// in `/`.
 pub fn upstream_url(url: &str) -> Result<String, String> {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://").filter(|r| r.starts_with("127.0.0.1") || r.starts_with("localhost")))
-        .ok_or_else(|| format!("expected an https URL such as https://registry.npmjs.org/, got {url:?}"))?;
-    let host = rest.split('/').next().unwrap_or_default();
-    let name = host.split(':').next().unwrap_or_default();
-    if host.contains('@') || rest.contains(['?', '#', ' ', '\\']) || host_name(name).is_err() {
+    let (plain, rest) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+        (Some(rest), _) => (false, rest),
+        (None, Some(rest)) => (true, rest),
+        (None, None) => return Err(format!("expected an https URL such as https://registry.npmjs.org/, got {url:?}")),
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    };
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0) && !p.starts_with('0'));
+    let loopback = LOOPBACK_HOSTS.contains(&host);
+    if plain && !loopback {
+        return Err(format!(
+            "expected an https URL such as https://registry.npmjs.org/ (plain http only to 127.0.0.1 or localhost), \
+             got {url:?}"
+        ));
+    }
+    if authority.contains('@')
+        || rest.contains(['?', '#', ' ', '\\'])
+        || !port_ok
+        || !(loopback || host_name(host).is_ok())
+    {
         return Err(format!(
             "expected an https URL with a host name and no credentials, query or fragment, got {url:?}"
         ));
@@ -104,7 +124,9 @@ pub fn upstream_url(url: &str) -> Result<String, String> {
     Ok(if url.ends_with('/') { url.to_string() } else { format!("{url}/") })
 }
 
-/// A host name as the bridge allows it: letters, digits, '-' and '.', lowercased.
+/// A host name as the bridge allows it: letters, digits, '-' and '.', lowercased, whose last
+/// label is not a number (decimal or `0x` hex): URL parsers read such a host as an IPv4 address
+/// (`2130706433` is 127.0.0.1, so is `0x7f.1`), which no registry is named by.
 pub fn host_name(name: &str) -> Result<String, String> {
     let lower = name.trim().to_ascii_lowercase();
     let labels_ok = lower.split('.').all(|l| {
@@ -113,8 +135,48 @@ pub fn host_name(name: &str) -> Result<String, String> {
             && !l.starts_with('-')
             && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
     });
-    if lower.is_empty() || lower.len() > 253 || !labels_ok {
+    let last = lower.rsplit('.').next().unwrap_or_default();
+    let numeric = last.chars().all(|c| c.is_ascii_digit())
+        || last.strip_prefix("0x").is_some_and(|hex| hex.chars().all(|c| c.is_ascii_hexdigit()));
+    if lower.is_empty() || lower.len() > 253 || !labels_ok || numeric {
         return Err(format!("expected a host name such as files.pythonhosted.org, got {name:?}"));
     }
     Ok(lower)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn look_alike_loopbacks_and_hosts_made_of_numbers_are_refused() {
+        for url in [
+            "http://localhost.evil.example/",
+            "http://127.0.0.1.evil.example/",
+            "http://localhostevil.example/",
+            "http://127.0.0.10/",
+            "http://evil.example/?127.0.0.1",
+            "https://2130706433/",
+            "https://0x7f000001/",
+            "https://0x7f.1/",
+            "https://10.0.0.1/",
+            "https://registry.example.1/",
+        ] {
+            assert!(upstream_url(url).is_err(), "{url} is accepted");
+        }
+        for name in ["2130706433", "0x7f000001", "127.0.0.1", "10.1", "a.0x1f", "a.08"] {
+            assert!(host_name(name).is_err(), "{name} is accepted as a host name");
+        }
+        for (url, base) in [
+            ("http://127.0.0.1:8080", "http://127.0.0.1:8080/"),
+            ("http://localhost/npm/", "http://localhost/npm/"),
+            ("https://127.0.0.1:4873/", "https://127.0.0.1:4873/"),
+            ("https://registry.npmjs.org", "https://registry.npmjs.org/"),
+            ("https://r2.example.com/x/", "https://r2.example.com/x/"),
+        ] {
+            assert_eq!(upstream_url(url).as_deref(), Ok(base), "{url}");
+        }
+        assert_eq!(host_name("Files.PythonHosted.org").as_deref(), Ok("files.pythonhosted.org"));
+        assert_eq!(host_name("1password.example").as_deref(), Ok("1password.example"));
+    }
 }

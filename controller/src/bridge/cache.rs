@@ -1,9 +1,11 @@
 //! The bridge's content cache on the host: answers by URL (and Accept) pointing at bodies by
 //! their SHA-256, in a private folder (0700) shared by sandboxes and runs, bounded in size (the
-//! least recently used bodies go first).
+//! least recently used bodies go first, but never one the run pinned: see [`Cache::pin`]).
 
+use std::collections::HashSet;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
@@ -25,6 +27,9 @@ pub struct Entry {
 pub struct Cache {
     dir: PathBuf,
     bound: u64,
+    /// Bodies (by SHA-256) this run keeps whatever the bound: the answers a side's timed trials
+    /// will ask for again.
+    pinned: Mutex<HashSet<String>>,
 }
 
 impl Cache {
@@ -41,7 +46,7 @@ impl Cache {
         }
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot make the registry cache {} private", dir.display()))?;
-        Ok(Cache { dir: dir.to_path_buf(), bound })
+        Ok(Cache { dir: dir.to_path_buf(), bound, pinned: Mutex::default() })
     }
 
     /// Where the cache lives by default: `$SANDBENCH_REGISTRY_CACHE`, else the user's cache folder.
@@ -116,7 +121,18 @@ impl Cache {
         Ok(entry)
     }
 
-    /// Removes the least recently used bodies until the rest fit the bound.
+    /// The cache's bound, in bytes of bodies.
+    pub fn bound(&self) -> u64 {
+        self.bound
+    }
+
+    /// Keeps the body whose SHA-256 is `sha256` for as long as this cache is open, whatever the
+    /// bound (the caller keeps what it pins within the bound).
+    pub fn pin(&self, sha256: &str) {
+        self.pinned.lock().unwrap_or_else(PoisonError::into_inner).insert(sha256.to_string());
+    }
+
+    /// Removes the least recently used bodies not pinned until the rest fit the bound.
     fn trim(&self) {
         let Ok(read) = std::fs::read_dir(self.dir.join("blobs")) else { return };
         let mut blobs: Vec<(SystemTime, u64, PathBuf)> = read
@@ -128,11 +144,13 @@ impl Cache {
             .collect();
         let mut total: u64 = blobs.iter().map(|b| b.1).sum();
         blobs.sort();
+        let pinned = self.pinned.lock().unwrap_or_else(PoisonError::into_inner).clone();
         for (_, size, path) in blobs {
             if total <= self.bound {
                 break;
             }
-            if std::fs::remove_file(&path).is_ok() {
+            let kept = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| pinned.contains(n));
+            if !kept && std::fs::remove_file(&path).is_ok() {
                 total -= size;
             }
         }

@@ -1,16 +1,20 @@
 //! The registry bridge (`sandbox.network = "registries"`): the controller's end. A sandbox has
 //! no network; its agent serves plain HTTP on the sandbox's loopback and carries each request
 //! here (`Fetch`, on its session's connection). The bridge forwards GET and HEAD only, only to
-//! the allowed registries ([`upstream`]), without credentials, with bounded answers and a
-//! bounded request rate per sandbox; it answers from a content cache on the host ([`cache`])
-//! when it can, logs every request in the run directory (`registries.jsonl`), and refuses
-//! anything else with a 403 (429 past the rate) whose body says why.
+//! the allowed registries ([`upstream`]) and only at their registry paths ([`route`]), without
+//! credentials, with bounded answers; it answers from a content cache on the host ([`cache`])
+//! when it can, keeping each side's answers for its timed trials (pinned, each side within half
+//! of the cache's bound); it bounds what a sandbox may ask and what reaches the registries
+//! ([`bounds`]), logs every request in the run directory within a cap ([`log`]), and refuses
+//! anything else with a 403 (429 past a bound) whose body says why.
 
+pub mod bounds;
 pub mod cache;
+pub mod log;
 pub mod route;
 pub mod upstream;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -27,7 +31,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use crate::spec::RegistrySettings;
+use bounds::Bounds;
 use cache::Cache;
+use log::RequestLog;
 use route::{Kind, Route};
 pub use upstream::Upstreams;
 
@@ -88,9 +94,13 @@ struct Tally {
     reasons: Vec<String>,
 }
 
-struct Bucket {
-    tokens: f64,
-    at: Instant,
+/// What a share of the cache keeps pinned for its side's timed trials.
+#[derive(Default)]
+struct Pinned {
+    bytes: u64,
+    bodies: HashSet<String>,
+    /// Answers not pinned: the share was full.
+    refused: u64,
 }
 
 struct Inner {
@@ -98,9 +108,13 @@ struct Inner {
     settings: RegistrySettings,
     client: reqwest::Client,
     cache: Cache,
-    log: Mutex<std::fs::File>,
-    rates: Mutex<HashMap<String, Bucket>>,
+    log: Mutex<RequestLog>,
+    bounds: Bounds,
     tally: Mutex<Tally>,
+    /// The run's id (its directory's name), which its sandboxes' ids carry.
+    run_id: String,
+    /// Per share of the cache (a side, else a sandbox), what is pinned.
+    pins: Mutex<BTreeMap<String, Pinned>>,
 }
 
 /// The bridge of one run. Cheap to clone.
@@ -179,6 +193,7 @@ impl Bridge {
             .append(true)
             .open(&log_path)
             .with_context(|| format!("cannot open {}", log_path.display()))?;
+        let written = log.metadata().map(|m| m.len()).unwrap_or(0);
         let _ = rustls::crypto::ring::default_provider().install_default();
         let allowed = upstreams.clone();
         let client = reqwest::Client::builder()
@@ -197,9 +212,11 @@ impl Bridge {
                 settings: settings.clone(),
                 client,
                 cache,
-                log: Mutex::new(log),
-                rates: Mutex::default(),
+                log: Mutex::new(RequestLog::new(log, written)),
+                bounds: Bounds::new(settings),
                 tally: Mutex::default(),
+                run_id: run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                pins: Mutex::default(),
             }),
         })
     }
@@ -213,23 +230,23 @@ impl Bridge {
         let (tx, rx) = mpsc::channel(4);
         let bridge = self.clone();
         tokio::spawn(async move {
-            let started = Instant::now();
-            let answer = bridge.answer(&ask).await;
-            bridge.record(&ask, &answer, started.elapsed());
+            let answer = bridge.handle(&ask).await;
             send(&tx, &ask.method, answer).await;
         });
         ReceiverStream::new(rx)
     }
 
+    /// The answer to `ask`, logged and counted.
+    async fn handle(&self, ask: &Ask) -> Answer {
+        let started = Instant::now();
+        let answer = self.answer(ask).await;
+        self.record(ask, &answer, started.elapsed());
+        answer
+    }
+
     async fn answer(&self, ask: &Ask) -> Answer {
-        if !self.take_token(&ask.sandbox) {
-            return Answer::refused(
-                429,
-                format!(
-                    "more than {} requests per second from this sandbox (registries.requests_per_second)",
-                    self.inner.settings.requests_per_second
-                ),
-            );
+        if let Err(why) = self.inner.bounds.admit(&ask.sandbox) {
+            return Answer::refused(429, why);
         }
         if ask.method != "GET" && ask.method != "HEAD" {
             let method: String = ask.method.chars().take(16).collect();
@@ -240,45 +257,132 @@ impl Bridge {
             Err(reason) => return Answer::refused(403, reason),
         };
         let accept: String = ask.accept.chars().take(MAX_ACCEPT).collect();
+        let key = self.cache_key(&route, &accept);
         let max_age = (!route.immutable()).then_some(self.inner.settings.metadata_ttl);
-        let mut answer = match self.inner.cache.get(&route.url, &accept, max_age) {
-            Some(entry) => Answer {
-                status: 200,
-                content_type: entry.content_type.clone(),
-                body: Body::File(self.inner.cache.blob(&entry), entry.size),
-                cache: Served::Hit,
-                reason: String::new(),
-                url: String::new(),
-            },
-            None => match self.fetch(&route, &accept).await {
-                Ok(answer) => answer,
-                Err(answer) => answer,
-            },
+        let remembered = format!("{}\n{key}", route.url);
+        let cached = if self.inner.bounds.remembered_missing(&remembered) {
+            None
+        } else {
+            self.inner.cache.get(&route.url, &key, max_age)
+        };
+        let mut answer = match cached {
+            Some(entry) => {
+                self.pin(&ask.sandbox, &entry.sha256, entry.size);
+                Answer {
+                    status: 200,
+                    content_type: entry.content_type.clone(),
+                    body: Body::File(self.inner.cache.blob(&entry), entry.size),
+                    cache: Served::Hit,
+                    reason: String::new(),
+                    url: String::new(),
+                }
+            }
+            None => self.upstream(ask, &route, &accept, &key, &remembered).await,
         };
         answer.url = route.url.clone();
-        if route.kind == Kind::Pypi && answer.status == 200 {
-            self.rewrite(&mut answer);
+        answer
+    }
+
+    /// The answer of the upstream, within the bounds of what reaches it: a negative answer
+    /// remembered lately is given again without asking.
+    async fn upstream(&self, ask: &Ask, route: &Route, accept: &str, key: &str, remembered: &str) -> Answer {
+        let bounds = &self.inner.bounds;
+        if bounds.remembered_missing(remembered) {
+            let reason = format!(
+                "the registry answered 404 for this within the last {} s (remembered)",
+                bounds::NEGATIVE_TTL.as_secs()
+            );
+            return Answer {
+                status: 404,
+                content_type: "text/plain; charset=utf-8".into(),
+                body: Body::Bytes(format!("sandbench registry bridge: {reason}\n").into_bytes()),
+                cache: Served::Hit,
+                reason,
+                url: String::new(),
+            };
+        }
+        if let Err(why) = bounds.send_upstream(&ask.sandbox) {
+            return Answer::refused(429, why);
+        }
+        let answer = self.fetch(route, accept, key).await.unwrap_or_else(|refused| refused);
+        bounds.answered(&ask.sandbox, remembered, answer.status);
+        if let Body::File(path, size) = &answer.body
+            && let Some(sha256) = path.file_name().and_then(|n| n.to_str())
+        {
+            self.pin(&ask.sandbox, sha256, *size);
         }
         answer
     }
 
-    /// A Python index page with its file links made paths of the bridge.
-    fn rewrite(&self, answer: &mut Answer) {
-        let textual = answer.content_type.contains("html") || answer.content_type.contains("json");
-        let text = match &answer.body {
-            Body::File(path, len) if textual && *len <= self.inner.settings.max_response_bytes => {
-                std::fs::read_to_string(path).ok()
-            }
-            Body::Bytes(bytes) if textual => String::from_utf8(bytes.clone()).ok(),
-            _ => None,
-        };
-        if let Some(text) = text {
-            answer.body = Body::Bytes(route::rewrite_index(&text, &self.inner.upstreams).into_bytes());
+    /// What the cache files an answer under besides its URL: the Accept asked with, and for an
+    /// index page, that its links were rewritten for these hosts.
+    fn cache_key(&self, route: &Route, accept: &str) -> String {
+        match route.kind {
+            Kind::Pypi => format!("{accept}\nlinks to {} made bridge paths", self.inner.upstreams.hosts.join(",")),
+            Kind::Npm | Kind::Host => accept.to_string(),
         }
     }
 
+    /// The body of a successful answer in a new file of the cache (an index page's links made
+    /// bridge paths on the way in, a chunk at a time), its SHA-256 and size; refused past
+    /// `max_response_mb` or when the upstream broke off.
+    async fn take_body(
+        &self,
+        response: &mut reqwest::Response,
+        route: &Route,
+        host: &str,
+        textual: bool,
+    ) -> Result<(tempfile::NamedTempFile, String, u64), Answer> {
+        let temp = self.inner.cache.temp().map_err(|e| Answer::refused(502, format!("{e:#}")))?;
+        let mut body = Intake { temp, hasher: Sha256::new(), size: 0 };
+        let mut rewriter =
+            (route.kind == Kind::Pypi && textual).then(|| route::IndexRewriter::new(&self.inner.upstreams));
+        let max = self.inner.settings.max_response_bytes;
+        let mut received = 0u64;
+        let cannot = |e: std::io::Error| Answer::refused(502, format!("cannot write the cache: {e}"));
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(e) => return Err(Answer::refused(502, format!("{host} broke off: {}", error_chain(&e)))),
+            };
+            received += chunk.len() as u64;
+            if received > max {
+                return Err(too_large(received, max));
+            }
+            match rewriter.as_mut() {
+                Some(rewriter) => body.write(&rewriter.push(&chunk)).map_err(cannot)?,
+                None => body.write(&chunk).map_err(cannot)?,
+            }
+        }
+        if let Some(rewriter) = rewriter {
+            body.write(&rewriter.finish()).map_err(cannot)?;
+        }
+        Ok((body.temp, cache::hex(&body.hasher.finalize()), body.size))
+    }
+
+    /// Pins the body `sha256` (`size` bytes) for the side of `sandbox` (else the sandbox itself) while the
+    /// run lasts, within half of the cache's bound a side: the other side's answers cannot evict
+    /// it, so its timed trials get what its preparation fetched.
+    fn pin(&self, sandbox: &str, sha256: &str, size: u64) {
+        let group = pin_group(&self.inner.run_id, sandbox);
+        let share = self.inner.cache.bound() / 2;
+        let mut pins = lock(&self.inner.pins);
+        let pinned = pins.entry(group).or_default();
+        if pinned.bodies.contains(sha256) {
+            return;
+        }
+        if pinned.bytes + size > share {
+            pinned.refused += 1;
+            return;
+        }
+        pinned.bytes += size;
+        pinned.bodies.insert(sha256.to_string());
+        self.inner.cache.pin(sha256);
+    }
+
     /// The upstream's answer, kept in the cache when it is a success; refusals as `Err`.
-    async fn fetch(&self, route: &Route, accept: &str) -> Result<Answer, Answer> {
+    async fn fetch(&self, route: &Route, accept: &str, key: &str) -> Result<Answer, Answer> {
         let host = route.url.split('/').nth(2).unwrap_or_default().to_string();
         let mut request = self.inner.client.get(&route.url);
         if !accept.is_empty() {
@@ -319,27 +423,12 @@ impl Bridge {
                 url: String::new(),
             });
         }
-        let mut temp = self.inner.cache.temp().map_err(|e| Answer::refused(502, format!("{e:#}")))?;
-        let mut hasher = Sha256::new();
-        let mut size = 0u64;
-        loop {
-            let chunk = match response.chunk().await {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => break,
-                Err(e) => return Err(Answer::refused(502, format!("{host} broke off: {}", error_chain(&e)))),
-            };
-            size += chunk.len() as u64;
-            if size > max {
-                return Err(too_large(size, max));
-            }
-            hasher.update(&chunk);
-            temp.write_all(&chunk).map_err(|e| Answer::refused(502, format!("cannot write the cache: {e}")))?;
-        }
-        let sha = cache::hex(&hasher.finalize());
+        let textual = content_type.contains("html") || content_type.contains("json");
+        let (temp, sha, size) = self.take_body(&mut response, route, &host, textual).await?;
         let entry = self
             .inner
             .cache
-            .put(&route.url, accept, &content_type, temp, &sha, size)
+            .put(&route.url, key, &content_type, temp, &sha, size)
             .map_err(|e| Answer::refused(502, format!("{e:#}")))?;
         Ok(Answer {
             status,
@@ -351,38 +440,24 @@ impl Bridge {
         })
     }
 
-    /// One token of the sandbox's bucket (`requests_per_second`, as many in a burst).
-    fn take_token(&self, sandbox: &str) -> bool {
-        let rate = f64::from(self.inner.settings.requests_per_second);
-        let mut rates = lock(&self.inner.rates);
-        let bucket = rates.entry(sandbox.to_string()).or_insert(Bucket { tokens: rate, at: Instant::now() });
-        let now = Instant::now();
-        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(rate);
-        bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
     /// The request's line in the log, and its count.
     fn record(&self, ask: &Ask, answer: &Answer, took: Duration) {
-        let line = serde_json::json!({
-            "unix_ms": jiff::Timestamp::now().as_millisecond(),
-            "sandbox": ask.sandbox,
-            "command": ask.command,
-            "method": crate::sanitize::bounded(&ask.method, 16),
-            "target": crate::sanitize::bounded(&ask.target, 2048),
-            "url": answer.url,
-            "status": answer.status,
-            "bytes": answer.len(),
-            "cache": answer.cache,
-            "ms": (took.as_secs_f64() * 1000.0 * 10.0).round() / 10.0,
-            "reason": answer.reason,
-        });
-        let _ = writeln!(lock(&self.inner.log), "{line}");
+        let line = || {
+            serde_json::json!({
+                "unix_ms": jiff::Timestamp::now().as_millisecond(),
+                "sandbox": ask.sandbox,
+                "command": ask.command,
+                "method": crate::sanitize::bounded(&ask.method, 16),
+                "target": crate::sanitize::bounded(&ask.target, 2048),
+                "url": crate::sanitize::bounded(&answer.url, 2048),
+                "status": answer.status,
+                "bytes": answer.len(),
+                "cache": answer.cache,
+                "ms": (took.as_secs_f64() * 1000.0 * 10.0).round() / 10.0,
+                "reason": answer.reason,
+            })
+        };
+        lock(&self.inner.log).record(&ask.sandbox, answer.cache == Served::Refused, line);
         let mut tally = lock(&self.inner.tally);
         let key = (ask.sandbox.clone(), ask.command.to_string());
         let (_, count) = tally.by_command.entry(key).or_insert((ask.command, Count::default()));
@@ -390,9 +465,12 @@ impl Bridge {
         count.hits += u64::from(answer.cache == Served::Hit);
         if answer.cache == Served::Refused {
             count.refused += 1;
-            let reason = format!("{} {}: {}", ask.method, crate::sanitize::bounded(&ask.target, 120), answer.reason);
-            if tally.reasons.len() < 3 && !tally.reasons.contains(&reason) {
-                tally.reasons.push(reason);
+            if tally.reasons.len() < 3 {
+                let reason =
+                    format!("{} {}: {}", ask.method, crate::sanitize::bounded(&ask.target, 120), answer.reason);
+                if !tally.reasons.contains(&reason) {
+                    tally.reasons.push(reason);
+                }
             }
         }
     }
@@ -432,7 +510,61 @@ impl Bridge {
         if total.refused > 0 {
             out.push(format!("registries: {} requests refused, e.g. {}", total.refused, tally.reasons.join("; ")));
         }
+        drop(tally);
+        let (upstream, past_bounds) = self.inner.bounds.totals();
+        if past_bounds > 0 {
+            out.push(format!(
+                "registries: {past_bounds} requests refused by the bounds of what reaches the registries \
+                 (registries.upstream_per_second, max_upstream_requests, max_not_found); {} were sent, {} answered \
+                 \"not found\"",
+                upstream.sent, upstream.not_found
+            ));
+        }
+        let unlogged = lock(&self.inner.log).unlogged();
+        if unlogged > 0 {
+            out.push(format!(
+                "registries: {unlogged} requests counted but not logged in {LOG_FILE} (past its cap of {} MiB, or {} \
+                 refusals a sandbox)",
+                log::LOG_CAP_BYTES >> 20,
+                log::REFUSALS_LOGGED
+            ));
+        }
+        for (group, pinned) in lock(&self.inner.pins).iter().filter(|(_, p)| p.refused > 0) {
+            out.push(format!(
+                "registries: {group}'s answers passed its half of registries.cache_mb ({:.0} MB): {} were not kept for \
+                 its timed trials, which may have asked the registries again; raise cache_mb",
+                self.inner.cache.bound() as f64 / 2e6,
+                pinned.refused
+            ));
+        }
         out
+    }
+}
+
+/// A body on its way into the cache: its file, hash and size so far.
+struct Intake {
+    temp: tempfile::NamedTempFile,
+    hasher: Sha256,
+    size: u64,
+}
+
+impl Intake {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.size += bytes.len() as u64;
+        self.hasher.update(bytes);
+        self.temp.write_all(bytes)
+    }
+}
+
+/// The share of the cache whose pins an answer to `sandbox` counts against: its side (its id is
+/// `sandbench-<run>-<role>`, the role starting with the side), else the sandbox itself.
+fn pin_group(run_id: &str, sandbox: &str) -> String {
+    let role =
+        sandbox.strip_prefix("sandbench-").and_then(|r| r.strip_prefix(run_id)).and_then(|r| r.strip_prefix('-'));
+    match role {
+        Some(role) if role.starts_with("base") => "base".into(),
+        Some(role) if role.starts_with("head") => "head".into(),
+        _ => sandbox.to_string(),
     }
 }
 
@@ -512,18 +644,4 @@ async fn send(tx: &mpsc::Sender<Result<FetchReply, Status>>, method: &str, answe
 }
 
 #[cfg(test)]
-mod state_tests {
-    use sandbench_proto::Phase;
-
-    use super::{Running, Served};
-
-    #[test]
-    fn what_a_sandbox_ran_and_how_an_answer_was_served_read_as_the_log_writes_them() {
-        let install = Running::Phase { phase: Phase::Install, trial: 2 };
-        assert_eq!((install.to_string(), Running::Between.to_string()), ("install#2".into(), "between phases".into()));
-        let line = serde_json::json!({ "command": install, "between": Running::Between });
-        assert_eq!(line.to_string(), r#"{"between":"between phases","command":"install#2"}"#);
-        let served = [Served::Hit, Served::Miss, Served::Refused, Served::Upstream].map(|s| serde_json::json!(s));
-        assert_eq!(served, ["hit", "miss", "refused", "upstream"].map(|s| serde_json::json!(s)));
-    }
-}
+mod tests;

@@ -91,7 +91,14 @@ pub struct RegistrySettings {
     /// The agent's loopback port.
     pub port: u16,
     pub max_response_bytes: u64,
+    /// Requests a sandbox makes a second, answered from the cache or not.
     pub requests_per_second: u32,
+    /// Requests the run sends upstream a second (all sandboxes together).
+    pub upstream_per_second: u32,
+    /// Requests a sandbox sends upstream at most (twice this for the run).
+    pub max_upstream_requests: u64,
+    /// Negative answers (404, 410) from upstream a sandbox gets at most (twice this for the run).
+    pub max_not_found: u64,
     pub cache_bytes: u64,
     pub metadata_ttl: Duration,
     /// The content cache's folder (None: `bridge::cache::Cache::default_dir`); not in the spec.

@@ -68,6 +68,12 @@ pub struct RawRegistries {
     pub cache_mb: Option<Spanned<f64>>,
     /// How long a registry's metadata (packuments, index pages) is served from the cache.
     pub metadata_ttl_minutes: Option<Spanned<f64>>,
+    /// Requests the run sends to the registries a second, all sandboxes together.
+    pub upstream_per_second: Option<Spanned<i64>>,
+    /// Requests a sandbox sends to the registries (cache misses), at most; twice this a run.
+    pub max_upstream_requests: Option<Spanned<i64>>,
+    /// Negative answers (404, 410) a sandbox gets from the registries, at most; twice this a run.
+    pub max_not_found: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -11,6 +11,16 @@ use super::validate::Validator;
 
 /// The agent's loopback port for the bridge by default.
 pub const DEFAULT_PORT: u16 = 4873;
+/// What reaches the registries by default: twice what one sandbox may ask a second
+/// (`requests_per_second`), so the two sides' preparations never wait on each other.
+pub const DEFAULT_UPSTREAM_PER_SECOND: i64 = 400;
+/// Requests a sandbox sends upstream by default: an install without a lockfile of 5,000
+/// packages asks for each packument and each tarball once (10,000); a second side, trials and
+/// retries are served from the cache.
+pub const DEFAULT_MAX_UPSTREAM_REQUESTS: i64 = 20_000;
+/// Negative answers a sandbox gets by default: an install that succeeds gets none (npm with a
+/// lockfile asks only for what exists; pip and uv ask for each project's page once).
+pub const DEFAULT_MAX_NOT_FOUND: i64 = 500;
 
 /// What `sandbox.network` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +70,22 @@ impl Validator<'_> {
         let port = self.count(&r.port, "registries.port", 1, 65_535, i64::from(DEFAULT_PORT)) as u16;
         let max_mb = self.number(&r.max_response_mb, "registries.max_response_mb", 0.0, 16_384.0, 512.0);
         let rate = self.count(&r.requests_per_second, "registries.requests_per_second", 1, 100_000, 200) as u32;
+        let upstream_rate = self.count(
+            &r.upstream_per_second,
+            "registries.upstream_per_second",
+            1,
+            100_000,
+            DEFAULT_UPSTREAM_PER_SECOND,
+        );
+        let max_upstream = self.count(
+            &r.max_upstream_requests,
+            "registries.max_upstream_requests",
+            1,
+            10_000_000,
+            DEFAULT_MAX_UPSTREAM_REQUESTS,
+        );
+        let max_not_found =
+            self.count(&r.max_not_found, "registries.max_not_found", 0, 10_000_000, DEFAULT_MAX_NOT_FOUND);
         let cache_mb = self.number(&r.cache_mb, "registries.cache_mb", 0.0, 1e7, 4096.0);
         let ttl = self.number(&r.metadata_ttl_minutes, "registries.metadata_ttl_minutes", 0.0, 1e6, 24.0 * 60.0);
         Some(RegistrySettings {
@@ -69,6 +95,9 @@ impl Validator<'_> {
             port,
             max_response_bytes: (max_mb * 1e6) as u64,
             requests_per_second: rate,
+            upstream_per_second: upstream_rate as u32,
+            max_upstream_requests: max_upstream as u64,
+            max_not_found: max_not_found as u64,
             cache_bytes: (cache_mb * 1e6) as u64,
             metadata_ttl: Duration::from_secs_f64(ttl * 60.0),
             cache_dir: None,

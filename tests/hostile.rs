@@ -678,3 +678,84 @@ async fn a_log_flood_stays_within_the_cap_and_teardown_reads_a_bounded_amount() 
     })
     .await;
 }
+
+/// What each install trial leaves for the next and what it finds of the one before: a file in
+/// its home opened to all (as `node_modules` and `~/.npm` would be), a System V shared memory
+/// segment, message queue and semaphore set and a POSIX message queue, all mode 0666.
+const TRIAL_LEAKS: &str = r#"name = "trial-leaks"
+[install]
+command = '''
+me=${USER#benchmark}; prev=/home/benchmark$((me - 1))
+file=$(cat $prev/node_modules/secret 2>/dev/null || echo none)
+cache=$(ls $prev/.npm 2>/dev/null | wc -l)
+shm=$(tail -n +2 /proc/sysvipc/shm | wc -l); msg=$(tail -n +2 /proc/sysvipc/msg | wc -l)
+sem=$(tail -n +2 /proc/sysvipc/sem | wc -l); mq=$(ls /dev/mqueue | wc -l)
+echo "trial $me sees: file=$file cache=$cache shm=$shm msg=$msg sem=$sem mq=$mq"
+mkdir -p ~/node_modules ~/.npm/_cacache && echo secret-$me > ~/node_modules/secret && chmod -R a+rwX ~
+ipcmk -M 4096 -p 0666 && ipcmk -Q -p 0666 && ipcmk -S 1 -p 0666
+python3 -c 'import ctypes, os; rt = ctypes.CDLL("librt.so.1"); rt.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]; assert rt.mq_open(b"/leak", os.O_CREAT | os.O_RDWR, 0o666, None) >= 0'
+echo "trial $me left its leaks"
+'''
+"#;
+
+/// Install trial k, real processes in a real sandbox, reads nothing trial k−1 left: not a file
+/// of its home (which it opened to all), not its System V IPC objects, not its POSIX message
+/// queue; and the warnings say what was removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trial_k_reads_no_file_segment_or_queue_of_trial_k_minus_1() {
+    let plan = sandbench::spec::parse(Path::new("leaks.toml"), TRIAL_LEAKS).unwrap_or_else(|e| panic!("{e}"));
+    let config = sandbench::station::hub_config(&plan, Duration::from_secs(30));
+    support::with_harness("leaks", config, move |h| async move {
+        let hub = h.hub().await;
+        let agent_plan = plan.agent_plan("none");
+        let live = h.launch(h.request("leaks", support::NODE_IMAGE, AgentShipping::Bind)).await;
+        let id = live.sandbox.id.clone();
+        for trial in 0..3 {
+            let done = sandbench::station::sandbox::run_phase(
+                &hub,
+                &id,
+                &agent_plan,
+                sandbench_proto::plan::phase::INSTALL,
+                trial,
+                Duration::from_secs(120),
+            )
+            .await
+            .unwrap();
+            assert_eq!(done.status, sandbench_proto::v1::PhaseStatus::Ok, "install {trial}: {}", done.error);
+        }
+        let events = sandbench::observations::store::read_events(&hub.log_path()).unwrap();
+        let output: String = events
+            .iter()
+            .filter_map(|e| match &e.body {
+                sandbench::observations::store::StoredBody::Log {
+                    data: sandbench::observations::store::Data::Text { text },
+                    ..
+                } => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
+        // The trials' own lines (the command, echoed, says the same words).
+        let said = |what: &str| output.lines().filter(|l| l.starts_with("trial ") && l.contains(what)).count();
+        let seen: Vec<&str> = output.lines().filter(|l| l.starts_with("trial ") && l.contains(" sees: ")).collect();
+        assert_eq!(said("left its leaks"), 3, "every trial left its leaks:\n{output}");
+        assert_eq!(seen.len(), 3, "{output}");
+        for (k, line) in seen.iter().enumerate().skip(1) {
+            assert_eq!(
+                *line,
+                format!("trial {} sees: file=none cache=0 shm=0 msg=0 sem=0 mq=0", k + 1),
+                "trial {k} found what trial {} left:\n{output}",
+                k - 1
+            );
+        }
+        let warnings =
+            std::fs::read_to_string(h.run_dir.path().join("sandboxes").join(&id).join("warnings/install-1.txt"))
+                .unwrap_or_default();
+        for what in
+            ["System V shared memory segment", "System V message queue", "System V semaphore set", "/dev/mqueue/leak"]
+        {
+            assert!(warnings.contains(what), "the warnings do not name the removed {what}:\n{warnings}");
+        }
+        h.teardown(&live.sandbox).await;
+    })
+    .await;
+}

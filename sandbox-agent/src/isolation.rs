@@ -1,7 +1,8 @@
 //! Isolation between trials: every user's private scratch folder (its `TMPDIR` and
 //! `XDG_RUNTIME_DIR`), and the sweep of the shared writable places (`/tmp`, `/var/tmp`,
-//! `/dev/shm`, `/run/user`, `/run/lock`) that removes whatever non-root users left there —
-//! never following a symlink — and reports what it removed and what survived.
+//! `/dev/shm`, `/dev/mqueue`, `/run/user`, `/run/lock`) that removes whatever non-root users left
+//! there — never following a symlink — and reports what it removed and what survived. (System V
+//! IPC objects are swept by [`crate::ipc`].)
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -17,8 +18,9 @@ use rustix::io::Errno;
 
 use crate::users::User;
 
-/// The shared places every user can write to.
-pub const SHARED_PLACES: [&str; 5] = ["/tmp", "/var/tmp", "/dev/shm", "/run/user", "/run/lock"];
+/// The shared places every user can write to (`/dev/mqueue`: POSIX message queues, one file
+/// each).
+pub const SHARED_PLACES: [&str; 6] = ["/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/user", "/run/lock"];
 
 /// How deep the sweep looks into folders owned by root (for example `/tmp/.X11-unix`, mode
 /// 1777), where other users may have left entries.

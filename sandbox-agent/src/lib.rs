@@ -10,6 +10,7 @@ pub mod commands;
 pub mod conditions;
 pub mod context;
 pub mod facts;
+pub mod ipc;
 pub mod isolation;
 pub mod journal;
 pub mod logging;

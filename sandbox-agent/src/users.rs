@@ -74,7 +74,13 @@ impl Accounts {
     /// populated from `/etc/skel`, shell `/bin/bash`. A user left by an earlier attempt with the
     /// same name and uid is replaced, home and all, so every trial starts fresh.
     pub fn create_fresh(&self, name: &str, uid: u32) -> anyhow::Result<User> {
-        self.create(name, uid, true)
+        self.create(name, uid, true, 0o755)
+    }
+
+    /// [`Accounts::create_fresh`], the home private to the user (mode 0700): what a trial's user
+    /// makes there no other user reads.
+    pub fn create_private(&self, name: &str, uid: u32) -> anyhow::Result<User> {
+        self.create(name, uid, true, 0o700)
     }
 
     /// The user `name` with `uid`, created if missing; an existing home is kept (and owned by it).
@@ -87,7 +93,7 @@ impl Accounts {
                 .with_context(|| format!("cannot chown {}", user.home.display()))?;
             return Ok(user);
         }
-        self.create(name, uid, false)
+        self.create(name, uid, false, 0o755)
     }
 
     /// Where a path of the sandbox is under this root.
@@ -95,7 +101,7 @@ impl Accounts {
         self.root.join(path.strip_prefix("/").unwrap_or(path))
     }
 
-    fn create(&self, name: &str, uid: u32, wipe: bool) -> anyhow::Result<User> {
+    fn create(&self, name: &str, uid: u32, wipe: bool, mode: u32) -> anyhow::Result<User> {
         validate_name(name)?;
         let passwd = self.read("passwd")?;
         let group = self.read("group")?;
@@ -132,9 +138,27 @@ impl Accounts {
             let skel = safefs::open_dir(&skel)?;
             copy_tree(&skel, &home, 0).context("cannot copy /etc/skel into the home")?;
         }
-        rustix::fs::fchmod(&home, Mode::from_raw_mode(0o755))?;
+        rustix::fs::fchmod(&home, Mode::from_raw_mode(mode))?;
         safefs::chown_tree(&home, (uid, uid)).with_context(|| format!("cannot chown {}", home_in_sandbox.display()))?;
         Ok(user)
+    }
+
+    /// Makes the home of `user` private again (mode 0700), through no link: after a phase,
+    /// whatever its processes opened up of it is closed to the next trial's user.
+    pub fn close_home(&self, user: &User) -> anyhow::Result<()> {
+        let path = self.host_path(&user.home);
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            bail!("no home folder at {}", user.home.display());
+        };
+        let parent = safefs::open_dir(parent).with_context(|| format!("cannot open {}", parent.display()))?;
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let home =
+            rustix::fs::openat(&parent, name, flags, Mode::empty()).map_err(io::Error::from).with_context(|| {
+                format!("cannot open the home {} (a symbolic link is not followed)", user.home.display())
+            })?;
+        rustix::fs::fchmod(&home, Mode::from_raw_mode(0o700))
+            .map_err(io::Error::from)
+            .with_context(|| format!("cannot make the home {} private", user.home.display()))
     }
 
     /// The home folder `home` (of the sandbox), opened through no link, created (mode 0755) when

@@ -1,5 +1,5 @@
 //! install (timed, metric `install` in seconds): a fresh user per trial (`benchmark<t+1>`, uid
-//! 2001+t), the install command timed from just before it starts to its exit, then untimed
+//! 2001+t, its home private to it), the install command timed from just before it starts to its exit, then untimed
 //! checks; the sandbox's first install trial (0 unless trials are split across sandbox pairs)
 //! also records the footprint baseline and lays the fixture workspace, after the hygiene that
 //! ends the user's processes and without following any link the install planted
@@ -63,7 +63,7 @@ fn install(
     name: &str,
     uid: u32,
 ) -> anyhow::Result<((f64, Usage), bool)> {
-    let user = common::accounts().create_fresh(name, uid)?;
+    let user = common::accounts().create_private(name, uid)?;
     let excludes = &plan.install.footprint_excludes;
     let before = disk::apparent_size(&user.home, excludes)?;
     ctx.note(&format!("$ {}  (as {}, timed)", plan.install.command.run, user.name));

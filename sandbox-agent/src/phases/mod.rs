@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use sandbench_proto::Phase;
-use sandbench_proto::plan::{AgentPlan, BUILDER_USER};
+use sandbench_proto::plan::{AgentPlan, BENCHMARK_UID_BASE, BUILDER_USER, benchmark_user};
 
 use crate::context::PhaseContext;
 use crate::probes::processes::of_user;
@@ -63,7 +63,7 @@ fn send_conditions(ctx: &PhaseContext, phase: Phase, before: sandbench_proto::co
 }
 
 /// After a phase: the builder's processes stopped (prepare's, and any a later phase started),
-/// what non-root users left in the shared places removed, and what was removed or survived
+/// what non-root users left in the shared places and System V IPC removed, and what was removed or survived
 /// sent as the trial's warnings (`warnings/<phase>-<trial>.txt`, which the controller adds to
 /// the report's warnings).
 fn isolate(ctx: &PhaseContext, phase: Phase, before: &BTreeSet<PathBuf>) -> anyhow::Result<()> {
@@ -79,7 +79,17 @@ fn isolate(ctx: &PhaseContext, phase: Phase, before: &BTreeSet<PathBuf>) -> anyh
     let fs = isolation::RealFs;
     let swept = isolation::sweep(&fs, &isolation::SHARED_PLACES, &quiet);
     let after = isolation::snapshot(&fs, &isolation::SHARED_PLACES);
-    let warnings = isolation::warnings(phase.as_str(), ctx.trial, &swept, before, &after);
+    let mut warnings = isolation::warnings(phase.as_str(), ctx.trial, &swept, before, &after);
+    // The benchmark users' homes, private again whatever their processes made of them.
+    for user in users.iter().filter(|u| is_benchmark_user(u)) {
+        if let Err(err) = accounts.close_home(user) {
+            warnings.push(format!("{phase} trial {}: {err:#}", ctx.trial));
+        }
+    }
+    let ipc = crate::ipc::sweep(Path::new("/proc/sysvipc"));
+    let trial = ctx.trial;
+    warnings.extend(ipc.removed.iter().map(|o| format!("{phase} trial {trial}: removed {o} left by a user")));
+    warnings.extend(ipc.failed.iter().map(|o| format!("{phase} trial {trial}: cannot remove {o}")));
     if !warnings.is_empty() {
         for warning in &warnings {
             ctx.note(warning);
@@ -88,6 +98,11 @@ fn isolate(ctx: &PhaseContext, phase: Phase, before: &BTreeSet<PathBuf>) -> anyh
         ctx.file(&format!("warnings/{phase}-{}.txt", ctx.trial), text.as_bytes());
     }
     stopped
+}
+
+/// Whether `user` is a trial's benchmark user (`benchmark<t+1>`, uid 2001+t).
+fn is_benchmark_user(user: &crate::users::User) -> bool {
+    user.uid >= BENCHMARK_UID_BASE && benchmark_user(user.uid - BENCHMARK_UID_BASE).0 == user.name
 }
 
 fn dispatch(phase: Phase, ctx: &PhaseContext, plan: &AgentPlan) -> anyhow::Result<()> {

@@ -279,3 +279,202 @@ fn registry_discovery_runs_no_code_of_the_working_directory_and_reads_none_of_it
     assert!(!stdout.contains("evil.example"), "the checkout's settings were taken:\n{stdout}");
     assert!(stdout.contains("registry bridge: npm https://"), "the host's npm registry is named:\n{stdout}");
 }
+
+/// A registry of one package, `tiny` 1.0.0, on the host's loopback: what reaches it is counted
+/// by path (and the longest path that reached it kept).
+struct StandIn {
+    url: String,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl StandIn {
+    async fn start() -> StandIn {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://127.0.0.1:{}/", listener.local_addr().unwrap().port());
+        let tarball = tiny_tarball();
+        let packument = serde_json::json!({
+            "name": "tiny",
+            "dist-tags": { "latest": "1.0.0" },
+            "versions": { "1.0.0": {
+                "name": "tiny", "version": "1.0.0",
+                "dist": { "tarball": format!("{url}tiny/-/tiny-1.0.0.tgz"), "integrity": integrity(&tarball) },
+            } },
+        })
+        .to_string()
+        .into_bytes();
+        let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let paths = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (paths, tarball, packument) = (paths.clone(), tarball.clone(), packument.clone());
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 16 << 10];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 1 << 20 {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let path =
+                        String::from_utf8_lossy(&request).split_whitespace().nth(1).unwrap_or_default().to_string();
+                    paths.lock().unwrap().push(path.clone());
+                    let (status, body) = match path.as_str() {
+                        "/tiny" => ("200 OK", packument),
+                        "/tiny/-/tiny-1.0.0.tgz" => ("200 OK", tarball),
+                        _ => ("404 Not Found", b"{\"error\":\"Not found\"}".to_vec()),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(head.as_bytes()).await;
+                    let _ = stream.write_all(&body).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        StandIn { url, seen }
+    }
+}
+
+/// `tiny`'s tarball: `package/package.json` and `package/index.js`, gzipped.
+fn tiny_tarball() -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, text) in [
+        ("package/package.json", "{\"name\": \"tiny\", \"version\": \"1.0.0\", \"main\": \"index.js\"}\n"),
+        ("package/index.js", "module.exports = 1;\n"),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o644);
+        header.set_size(text.len() as u64);
+        builder.append_data(&mut header, path, text.as_bytes()).unwrap();
+    }
+    let tar = builder.into_inner().unwrap();
+    let mut gzip = std::process::Command::new("gzip")
+        .args(["-n", "-c"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("gzip");
+    std::io::Write::write_all(&mut gzip.stdin.take().unwrap(), &tar).unwrap();
+    let out = gzip.wait_with_output().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// npm's `dist.integrity` of `bytes`: `sha512-` and the digest in base64.
+fn integrity(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let digest = sha2::Sha512::digest(bytes);
+    let mut out = String::from("sha512-");
+    for chunk in digest.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    out
+}
+
+const FLOOD_SPEC: &str = r#"name = "registry-flood"
+[sandbox]
+network = "registries"
+[registries]
+npm = "NPM"
+[prepare]
+# The legitimate install first (it fills the cache), then 20 s of junk, as issue 39 measured:
+# paths of 7,000 characters and names that do not exist, 16 at a time.
+commands = [
+  "npm install --no-save --prefix ~/app tiny",
+  "node /opt/sandbench/harness/flood.js",
+]
+[harness]
+"flood.js" = "flood.js"
+[install]
+command = "npm install --no-save --prefix ~/app tiny"
+checks = [{ output = "node -p \"require(process.env.HOME + '/app/node_modules/tiny/package.json').version\"", contains = "1.0.0" }]
+"#;
+
+const FLOOD: &str = r#"const http = require('http');
+const base = process.env.npm_config_registry;
+const long = 'a'.repeat(7000);
+const until = Date.now() + 20000;
+const counts = {};
+let sent = 0;
+function one() {
+  if (Date.now() > until) return Promise.resolve();
+  const n = sent++;
+  const path = n % 2 ? `${long}/${n}` : `junk-${n}`;
+  return new Promise((done) => {
+    const req = http.get(base + path, { agent: false }, (res) => {
+      counts[res.statusCode] = (counts[res.statusCode] || 0) + 1;
+      res.resume();
+      res.on('end', done);
+    });
+    req.on('error', () => { counts.error = (counts.error || 0) + 1; done(); });
+  }).then(one);
+}
+Promise.all(Array.from({ length: 16 }, one)).then(() => console.log(`flood: ${sent} requests ${JSON.stringify(counts)}`));
+"#;
+
+/// Issue 39's flood against a stand-in registry on the loopback: no more than the bound of
+/// negative answers (`max_not_found`, 500 a sandbox by default) reaches it, nothing of the
+/// 7,000-character paths at all; the sandbox's own install, before the flood and in its timed
+/// trials after, succeeds; the log stays within its cap, and the report's warnings count it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_junk_reaches_the_registry_only_within_its_bound_and_the_install_still_succeeds() {
+    let upstream = StandIn::start().await;
+    let cache = tempfile::tempdir().unwrap();
+    let spec_dir = tempfile::tempdir().unwrap();
+    std::fs::write(spec_dir.path().join("flood.js"), FLOOD).unwrap();
+    let spec_path = spec_dir.path().join("registries.toml");
+    std::fs::write(&spec_path, FLOOD_SPEC.replace("NPM", &upstream.url)).unwrap();
+    let mut plan = sandbench::spec::load(&spec_path).unwrap_or_else(|e| panic!("{e}"));
+    plan.sandbox.registries.as_mut().unwrap().cache_dir = Some(cache.path().to_path_buf());
+    let bound = plan.sandbox.registries.as_ref().unwrap().max_not_found;
+    let config = sandbench::station::hub_config(&plan, Duration::from_secs(30));
+    let plan = Arc::new(plan);
+    let seen = upstream.seen.clone();
+    with_harness("regflood", config, move |h| async move {
+        let hub = h.hub().await;
+        let live = h.launch(h.request("flood", NODE_IMAGE, sandbench::provision::AgentShipping::Bind)).await;
+        let id = live.sandbox.id.clone();
+        let agent_plan = plan.agent_plan("none");
+        for (name, trial) in [(phase::PREPARE, 0), (phase::INSTALL, 0), (phase::INSTALL, 1)] {
+            let done = sandbox::run_phase(&hub, &id, &agent_plan, name, trial, Duration::from_secs(300)).await.unwrap();
+            assert_eq!(done.status, PhaseStatus::Ok, "{name} {trial}: {}\n{}", done.error, output_of(&hub));
+        }
+        let output = output_of(&hub);
+        let flood = output.lines().find(|l| l.starts_with("flood: ")).unwrap_or_else(|| panic!("{output}"));
+        eprintln!("{flood}");
+        let paths = seen.lock().unwrap().clone();
+        let junk = paths.iter().filter(|p| p.starts_with("/junk-")).count() as u64;
+        let longest = paths.iter().map(String::len).max().unwrap_or(0);
+        eprintln!("{} requests reached the registry ({junk} junk), the longest path {longest} bytes", paths.len());
+        assert!(junk <= bound, "{junk} junk requests reached the registry, past the bound of {bound}");
+        assert!(longest < 100, "a path of {longest} bytes reached the registry");
+        // The legitimate install: once in prepare (packument and tarball), then from the cache.
+        let legit: Vec<&String> = paths.iter().filter(|p| p.starts_with("/tiny")).collect();
+        assert_eq!(legit.len(), 2, "{legit:?}");
+        let counts = hub.bridge().expect("the bridge").counts();
+        for trial in 0..2 {
+            let c = &counts[&(id.clone(), format!("install#{trial}"))];
+            assert_eq!((c.hits, c.refused), (c.requests, 0), "install {trial} is served from the cache only: {c:?}");
+        }
+        // The log within its cap; the report's warnings count what was refused.
+        let log = std::fs::metadata(h.run_dir.path().join(sandbench::bridge::LOG_FILE)).unwrap().len();
+        assert!(log <= sandbench::bridge::log::LOG_CAP_BYTES, "{log} bytes of log");
+        let summary = h.station.bridge_summary();
+        eprintln!("log {log} bytes; {summary:#?}");
+        assert!(
+            summary.iter().any(|l| l.contains("refused by the bounds of what reaches the registries")),
+            "{summary:?}"
+        );
+        h.teardown(&live.sandbox).await;
+    })
+    .await;
+    drop(upstream);
+}

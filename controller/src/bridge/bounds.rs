@@ -42,11 +42,13 @@ impl Bucket {
     }
 }
 
-/// Requests sent upstream and negative answers got.
+/// Requests sent upstream, negative answers got, and requests not answered yet (each may still
+/// be a negative answer, so they count against that bound until they are).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Upstream {
     pub sent: u64,
     pub not_found: u64,
+    pub pending: u64,
 }
 
 #[derive(Default)]
@@ -123,15 +125,17 @@ impl Bounds {
                 "the run sent {} requests to the registries, its bound ({RUN_FACTOR} × registries.max_upstream_requests)",
                 run.sent
             ))
-        } else if mine.not_found >= self.max_not_found {
+        } else if mine.not_found + mine.pending >= self.max_not_found {
             Some(format!(
-                "the registries answered this sandbox \"not found\" {} times, its bound (registries.max_not_found)",
-                mine.not_found
+                "the registries answered this sandbox \"not found\" {} times ({} more asked), its bound \
+                 (registries.max_not_found)",
+                mine.not_found, mine.pending
             ))
-        } else if run.not_found >= self.max_not_found * RUN_FACTOR {
+        } else if run.not_found + run.pending >= self.max_not_found * RUN_FACTOR {
             Some(format!(
-                "the registries answered the run \"not found\" {} times, its bound ({RUN_FACTOR} × registries.max_not_found)",
-                run.not_found
+                "the registries answered the run \"not found\" {} times ({} more asked), its bound \
+                 ({RUN_FACTOR} × registries.max_not_found)",
+                run.not_found, run.pending
             ))
         } else {
             let rate = self.upstream_per_second;
@@ -144,20 +148,28 @@ impl Bounds {
             state.refused_upstream += 1;
             return Err(why);
         }
-        state.by_sandbox.entry(sandbox.to_string()).or_default().sent += 1;
+        let mine = state.by_sandbox.entry(sandbox.to_string()).or_default();
+        mine.sent += 1;
+        mine.pending += 1;
         state.run.sent += 1;
+        state.run.pending += 1;
         Ok(())
     }
 
-    /// The registry's answer to a request of `sandbox` sent upstream: a negative one is counted
-    /// and remembered under `key` for [`NEGATIVE_TTL`].
+    /// The registry's answer to a request of `sandbox` sent upstream ([`Bounds::send_upstream`]
+    /// said yes; every such request gets here once): a negative one is counted and remembered
+    /// under `key` for [`NEGATIVE_TTL`].
     pub fn answered(&self, sandbox: &str, key: &str, status: u16) {
-        if status != 404 && status != 410 {
+        let mut state = self.state();
+        let negative = status == 404 || status == 410;
+        let mine = state.by_sandbox.entry(sandbox.to_string()).or_default();
+        mine.pending = mine.pending.saturating_sub(1);
+        mine.not_found += u64::from(negative);
+        state.run.pending = state.run.pending.saturating_sub(1);
+        state.run.not_found += u64::from(negative);
+        if !negative {
             return;
         }
-        let mut state = self.state();
-        state.by_sandbox.entry(sandbox.to_string()).or_default().not_found += 1;
-        state.run.not_found += 1;
         let now = Instant::now();
         if state.negative.len() >= MAX_REMEMBERED {
             state.negative.retain(|_, until| *until > now);
@@ -218,11 +230,17 @@ mod tests {
             bounds.answered("b", &format!("https://r/z{n}"), 404);
         }
         assert!(bounds.send_upstream("c").unwrap_err().contains("the run"));
+        // Requests not answered yet count against the negative answers' bound until they are.
+        let bounds = Bounds::new(&settings());
+        assert!((0..3).all(|_| bounds.send_upstream("a").is_ok()));
+        assert!(bounds.send_upstream("a").unwrap_err().contains("registries.max_not_found"));
+        bounds.answered("a", "https://r/ok", 200);
+        assert!(bounds.send_upstream("a").is_ok());
         // Requests sent: 10 a sandbox.
         let bounds = Bounds::new(&RegistrySettings { max_not_found: 100, ..settings() });
         assert!((0..10).all(|_| bounds.send_upstream("a").is_ok()));
         assert!(bounds.send_upstream("a").unwrap_err().contains("registries.max_upstream_requests"));
-        assert_eq!(bounds.totals(), (Upstream { sent: 10, not_found: 0 }, 1));
+        assert_eq!(bounds.totals(), (Upstream { sent: 10, not_found: 0, pending: 10 }, 1));
         // The run's rate.
         let bounds =
             Bounds::new(&RegistrySettings { upstream_per_second: 4, max_upstream_requests: 100, ..settings() });

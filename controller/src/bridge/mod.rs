@@ -465,12 +465,11 @@ impl Bridge {
         count.hits += u64::from(answer.cache == Served::Hit);
         if answer.cache == Served::Refused {
             count.refused += 1;
-            if tally.reasons.len() < 3 {
+            // A few examples, one a reason.
+            if tally.reasons.len() < 3 && !tally.reasons.iter().any(|r| r.ends_with(&format!(": {}", answer.reason))) {
                 let reason =
                     format!("{} {}: {}", ask.method, crate::sanitize::bounded(&ask.target, 120), answer.reason);
-                if !tally.reasons.contains(&reason) {
-                    tally.reasons.push(reason);
-                }
+                tally.reasons.push(reason);
             }
         }
     }

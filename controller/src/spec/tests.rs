@@ -932,3 +932,33 @@ checks = [ { expect_format = "native" }, { expect_format = "compiled" } ]
         ]
     );
 }
+
+#[test]
+fn the_bridge_bounds_default_to_what_no_real_install_meets_and_a_registry_keeps_its_port() {
+    let with = |registries: &str| {
+        MINIMAL.replace(
+            "[install]",
+            &format!("[sandbox]\nnetwork = \"registries\"\n[registries]\n{registries}\n[install]"),
+        )
+    };
+    let plan = parse(Path::new("bench.toml"), &with("npm = \"https://registry.npmjs.org\"")).unwrap();
+    let r = plan.sandbox.registries.as_ref().unwrap();
+    assert_eq!((r.upstream_per_second, r.max_upstream_requests, r.max_not_found), (400, 20_000, 500));
+    let plan = parse(
+        Path::new("bench.toml"),
+        &with(
+            "npm = \"http://127.0.0.1:8080\"\nupstream_per_second = 50\nmax_upstream_requests = 300\nmax_not_found = 0",
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = plan.sandbox.registries.as_ref().unwrap();
+    assert_eq!((r.upstream_per_second, r.max_upstream_requests, r.max_not_found), (50, 300, 0));
+    // npm compares its replace-registry-host with a tarball URL's host and port.
+    assert_eq!(plan.agent_plan("abc").env["npm_config_replace_registry_host"], "127.0.0.1:8080");
+    let plan = parse(Path::new("bench.toml"), &with("npm = \"https://r.example:443/npm/\"")).unwrap();
+    assert_eq!(plan.agent_plan("abc").env["npm_config_replace_registry_host"], "r.example");
+    assert_eq!(
+        errors(&with("max_upstream_requests = 0")),
+        ["bench.toml:6: registries.max_upstream_requests: expected a whole number from 1 to 10000000, got 0"]
+    );
+}

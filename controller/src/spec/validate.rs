@@ -28,10 +28,15 @@ fn bridged_env(
     out
 }
 
-/// What points npm, pip and uv at the bridge of `registries`.
+/// What points npm, pip and uv at the bridge of `registries`. npm compares its
+/// `replace-registry-host` with a tarball URL's host and port (`URL.host`, which leaves out a
+/// scheme's default port): a registry on a port of its own keeps it.
 fn bridge_environment(registries: &super::RegistrySettings) -> BTreeMap<String, String> {
-    let npm_host =
-        registries.npm.as_deref().and_then(|u| u.split('/').nth(2)).map(|h| h.split(':').next().unwrap_or(h));
+    let npm_host = registries.npm.as_deref().and_then(|url| {
+        let authority = url.split('/').nth(2)?;
+        let default_port = if url.starts_with("https://") { ":443" } else { ":80" };
+        Some(authority.strip_suffix(default_port).unwrap_or(authority))
+    });
     RegistryBridge::environment(registries.port, true, npm_host)
 }
 

@@ -500,6 +500,7 @@ fn sandbench(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"));
     cmd.args(args);
     for var in [
+        "GITHUB_ACTIONS",
         "GITHUB_TOKEN",
         "GITHUB_API_URL",
         "GITHUB_REPOSITORY",
@@ -772,4 +773,69 @@ async fn a_trusted_head_gets_the_merge_base_the_outputs_and_a_running_notice() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(&format!("the pull request's head {missing} is not in")), "{stderr}");
     assert!(stderr.contains("git fetch origin"), "{stderr}");
+}
+
+/// In GitHub Actions, `publish` takes the repository, attempt and run link from the workflow's
+/// environment and the pull request and head from its command line: a `forge.json` forged in a
+/// shard (another repository, a link elsewhere, a higher attempt) changes nothing, and a report of
+/// another head is refused.
+#[tokio::test]
+async fn publish_in_actions_takes_the_target_from_the_workflow_not_from_shard_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(tmp.path(), "20260101-100000-aaaaaa", HEAD);
+    let forged = Target {
+        forge: "github".into(),
+        repository: "mallory/r".into(),
+        pull_request: 7,
+        attempt: 99,
+        run_url: Some("https://evil.example/looks-green".into()),
+        head: Some(HEAD.into()),
+        base: Some(BASE.into()),
+    };
+    std::fs::write(dir.join("forge.json"), serde_json::to_string(&forged).unwrap()).unwrap();
+    let gh = StandIn::start(HEAD, &[]).await;
+    let run = |args: Vec<String>| {
+        let url = gh.url.clone();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            sandbench(
+                &args,
+                &[
+                    ("GITHUB_ACTIONS", "true"),
+                    ("GITHUB_API_URL", &url),
+                    ("GITHUB_TOKEN", TOKEN),
+                    ("GITHUB_REPOSITORY", "o/r"),
+                    ("GITHUB_SERVER_URL", "https://github.com"),
+                    ("GITHUB_RUN_ID", "42"),
+                    ("GITHUB_RUN_ATTEMPT", "1"),
+                ],
+            )
+        })
+    };
+    let d = dir.to_str().unwrap().to_string();
+    let args = |extra: &[&str]| -> Vec<String> {
+        ["publish", d.as_str()].iter().chain(extra).map(|a| a.to_string()).collect()
+    };
+    // Without the head from the workflow: refused, nothing sent.
+    let out = run(args(&["--pr", "7"])).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("pass --head SHA"), "{stderr}");
+    // Another head than the report's: refused, nothing sent.
+    let out = run(args(&["--pr", "7", "--head", NEWER])).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("refusing to publish another run"), "{stderr}");
+    assert!(gh.seen().is_empty(), "{:?}", gh.seen());
+    // The workflow's head: published to the workflow's repository, with its link and attempt.
+    let out = run(args(&["--pr", "7", "--head", HEAD, "--base", BASE])).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = gh.seen();
+    assert!(seen.iter().all(|s| s.path.starts_with("/repos/o/r/")), "{seen:?}");
+    let comment = seen.iter().find(|s| s.path == POST_COMMENT).expect("the comment");
+    let body = comment.body.as_ref().unwrap()["body"].as_str().unwrap();
+    assert!(body.contains("(https://github.com/o/r/actions/runs/42)") && !body.contains("evil.example"), "{body}");
+    assert!(body.contains("<!-- run:20260101-100000-aaaaaa:1 head:"), "{body}");
+    let status = seen.iter().find(|s| s.path.starts_with("/repos/o/r/statuses/")).expect("the status");
+    assert_eq!(status.body.as_ref().unwrap()["target_url"], "https://github.com/o/r/actions/runs/42");
 }

@@ -145,7 +145,7 @@ fn env_number(name: &str) -> Option<u32> {
 }
 
 /// The Actions run's page, from GITHUB_SERVER_URL, GITHUB_REPOSITORY and GITHUB_RUN_ID.
-fn run_url() -> anyhow::Result<Option<String>> {
+pub(super) fn run_url() -> anyhow::Result<Option<String>> {
     let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
     let (Some(server), Some(repo), Some(id)) =
         (var("GITHUB_SERVER_URL"), var("GITHUB_REPOSITORY"), var("GITHUB_RUN_ID"))

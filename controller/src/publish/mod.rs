@@ -120,6 +120,13 @@ pub struct PublishArgs {
     /// The link to the CI run shown in the comment and the status (default: forge.json).
     #[arg(long)]
     pub run_url: Option<String>,
+    /// The head commit the workflow's event names: the report's head must be it (default:
+    /// forge.json, outside GitHub Actions).
+    #[arg(long)]
+    pub head: Option<String>,
+    /// The base commit the workflow's trusted gate computed: the report's base must be it.
+    #[arg(long)]
+    pub base: Option<String>,
     #[command(flatten)]
     pub forge: ForgeArgs,
 }
@@ -399,8 +406,14 @@ async fn create<F: Forge>(forge: &F, pr: u64, publication: &Publication, bot: &s
     anyhow::bail!("{last} (gave up creating the comment)")
 }
 
-/// The target from the run directory's `forge.json`, overridden by the command line.
+/// Where to publish. In GitHub Actions (`GITHUB_ACTIONS=true`) from the workflow alone: the
+/// repository, attempt and run link from its environment, the pull request and head (and base)
+/// from the command line; `forge.json` is shard data, written where the pull request's code ran,
+/// and is not read. Elsewhere from `forge.json`, overridden by the command line.
 fn resolve_target(args: &PublishArgs) -> anyhow::Result<Target> {
+    if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
+        return workflow_target(args);
+    }
     let saved = Target::load(&args.dir)?;
     let named = |flag: &str, saved: Option<String>, given: Option<String>| -> anyhow::Result<Option<String>> {
         match (saved, given) {
@@ -425,14 +438,41 @@ fn resolve_target(args: &PublishArgs) -> anyhow::Result<Target> {
     if let Some(url) = &run_url {
         check_url(url)?;
     }
+    let head = named("--head", saved.as_ref().and_then(|t| t.head.clone()), args.head.clone())?;
+    let base = named("--base", saved.as_ref().and_then(|t| t.base.clone()), args.base.clone())?;
+    Ok(Target { forge: "github".into(), repository: repo, pull_request: pr, attempt, run_url, head, base })
+}
+
+/// [`resolve_target`] in GitHub Actions: nothing from the run directory.
+fn workflow_target(args: &PublishArgs) -> anyhow::Result<Target> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let repository = var("GITHUB_REPOSITORY").context("GITHUB_REPOSITORY is not set")?;
+    if let Some(repo) = args.repo.as_ref().filter(|r| **r != repository) {
+        anyhow::bail!("--repo {repo} is not this workflow's repository, {repository}");
+    }
+    let pr = args.pr.context(
+        "in GitHub Actions, publish takes the pull request from the workflow, not from the run directory: pass --pr N",
+    )?;
+    let head = args.head.clone().context(
+        "in GitHub Actions, publish takes the head from the workflow, not from the run directory: pass --head SHA \
+         (the event's pull_request.head.sha)",
+    )?;
+    let attempt = args.attempt.or_else(|| var("GITHUB_RUN_ATTEMPT").and_then(|a| a.parse().ok())).unwrap_or(1);
+    let run_url = match &args.run_url {
+        Some(url) => {
+            check_url(url)?;
+            Some(url.clone())
+        }
+        None => ci::run_url()?,
+    };
     Ok(Target {
         forge: "github".into(),
-        repository: repo,
+        repository,
         pull_request: pr,
         attempt,
         run_url,
-        head: saved.as_ref().and_then(|t| t.head.clone()),
-        base: saved.and_then(|t| t.base),
+        head: Some(head),
+        base: args.base.clone(),
     })
 }
 

@@ -839,3 +839,78 @@ async fn publish_in_actions_takes_the_target_from_the_workflow_not_from_shard_da
     let status = seen.iter().find(|s| s.path.starts_with("/repos/o/r/statuses/")).expect("the status");
     assert_eq!(status.body.as_ref().unwrap()["target_url"], "https://github.com/o/r/actions/runs/42");
 }
+
+/// A run that ends without publishing (a lost runner, a shard that failed or timed out, a full
+/// disk) is concluded by `ci --failed`: the "running" notice becomes a failed one with the
+/// reason and the commit status fails; results already published for the head stay.
+#[tokio::test]
+async fn a_run_that_did_not_finish_ends_with_a_failed_status_and_comment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "the change"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let event_path = tmp.path().join("event.json");
+    std::fs::write(&event_path, event_at("MEMBER", "o/r", &head, &base).to_string()).unwrap();
+    let output = tmp.path().join("output");
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo/bench.toml");
+    let spec = spec.to_str().unwrap();
+    let gh = StandIn::start(&head, &[]).await;
+    let checkout = repo.to_str().unwrap();
+    let out = ci(&gh, &event_path, &output, &[spec, "--checkout", checkout, "--gate-only"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(gh.comments()[0].2.contains("performance — running"));
+    // The bench job timed out: the conclusion replaces the running notice and fails the status.
+    let why = "bench failure, merge skipped, publish skipped";
+    let out = ci(&gh, &event_path, &output, &[spec, "--failed", why]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let comments = gh.comments();
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(comments[0].2.contains("### demo performance — failed"), "{}", comments[0].2);
+    assert!(comments[0].2.contains(&format!("The benchmark of this head did not finish: {why}.")), "{}", comments[0].2);
+    let statuses = gh.hub.lock().unwrap().statuses.clone();
+    assert_eq!(statuses.last().unwrap()["state"], "error", "{statuses:?}");
+    assert!(statuses.last().unwrap()["description"].as_str().unwrap().starts_with("failed: "), "{statuses:?}");
+
+    // Results published for the head: a conclusion changes neither comment nor status.
+    let results = run_dir(tmp.path(), "20200101-100000-bbbbbb", &head);
+    let mut target = target(1);
+    target.head = Some(head.clone());
+    let publication = Publication::from_run_dir(&results, &target).unwrap();
+    let gh = StandIn::start(&head, &[(BOT, &publication.body)]).await;
+    let out = ci(&gh, &event_path, &output, &[spec, "--failed", why]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("results for this head are already published"), "{stdout}");
+    assert_eq!(gh.comments(), [(100, BOT.to_string(), publication.body.clone())]);
+    assert!(gh.hub.lock().unwrap().statuses.is_empty());
+}
+
+/// The example workflow concludes a run that did not publish: a job that runs whatever happened
+/// to the shards, the merge and publishing (`always()`), and only when publishing did not
+/// succeed, posts the failure with `ci --failed`.
+#[test]
+fn the_example_workflow_concludes_a_run_that_did_not_publish() {
+    let workflow =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/github/bench.yml")).unwrap();
+    let start = workflow.find("\n  conclude:\n").expect("a conclude job");
+    let body = &workflow[start + 1..];
+    // To the next job (a line of two spaces and a name).
+    let end = body
+        .match_indices("\n  ")
+        .map(|(i, _)| i)
+        .find(|&i| body[i + 3..].starts_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(body.len());
+    let job = &body[..end];
+    let needs = job.lines().find(|l| l.trim_start().starts_with("needs:")).expect("needs");
+    for other in ["gate", "bench", "merge", "publish"] {
+        assert!(needs.contains(other), "{needs}");
+    }
+    let condition = job.lines().find(|l| l.trim_start().starts_with("if:")).expect("if");
+    assert!(condition.contains("always()") && condition.contains("needs.publish.result != 'success'"), "{condition}");
+    assert!(job.contains("ci \"$SPEC\" --failed"), "{job}");
+    assert!(job.contains("statuses: write") && job.contains("pull-requests: write"), "{job}");
+}

@@ -91,6 +91,8 @@ pub struct DockerProvisioner {
     host: String,
     /// Whether the engine bounds a container's disk, once a create (or the probe) told.
     disk: std::sync::Mutex<DiskBound>,
+    /// A create the engine refuses the bound for fails (an untrusted head's run).
+    disk_bound_required: std::sync::atomic::AtomicBool,
     /// The engine's storage driver (`overlay2`, `btrfs`), asked once.
     driver: tokio::sync::OnceCell<String>,
 }
@@ -147,6 +149,7 @@ impl DockerProvisioner {
             api_version,
             host,
             disk: std::sync::Mutex::new(DiskBound::Unknown),
+            disk_bound_required: std::sync::atomic::AtomicBool::new(false),
             driver: tokio::sync::OnceCell::new(),
         })
     }
@@ -448,7 +451,15 @@ impl DockerProvisioner {
             {
                 let reason = super::disk::unenforced(&self.storage_driver().await, &message);
                 tracing::info!("disk_gb is not enforced: {reason}");
-                self.learn_disk_bound(DiskBound::Unenforced(reason));
+                self.learn_disk_bound(DiskBound::Unenforced(reason.clone()));
+                if self.disk_bound_required.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(fail(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 400,
+                        message: format!(
+                            "the engine cannot bound the sandbox's disk, which this run requires: {reason}"
+                        ),
+                    }));
+                }
                 if let Some(host_config) = body.host_config.as_mut() {
                     host_config.storage_opt = None;
                 }
@@ -1078,6 +1089,10 @@ impl Provisioner for DockerProvisioner {
 
     fn disk_bound(&self) -> DiskBound {
         DockerProvisioner::disk_bound(self)
+    }
+
+    fn require_disk_bound(&self) {
+        self.disk_bound_required.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -163,6 +163,10 @@ pub trait Provisioner: Send + Sync {
     fn disk_bound(&self) -> DiskBound {
         DiskBound::Unenforced("sandboxes get no disk quota".to_string())
     }
+
+    /// From now on, a sandbox whose disk the backend cannot bound is not created: a create the
+    /// engine refuses the bound for fails instead of being made again without it.
+    fn require_disk_bound(&self) {}
 }
 
 /// A tar archive as a stream of chunks, sent as it is read: never held whole (a source archive

@@ -52,6 +52,15 @@ pub struct CiArgs {
     /// Run but publish nothing; `sandbench publish RUN_DIR` publishes the run directory later.
     #[arg(long)]
     pub no_publish: bool,
+    /// Run nothing: post that this head's run did not finish (MESSAGE says how), as a failed
+    /// commit status and the sticky comment, unless its results are already published. For the
+    /// job that runs when a shard, the merge or publishing failed or timed out.
+    #[arg(long, value_name = "MESSAGE", conflicts_with_all = ["gate_only", "no_publish", "shard"])]
+    pub failed: Option<String>,
+    /// Run a fork's head even where the engine cannot bound a sandbox's disk (disk_gb): its build
+    /// may then fill this machine's disk. Without it such a run is refused before any sandbox.
+    #[arg(long)]
+    pub allow_unbounded_disk: bool,
     #[command(flatten)]
     pub flags: crate::options::RunFlags,
     #[command(flatten)]
@@ -69,8 +78,8 @@ pub struct Request {
     pub base: String,
 }
 
-/// Reads and checks the event, applies the gate and, for a trusted head, finds the merge base.
-pub async fn request(args: &CiArgs) -> anyhow::Result<Request> {
+/// The pull request event of this job, checked: its name, its repository, its commits.
+fn read_event(args: &CiArgs) -> anyhow::Result<Event> {
     if !EVENTS.contains(&args.event_name.as_str()) {
         bail!("sandbench ci runs on pull_request or pull_request_target events, not {:?}", args.event_name);
     }
@@ -84,6 +93,32 @@ pub async fn request(args: &CiArgs) -> anyhow::Result<Request> {
     {
         bail!("the event is for {} but GITHUB_REPOSITORY is {repo}", event.repository.full_name);
     }
+    let pr = &event.pull_request;
+    for (what, sha) in [("head", &pr.head.sha), ("base", &pr.base.sha)] {
+        if sha.len() < 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+            bail!("the event's pull_request.{what}.sha is not a commit id: {sha:?}");
+        }
+    }
+    Ok(event)
+}
+
+/// Where this job's pull request is published: the event's repository and pull request, the
+/// run's attempt and link from the workflow's environment.
+fn target_of(event: &Event, base: &str) -> anyhow::Result<Target> {
+    Ok(Target {
+        forge: "github".into(),
+        repository: event.repository.full_name.clone(),
+        pull_request: event.pull_request.number,
+        attempt: env_number("GITHUB_RUN_ATTEMPT").unwrap_or(1),
+        run_url: run_url()?,
+        head: Some(event.pull_request.head.sha.clone()),
+        base: Some(base.to_string()),
+    })
+}
+
+/// Reads and checks the event, applies the gate and, for a trusted head, finds the merge base.
+pub async fn request(args: &CiArgs) -> anyhow::Result<Request> {
+    let event = read_event(args)?;
     let policy = Policy {
         associations: args.trust_associations.iter().map(|a| a.trim().to_ascii_uppercase()).collect(),
         label: Some(args.trust_label.clone()).filter(|l| !l.is_empty()),
@@ -95,25 +130,12 @@ pub async fn request(args: &CiArgs) -> anyhow::Result<Request> {
     };
     let decision = gate::gate(&event, &policy, &facts);
     let pr = &event.pull_request;
-    for (what, sha) in [("head", &pr.head.sha), ("base", &pr.base.sha)] {
-        if sha.len() < 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-            bail!("the event's pull_request.{what}.sha is not a commit id: {sha:?}");
-        }
-    }
     let base = if decision.trusted() {
         merge_base(&args.checkout, &pr.base.sha, &pr.head.sha, pr.number).await?
     } else {
         pr.base.sha.clone()
     };
-    let target = Target {
-        forge: "github".into(),
-        repository: event.repository.full_name.clone(),
-        pull_request: pr.number,
-        attempt: env_number("GITHUB_RUN_ATTEMPT").unwrap_or(1),
-        run_url: run_url()?,
-        head: Some(pr.head.sha.clone()),
-        base: Some(base.clone()),
-    };
+    let target = target_of(&event, &base)?;
     Ok(Request { head: pr.head.sha.clone(), base, decision, target, event })
 }
 
@@ -195,6 +217,19 @@ pub async fn merge_base(checkout: &Path, base_tip: &str, head: &str, pr: u64) ->
     Ok(base)
 }
 
+/// Why the run must bound each sandbox's disk, when it must: a head from a fork is code no one
+/// who can write to the repository pushed, and an engine that cannot bound a disk lets its build
+/// fill the runner's (the controller's own writes then fail). `--allow-unbounded-disk` names
+/// the risk and takes it.
+pub fn disk_bound_required(event: &Event, allow_unbounded_disk: bool) -> Option<String> {
+    (event.from_fork() && !allow_unbounded_disk).then(|| {
+        format!(
+            "the head comes from {}, and a fork's code runs only where its disk is bounded",
+            event.head_repository().map_or("a deleted fork".to_string(), |r| format!("the fork {r}"))
+        )
+    })
+}
+
 /// Step outputs for later jobs (GITHUB_OUTPUT), one `key=value` per line.
 fn write_outputs(request: &Request) -> anyhow::Result<()> {
     let Some(path) = std::env::var_os("GITHUB_OUTPUT").filter(|p| !p.is_empty()) else { return Ok(()) };
@@ -216,9 +251,29 @@ fn write_outputs(request: &Request) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write the step outputs to {}", Path::new(&path).display()))
 }
 
+/// `sandbench ci --failed MESSAGE`: a failed commit status and comment for the event's head,
+/// whose run ended without publishing (a lost runner, a timed-out or failed shard, a full disk);
+/// results already published for the head are left as they are.
+async fn conclude_failed(args: &CiArgs, spec: &str, message: &str) -> anyhow::Result<ExitCode> {
+    let event = read_event(args)?;
+    let pr = &event.pull_request;
+    let target = target_of(&event, &pr.base.sha)?;
+    let github = args.forge.github(&target.repository)?;
+    let message = format!("The benchmark of this head did not finish: {message}.");
+    let notice = Publication::notice(spec, "failed", &target, &pr.head.sha, &pr.base.sha, &message);
+    let outcome =
+        super::publish(&github, target.pull_request, &notice, &args.forge.bot_login, !args.forge.no_status).await;
+    super::print_dry_run(&args.forge, &github);
+    println!("pull request #{}: {}", target.pull_request, outcome?);
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `sandbench ci`.
 pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
     let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(message) = &args.failed {
+        return conclude_failed(&args, &plan.name, message).await;
+    }
     args.flags.check_pairs(args.flags.pairs)?;
     let request = request(&args).await?;
     write_outputs(&request)?;
@@ -247,7 +302,9 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
     if args.gate_only {
         return Ok(ExitCode::SUCCESS);
     }
-    let options = args.flags.clone().run_options(args.spec.clone(), request.base.clone(), request.head.clone(), ledger);
+    let mut options =
+        args.flags.clone().run_options(args.spec.clone(), request.base.clone(), request.head.clone(), ledger);
+    options.require_disk_bound = disk_bound_required(&request.event, args.allow_unbounded_disk);
     let result = match crate::run::run(options, cancel).await {
         Ok(result) => result,
         Err(err) => {
@@ -266,4 +323,31 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         println!("pull request #{}: {}", target.pull_request, outcome?);
     }
     Ok(crate::options::exit_code(result.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(head_repo: Option<&str>) -> Event {
+        let repo = head_repo.map(|r| serde_json::json!({ "full_name": r }));
+        serde_json::from_value(serde_json::json!({
+            "pull_request": {
+                "number": 7, "user": {"login": "m"},
+                "head": {"sha": "2".repeat(40), "repo": repo},
+                "base": {"sha": "1".repeat(40), "repo": {"full_name": "o/r"}},
+            },
+            "repository": {"full_name": "o/r"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_forks_head_needs_a_bounded_disk_unless_the_risk_is_taken() {
+        let why = disk_bound_required(&event(Some("mallory/r")), false).expect("required");
+        assert!(why.contains("the fork mallory/r"), "{why}");
+        assert!(disk_bound_required(&event(None), false).unwrap().contains("a deleted fork"));
+        assert_eq!(disk_bound_required(&event(Some("mallory/r")), true), None, "--allow-unbounded-disk");
+        assert_eq!(disk_bound_required(&event(Some("o/r")), false), None, "a branch of the repository itself");
+    }
 }

@@ -37,6 +37,16 @@ pub struct Marker {
     pub status: Option<String>,
 }
 
+/// The run id a notice carries (`ci-<time>`): a comment without a report.
+pub const NOTICE_RUN_PREFIX: &str = "ci-";
+
+impl Marker {
+    /// Whether the comment is a notice (running, pending-trust, failed), not a run's report.
+    pub fn is_notice(&self) -> bool {
+        self.run_id.starts_with(NOTICE_RUN_PREFIX)
+    }
+}
+
 /// Whether `body` is a sandbench comment at all.
 pub fn is_sticky(body: &str) -> bool {
     body.trim_start().starts_with(STICKY)

@@ -198,7 +198,8 @@ impl Publication {
     /// `failed` (the run could not start).
     pub fn notice(spec: &str, status: &str, target: &Target, head: &str, base: &str, message: &str) -> Publication {
         let time = crate::report::timestamp(std::time::SystemTime::now());
-        let run_id = format!("ci-{}", time.chars().filter(char::is_ascii_digit).collect::<String>());
+        let run_id =
+            format!("{}{}", marker::NOTICE_RUN_PREFIX, time.chars().filter(char::is_ascii_digit).collect::<String>());
         let mut body = marker::notice(spec, status, &run_id, target.attempt, &time, head, base);
         body.push_str(&crate::report::format::escape(message));
         body.push_str("\n\n");
@@ -275,8 +276,8 @@ pub fn sticky<'a>(comments: &'a [Comment], bot: &str, spec: Option<&str>) -> Opt
 ///
 /// A run is stale when the pull request is closed or its head moved on (the status is still set:
 /// it describes the run's own commit); a comment from a newer generation of the same head is
-/// never overwritten (nor its status); a `pending-trust` notice never hides results already
-/// published for the same head.
+/// never overwritten (nor its status); a `pending-trust` or `failed` notice never hides results
+/// already published for the same head.
 pub fn decide(
     ours: &Marker,
     body: &str,
@@ -309,6 +310,10 @@ pub fn decide(
             );
         }
         if ours.status.as_deref() == Some("pending-trust") && theirs.status.as_deref() != Some("pending-trust") {
+            return (Action::Refuse("results for this head are already published".into()), false);
+        }
+        // A run's failure notice (it ended without publishing) never hides its head's results.
+        if ours.is_notice() && ours.status.as_deref() == Some("failed") && !theirs.is_notice() {
             return (Action::Refuse("results for this head are already published".into()), false);
         }
     }

@@ -167,7 +167,27 @@ async fn open(
         hub: crate::station::hub_config(plan, opts.dead_man),
     };
     let station = Station::open(provisioner.clone(), options, &mut |line| display.line(line)).await?;
+    if opts.require_disk_bound.is_some() {
+        provisioner.require_disk_bound();
+    }
     let disk = provisioner.probe_disk_bound(station.image().unwrap_or(&plan.sandbox.image)).await;
+    if let Some(why) = &opts.require_disk_bound
+        && disk != DiskBound::Enforced
+    {
+        let found = match &disk {
+            DiskBound::Unenforced(reason) => reason.clone(),
+            _ => "the engine did not say whether it can".to_string(),
+        };
+        for warning in station.close().await {
+            display.line(&format!("warning: {warning}"));
+        }
+        anyhow::bail!(
+            "the engine cannot bound a sandbox's disk (disk_gb = {} GB): {found}. {why}: start an engine that can \
+             (images/ensure-docker.sh), or pass --allow-unbounded-disk to accept that this code may fill the \
+             machine's disk",
+            plan.sandbox.disk_gb
+        );
+    }
     if let Some(warning) = disk_warning(plan, &disk) {
         display.line(&format!("warning: {warning}"));
     }

@@ -48,6 +48,9 @@ pub struct Mark {
     /// `--bisect`, kept by its resumes (a bisection goes on from its commits measured).
     #[serde(default)]
     pub bisect: bool,
+    /// Why the run's sandboxes must have their disk bounded (a fork's head), kept by its resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_disk_bound: Option<String>,
 }
 
 impl Mark {
@@ -73,6 +76,7 @@ impl Mark {
             usd_per_hour,
             shard: opts.shard,
             bisect: opts.bisect,
+            require_disk_bound: opts.require_disk_bound.clone(),
         }
     }
 
@@ -140,6 +144,7 @@ impl Mark {
             dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
             force_valgrind: false,
             bisect: self.bisect,
+            require_disk_bound: self.require_disk_bound.clone(),
         }
     }
 }

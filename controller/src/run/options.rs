@@ -40,6 +40,9 @@ pub struct RunOptions {
     pub force_valgrind: bool,
     /// Bisects every regressed metric between base and head once the run is decided (`--bisect`).
     pub bisect: bool,
+    /// The run refuses to start, and no sandbox is made, unless the engine bounds each
+    /// sandbox's disk (`disk_gb`); the text says why it is required (`ci` for a fork's head).
+    pub require_disk_bound: Option<String>,
 }
 
 impl RunOptions {
@@ -74,6 +77,7 @@ impl RunOptions {
             dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
             force_valgrind: false,
             bisect: false,
+            require_disk_bound: None,
         }
     }
 }

@@ -759,3 +759,27 @@ async fn a_compare_run_keeps_base_and_head_in_the_history_and_the_next_one_stand
         assert!(written.dir.join(file).exists(), "{file}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_requires_a_disk_bound_is_refused_before_any_sandbox_where_the_engine_has_none() {
+    // The fake engine bounds no disk, as a GitHub runner's does not.
+    let (_dir, plan, mut opts) = setup(1);
+    opts.require_disk_bound = Some("the head comes from the fork mallory/r".into());
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts.clone(), fake.clone(), not_canceled()).await;
+    assert_eq!(result.status, Status::Failed);
+    let error = result.report.errors.join("\n");
+    assert!(
+        error.contains("the engine cannot bound a sandbox's disk")
+            && error.contains("the head comes from the fork mallory/r")
+            && error.contains("--allow-unbounded-disk"),
+        "{error}"
+    );
+    assert!(fake.created_images().is_empty(), "a sandbox was made: {:?}", fake.created_images());
+    // Without the requirement (a branch of the repository, or --allow-unbounded-disk): it runs,
+    // and the report says disk_gb is not enforced.
+    opts.require_disk_bound = None;
+    let result = run_fake(opts, Arc::new(FakeProvisioner::new(Script::for_plan(&plan))), not_canceled()).await;
+    assert_eq!(result.status, Status::Completed, "{:?}", result.report.errors);
+    assert!(result.report.warnings.iter().any(|w| w.contains("disk_gb") && w.contains("not enforced")));
+}

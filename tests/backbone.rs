@@ -377,6 +377,7 @@ async fn sandboxes_are_created_locked_down_with_their_labels_and_limits() {
             memory_bytes: 256 << 20,
             pids_limit: 64,
             disk_bytes: None,
+            io_weight: None,
         };
         let live = h.launch(request).await;
         let s = h.provisioner.settings(&live.sandbox.id).await.unwrap();

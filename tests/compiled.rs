@@ -152,6 +152,7 @@ async fn a_head_that_built_the_executable_but_installed_through_node_is_refused(
             memory_bytes: plan.sandbox.memory_bytes,
             pids_limit: plan.sandbox.pids_limit,
             disk_bytes: Some(plan.sandbox.disk_bytes()),
+            io_weight: None,
         };
         let hub = h.hub().await;
         let live = h.launch(request).await;

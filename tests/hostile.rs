@@ -759,3 +759,27 @@ async fn trial_k_reads_no_file_segment_or_queue_of_trial_k_minus_1() {
     })
     .await;
 }
+
+/// A duet's sandboxes ask for the same block I/O weight: the real engine keeps it, or discards it
+/// (a host without a proportional I/O scheduler) and the provisioner says so, which the run's
+/// report then warns of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_io_weight_is_kept_by_the_engine_or_said_to_be_discarded() {
+    support::with_harness("ioweight", support::quick_heartbeats(), |h| async move {
+        let mut request = h.request("weighed", support::SCRATCH_IMAGE, AgentShipping::Bind);
+        request.resources.io_weight = Some(sandbench::run::DUET_IO_WEIGHT);
+        let live = h.launch(request).await;
+        let kept = h.provisioner.settings(&live.sandbox.id).await.unwrap().blkio_weight;
+        let discarded = sandbench::provision::Provisioner::io_weight_discarded(&*h.provisioner);
+        eprintln!("blkio weight kept: {kept}; discarded: {discarded:?}");
+        match discarded {
+            None => assert_eq!(kept, sandbench::run::DUET_IO_WEIGHT),
+            Some(why) => {
+                assert_eq!(kept, 0, "{why}");
+                assert!(why.contains("discarded the block I/O weight 500"), "{why}");
+            }
+        }
+        h.teardown(&live.sandbox).await;
+    })
+    .await;
+}

@@ -94,6 +94,7 @@ async fn the_demo_runs_through_every_phase_and_every_metric_is_observed() {
             memory_bytes: plan.sandbox.memory_bytes,
             pids_limit: plan.sandbox.pids_limit,
             disk_bytes: Some(plan.sandbox.disk_bytes()),
+            io_weight: None,
         };
         let hub = h.hub().await;
         let live = h.launch(request).await;

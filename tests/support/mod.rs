@@ -39,8 +39,14 @@ impl Harness {
     /// A request for a small sandbox of this test, its socket folder open.
     pub fn request(&self, role: &str, image: &str, shipping: AgentShipping) -> SandboxRequest {
         let mut request = self.station.request(role, image).expect("a sandbox request");
-        request.resources =
-            Resources { cpus: 1.0, cpuset: None, memory_bytes: 512 << 20, pids_limit: 256, disk_bytes: None };
+        request.resources = Resources {
+            cpus: 1.0,
+            cpuset: None,
+            memory_bytes: 512 << 20,
+            pids_limit: 256,
+            disk_bytes: None,
+            io_weight: None,
+        };
         request.shipping = shipping;
         request
     }

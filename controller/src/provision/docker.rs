@@ -80,6 +80,8 @@ pub struct ContainerSettings {
     /// The log driver and its options.
     pub log_config: (String, HashMap<String, String>),
     pub storage_opt: HashMap<String, String>,
+    /// The block I/O weight the engine kept (0: none, or discarded).
+    pub blkio_weight: u16,
 }
 
 pub struct DockerProvisioner {
@@ -93,6 +95,8 @@ pub struct DockerProvisioner {
     disk: std::sync::Mutex<DiskBound>,
     /// A create the engine refuses the bound for fails (an untrusted head's run).
     disk_bound_required: std::sync::atomic::AtomicBool,
+    /// Why an I/O weight asked for is not in effect, once a create found it discarded.
+    io_weight_discarded: std::sync::Mutex<Option<String>>,
     /// The engine's storage driver (`overlay2`, `btrfs`), asked once.
     driver: tokio::sync::OnceCell<String>,
 }
@@ -150,6 +154,7 @@ impl DockerProvisioner {
             host,
             disk: std::sync::Mutex::new(DiskBound::Unknown),
             disk_bound_required: std::sync::atomic::AtomicBool::new(false),
+            io_weight_discarded: std::sync::Mutex::new(None),
             driver: tokio::sync::OnceCell::new(),
         })
     }
@@ -393,6 +398,9 @@ impl DockerProvisioner {
             ..Default::default()
         };
         let container_id = self.create_bounded(&name, body, request.resources.disk_bytes).await?;
+        if let Some(weight) = request.resources.io_weight {
+            self.check_io_weight(&name, weight).await;
+        }
         let sandbox = Sandbox {
             id: name.clone(),
             container_id,
@@ -466,6 +474,27 @@ impl DockerProvisioner {
                 self.docker.create_container(Some(options), body).await.map(|c| c.id).map_err(fail)
             }
             Err(cause) => Err(fail(cause)),
+        }
+    }
+
+    /// Whether the engine kept the I/O weight asked of container `name`: one that cannot weigh
+    /// I/O (no BFQ scheduler on cgroup v1, no `io.weight` on v2) discards it, with a warning, and
+    /// the container's settings then say 0.
+    async fn check_io_weight(&self, name: &str, weight: u16) {
+        let kept = match self.docker.inspect_container(name, None).await {
+            Ok(inspect) => inspect.host_config.and_then(|h| h.blkio_weight),
+            Err(err) => {
+                tracing::warn!("cannot read the I/O weight of {name}: {err}");
+                return;
+            }
+        };
+        if kept != Some(weight) {
+            let why = format!(
+                "the engine discarded the block I/O weight {weight} (it kept {}): the host's kernel does not weigh \
+                 I/O between containers (it needs the BFQ I/O scheduler, or io.weight under cgroup v2)",
+                kept.unwrap_or(0)
+            );
+            *self.io_weight_discarded.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
         }
     }
 
@@ -613,6 +642,7 @@ impl DockerProvisioner {
                 .map(|l| (l.typ.unwrap_or_default(), l.config.unwrap_or_default()))
                 .unwrap_or_default(),
             storage_opt: host.storage_opt.unwrap_or_default(),
+            blkio_weight: host.blkio_weight.unwrap_or_default(),
         })
     }
 
@@ -1094,6 +1124,10 @@ impl Provisioner for DockerProvisioner {
     fn require_disk_bound(&self) {
         self.disk_bound_required.store(true, std::sync::atomic::Ordering::SeqCst);
     }
+
+    fn io_weight_discarded(&self) -> Option<String> {
+        self.io_weight_discarded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
 }
 
 /// The end of a stream of bytes, at most `bound` of them kept (the start of a line cut short
@@ -1164,6 +1198,7 @@ fn host_config(request: &SandboxRequest) -> HostConfig {
         memory: Some(memory),
         memory_swap: Some(memory),
         pids_limit: Some(resources.pids_limit),
+        blkio_weight: resources.io_weight,
         network_mode: Some(if request.network { "bridge" } else { "none" }.to_string()),
         cap_drop: Some(vec!["ALL".to_string()]),
         cap_add: Some(CAPABILITIES.iter().map(|c| c.to_string()).collect()),

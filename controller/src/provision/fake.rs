@@ -239,6 +239,8 @@ pub struct FakeProvisioner {
     engine: Engine,
     /// The image of every sandbox created, in order.
     images: Mutex<Vec<String>>,
+    /// The role and I/O weight asked of every sandbox created, in order.
+    io_weights: Mutex<Vec<(String, Option<u16>)>>,
     /// The terminals started ([`Provisioner::terminal`]), by id.
     terminals: Mutex<BTreeSet<String>>,
     /// Every segment of a stepwise command as it began, across sandboxes ([`Self::timeline`]).
@@ -264,6 +266,7 @@ impl FakeProvisioner {
             sandboxes: Mutex::default(),
             engine: Engine::default(),
             images: Mutex::default(),
+            io_weights: Mutex::default(),
             terminals: Mutex::default(),
             timeline: Timeline::default(),
         }
@@ -277,6 +280,11 @@ impl FakeProvisioner {
     /// The image each sandbox was created from, in the order they were.
     pub fn created_images(&self) -> Vec<String> {
         self.images.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The role and I/O weight asked of each sandbox, in the order they were created.
+    pub fn io_weights(&self) -> Vec<(String, Option<u16>)> {
+        self.io_weights.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Makes the engine unreachable for `down` from now: pings and state questions fail.
@@ -379,6 +387,8 @@ impl Provisioner for FakeProvisioner {
             };
             sandboxes.insert(id, fake);
             self.images.lock().unwrap_or_else(PoisonError::into_inner).push(request.image.clone());
+            let weight = (request.role.clone(), request.resources.io_weight);
+            self.io_weights.lock().unwrap_or_else(PoisonError::into_inner).push(weight);
             Ok(sandbox)
         }
         .boxed()
@@ -417,6 +427,12 @@ impl Provisioner for FakeProvisioner {
             Ok(())
         }
         .boxed()
+    }
+
+    /// The fake host, like most, has no I/O scheduler that weighs containers.
+    fn io_weight_discarded(&self) -> Option<String> {
+        let asked = self.io_weights.lock().unwrap_or_else(PoisonError::into_inner).iter().any(|(_, w)| w.is_some());
+        asked.then(|| "the fake engine weighs no I/O".to_string())
     }
 
     fn pin<'a>(&'a self, id: &'a str, cpuset: &'a str) -> BoxFuture<'a, Result<(), ProvisionError>> {

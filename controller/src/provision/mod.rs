@@ -167,6 +167,13 @@ pub trait Provisioner: Send + Sync {
     /// From now on, a sandbox whose disk the backend cannot bound is not created: a create the
     /// engine refuses the bound for fails instead of being made again without it.
     fn require_disk_bound(&self) {}
+
+    /// Why an I/O weight asked for ([`Resources::io_weight`]) was not applied (the engine
+    /// discarded it: no proportional I/O scheduler, such as BFQ, on the host); None when every
+    /// one asked was, or none was asked.
+    fn io_weight_discarded(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A tar archive as a stream of chunks, sent as it is read: never held whole (a source archive
@@ -257,11 +264,22 @@ pub struct Resources {
     /// The sandbox's writable space (`disk_gb`), bounded where the backend can
     /// ([`Provisioner::disk_bound`]); None: no bound asked.
     pub disk_bytes: Option<u64>,
+    /// Its block I/O weight (10–1000), the same for both sides of a duet so that under
+    /// contention each gets the same share of the disk, where the kernel can weigh it
+    /// ([`Provisioner::io_weight_discarded`]); None: the engine's default.
+    pub io_weight: Option<u16>,
 }
 
 impl Default for Resources {
     fn default() -> Self {
-        Resources { cpus: 2.0, cpuset: None, memory_bytes: 4 << 30, pids_limit: 4096, disk_bytes: None }
+        Resources {
+            cpus: 2.0,
+            cpuset: None,
+            memory_bytes: 4 << 30,
+            pids_limit: 4096,
+            disk_bytes: None,
+            io_weight: None,
+        }
     }
 }
 

@@ -111,6 +111,14 @@ pub(super) async fn execute(
 
     // Teardown, whatever happened.
     let (records, mut warnings) = walk::teardown(&run, &sides).await;
+    if plan.trials.order == crate::spec::Order::Duet
+        && let Some(why) = run.station.provisioner().io_weight_discarded()
+    {
+        warnings.push(format!(
+            "trials.order = \"duet\": the two sides' disk I/O is not weighed equally ({why}); under contention one \
+             side's reads and writes can slow the other's"
+        ));
+    }
     warnings.extend(run.station.bridge_summary());
     warnings.extend(run.station.close().await);
     warnings.splice(0..0, run.notes.lock().map(|n| n.clone()).unwrap_or_default());

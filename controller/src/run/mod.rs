@@ -49,6 +49,9 @@ pub mod story;
 mod usage;
 mod walk;
 
+/// The block I/O weight both sides of a duet ask for.
+pub use walk::DUET_IO_WEIGHT;
+
 #[cfg(test)]
 mod layers;
 #[cfg(test)]

@@ -636,6 +636,25 @@ async fn a_duet_runs_both_sides_at_once_on_cpus_of_their_own_swapped_every_other
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duets_two_sides_get_the_same_io_weight_and_the_report_says_when_the_host_ignores_it() {
+    let text = spec_with("install = 1\nmeasure = 1\nruntime = 1\norder = \"duet\"").replace("cpus = 2", "cpus = 1");
+    let (_dir, plan, opts) = setup_spec(1, &text);
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", result.report.errors);
+    let weight = Some(super::walk::DUET_IO_WEIGHT);
+    assert_eq!(fake.io_weights(), [("base".to_string(), weight), ("head".to_string(), weight)]);
+    let said = result.report.warnings.iter().find(|w| w.contains("disk I/O is not weighed equally"));
+    assert!(said.is_some_and(|w| w.contains("the fake engine weighs no I/O")), "{:?}", result.report.warnings);
+    // Other orders ask for no weight.
+    let (_dir, plan, opts) = setup_spec(1, &spec_with("install = 1\nmeasure = 1\nruntime = 1\norder = \"abba\""));
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    assert!(fake.io_weights().iter().all(|(_, w)| w.is_none()));
+    assert!(!result.report.warnings.iter().any(|w| w.contains("disk I/O")));
+}
+
 #[test]
 fn the_default_order_is_a_duet_where_it_fits_and_interleaved_runs_otherwise() {
     use crate::spec::Order;

@@ -203,6 +203,7 @@ impl Station {
             memory_bytes: plan.sandbox.memory_bytes,
             pids_limit: plan.sandbox.pids_limit,
             disk_bytes: Some(plan.sandbox.disk_bytes()),
+            io_weight: None,
         };
         request.network = plan.sandbox.network;
         request.ttl = plan.sandbox.ttl;

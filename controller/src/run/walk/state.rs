@@ -118,6 +118,8 @@ impl Run {
             memory_bytes: sandbox.memory_bytes,
             pids_limit: sandbox.pids_limit,
             disk_bytes: Some(sandbox.disk_bytes()),
+            // A duet's two sides share the disk at once: the same weight each.
+            io_weight: (self.plan.trials.order == crate::spec::Order::Duet).then_some(DUET_IO_WEIGHT),
         };
         request.network = sandbox.network;
         request.ttl = sandbox.ttl;
@@ -127,6 +129,10 @@ impl Run {
         Ok(request)
     }
 }
+
+/// The block I/O weight of both sides of a duet: the cgroup's default (cgroup v1 `blkio.weight`),
+/// set explicitly so that neither side runs under another weight the engine or the host gives.
+pub const DUET_IO_WEIGHT: u16 = 500;
 
 /// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.
 pub fn cpusets(pairs: usize) -> Vec<Option<String>> {

@@ -715,7 +715,7 @@ async fn trial_k_reads_no_file_segment_or_queue_of_trial_k_minus_1() {
                 &hub,
                 &id,
                 &agent_plan,
-                sandbench_proto::plan::phase::INSTALL,
+                sandbench_proto::Phase::Install,
                 trial,
                 Duration::from_secs(120),
             )

@@ -443,7 +443,7 @@ async fn a_flood_of_junk_reaches_the_registry_only_within_its_bound_and_the_inst
         let live = h.launch(h.request("flood", NODE_IMAGE, sandbench::provision::AgentShipping::Bind)).await;
         let id = live.sandbox.id.clone();
         let agent_plan = plan.agent_plan("none");
-        for (name, trial) in [(phase::PREPARE, 0), (phase::INSTALL, 0), (phase::INSTALL, 1)] {
+        for (name, trial) in [(Phase::Prepare, 0), (Phase::Install, 0), (Phase::Install, 1)] {
             let done = sandbox::run_phase(&hub, &id, &agent_plan, name, trial, Duration::from_secs(300)).await.unwrap();
             assert_eq!(done.status, PhaseStatus::Ok, "{name} {trial}: {}\n{}", done.error, output_of(&hub));
         }

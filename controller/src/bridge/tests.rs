@@ -85,7 +85,7 @@ fn settings(npm: &str, cache: &Path) -> RegistrySettings {
 fn ask(sandbox: &str, target: &str) -> Ask {
     Ask {
         sandbox: sandbox.into(),
-        command: "install#0".into(),
+        command: Running::Phase { phase: sandbench_proto::Phase::Install, trial: 0 },
         method: "GET".into(),
         target: target.into(),
         accept: String::new(),

@@ -1,23 +1,32 @@
 //! `hyperfine --export-json`: `{ "results": [{ "command", "mean", "stddev", "median", "min",
 //! "max", "user", "system", "times", "exit_codes" }] }`, times in seconds. The estimate is the
-//! mean (hyperfine's headline, "mean ± σ"); the name is the command, or its `-n` name.
+//! median of the runs (the mean, hyperfine's headline "mean ± σ", when the file has no median),
+//! the mean in the details; the name is the command, or its `-n` name.
 
 use serde_json::Value;
 
 use crate::json::Node;
 use crate::{Figure, Read, Statistic, figures, time};
 
+/// Why a zero estimate is no measurement: hyperfine subtracts the shell's own start from each
+/// run, and a command faster than that start comes out as nothing.
+const ZERO: &str = "hyperfine measured 0 s: the command is faster than the shell start hyperfine subtracts; \
+                    run it with -N (--shell=none) or give it more work";
+
 pub fn parse(document: &Value) -> Result<Vec<Read>, String> {
     let root = Node::root(document);
     let mut read = Vec::new();
     for result in root.field("results")?.elements()? {
         let name = result.field("command")?.string()?;
-        let mean = result.number_at("mean")?;
+        let (value, statistic) = match result.figure("median") {
+            Some(median) => (median, Statistic::Median),
+            None => (result.number_at("mean")?, Statistic::Mean),
+        };
         let mut spread = figures(
             &result,
             &[
+                ("mean", "mean"),
                 ("sd", "stddev"),
-                ("median", "median"),
                 ("min", "min"),
                 ("max", "max"),
                 ("user", "user"),
@@ -34,7 +43,11 @@ pub fn parse(document: &Value) -> Result<Vec<Read>, String> {
                 spread.push(Figure::count("failed_runs", failed as f64));
             }
         }
-        read.push(Read::ran(name, vec![time(mean, Statistic::Mean, 1.0, spread)]));
+        if value == 0.0 {
+            read.push(Read::failed(name, ZERO));
+            continue;
+        }
+        read.push(Read::ran(name, vec![time(value, statistic, 1.0, spread)]));
     }
     Ok(read)
 }
@@ -49,15 +62,17 @@ mod tests {
         let names: Vec<(&str, &str)> = got.iter().map(|b| (b.name.as_str(), b.segment.as_str())).collect();
         assert_eq!(names, [("sleep", "sleep"), ("sort services", "sort_services"), ("grep miss", "grep_miss")]);
         let sleep = got[0].primary().unwrap();
-        assert_eq!((sleep.unit.as_str(), sleep.better, sleep.statistic), ("s", Better::Lower, Statistic::Mean));
+        assert_eq!((sleep.unit.as_str(), sleep.better, sleep.statistic), ("s", Better::Lower, Statistic::Median));
         assert!((0.01..0.05).contains(&sleep.value), "{}", sleep.value);
         assert!(sleep.spread.contains(&Figure::count("runs", 5.0)));
         assert_eq!(
             sleep.spread.iter().map(|f| f.label).collect::<Vec<_>>(),
-            ["sd", "median", "min", "max", "user", "system", "runs"]
+            ["mean", "sd", "min", "max", "user", "system", "runs"]
         );
         // grep's miss exits 1 on every run: timed all the same, and said.
         assert!(got[2].primary().unwrap().spread.contains(&Figure::count("failed_runs", 5.0)));
+        // sort's median is 0: faster than the shell start hyperfine takes off.
+        assert_eq!(got[1].outcome, Err(super::ZERO.to_string()));
     }
 
     #[test]

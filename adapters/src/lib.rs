@@ -142,6 +142,14 @@ pub enum Better {
 }
 
 impl Better {
+    /// The direction every format gives a unit: a rate (`ops/s`, `items/s`, `MB/s`, any unit
+    /// per second) is higher-is-better, everything else (times, sizes, counts per operation,
+    /// a unit-less figure) lower-is-better. A receiver of a measure's key and unit alone (the
+    /// controller, from an observation) gets the direction the parser gave.
+    pub fn of_unit(unit: &str) -> Better {
+        if unit.ends_with("/s") { Better::Higher } else { Better::Lower }
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             Better::Lower => "lower",

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use crate::{Format, MAX_INPUT_BYTES, parse};
+use crate::{Better, Format, MAX_INPUT_BYTES, parse};
 
 /// One captured file per single-file format.
 const FILES: [(Format, &[u8]); 9] = [
@@ -60,11 +60,12 @@ fn oversized_compressed_and_folder_inputs_are_refused() {
 }
 
 #[test]
-fn every_value_read_is_finite_and_not_negative() {
+fn every_value_read_is_finite_and_not_negative_and_its_unit_says_its_direction() {
     for (format, file) in FILES {
         for bench in parse(format, file).unwrap() {
             for m in bench.outcome.iter().flatten() {
                 assert!(m.value.is_finite() && m.value >= 0.0, "{format} {}: {}", bench.name, m.value);
+                assert_eq!(m.better, Better::of_unit(&m.unit), "{format} {}: {}", bench.name, m.unit);
                 assert!(m.spread.iter().all(|f| f.value.is_finite()), "{format} {}", bench.name);
             }
         }

@@ -529,6 +529,7 @@ impl Target {
                     scenarios: Vec::new(),
                     commands: section.commands.iter().filter(|c| &c.metric == stem).cloned().collect(),
                     scripts: section.scripts.iter().filter(|s| script_of(&s.name, &s.metrics)).cloned().collect(),
+                    benches: Vec::new(),
                 };
             }
         }

@@ -321,6 +321,9 @@ pub struct Runtime {
     pub commands: Vec<RepeatedCommand>,
     #[serde(default)]
     pub scripts: Vec<Script>,
+    /// Benchmark frameworks' suites whose results become metrics (`ADAPTERS.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub benches: Vec<BenchStep>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -378,6 +381,45 @@ pub const DEFAULT_MAX_RESULTS: u32 = 1000;
 
 fn default_max_results() -> u32 {
     DEFAULT_MAX_RESULTS
+}
+
+/// A benchmark framework's suite run as a step: its results, read in `format` (a name of
+/// `sandbench_adapters::Format`), become one metric per benchmark and measure,
+/// `bench.<name>.<benchmark>[.<measure>]`, each trial's value the framework's own estimate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BenchStep {
+    /// The step's name, a key segment: the family `bench.<name>.*`.
+    pub name: String,
+    pub step: Step,
+    pub format: String,
+    /// The results file (criterion: its folder, `target/criterion`), relative to the step's
+    /// folder or `~/`; None: the command's standard output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<String>,
+    /// Benchmarks taken from one run; the agent drops the rest and says how many.
+    #[serde(default = "default_max_results")]
+    pub max_benchmarks: u32,
+}
+
+impl BenchStep {
+    /// What every key of a bench step starts with.
+    pub const PREFIX: &'static str = "bench.";
+
+    /// The step's own stem, `bench.<name>`: its failure and its process tree's companions
+    /// (`bench.<name>.cpu`, …) are keyed by it.
+    pub fn stem(&self) -> String {
+        format!("{}{}", BenchStep::PREFIX, self.name)
+    }
+
+    /// The key of a benchmark's measure: `bench.<name>.<benchmark>`, and `.<measure>` for a
+    /// measure other than the benchmark's primary one.
+    pub fn key(&self, benchmark: &str, measure: Option<&str>) -> String {
+        match measure {
+            None => format!("{}.{benchmark}", self.stem()),
+            Some(measure) => format!("{}.{benchmark}.{measure}", self.stem()),
+        }
+    }
 }
 
 /// How a scenario talks to its child.

@@ -1,10 +1,11 @@
 //! runtime: scenarios that drive a long-running child over JSON lines, a terminal or a socket,
-//! plain commands repeated for a mean or total, and scripts whose `RESULT {json}` lines become
-//! metrics. A command's metric gets the companions of its runs' process trees (`<metric>.cpu`,
+//! plain commands repeated for a mean or total, scripts whose `RESULT {json}` lines become
+//! metrics, and benchmark frameworks whose results become metrics ([`bench`]). A command's metric gets the companions of its runs' process trees (`<metric>.cpu`,
 //! …, mean or total as its time), a script its own (`script.<name>.cpu`, …). The ui and transport phases run sections of the same kind ([`run_section`]). When a
 //! step fails, its metric (and an open timer's) gets the error and the scenario's remaining
 //! metrics say why they are missing; other scenarios, commands and scripts still run.
 
+mod bench;
 mod interaction;
 
 use std::collections::BTreeSet;
@@ -90,6 +91,14 @@ pub fn run_section(
     for script in &section.scripts {
         if let Err(err) = run_script(ctx, plan, user, base, trial, script) {
             failures.push(format!("{}: {err:#}", script.name));
+        }
+        if !ctx.yield_turn() {
+            break;
+        }
+    }
+    for bench in &section.benches {
+        if let Err(err) = bench::run_bench(ctx, plan, user, base, trial, bench) {
+            failures.push(format!("bench {}: {err:#}", bench.name));
         }
         if !ctx.yield_turn() {
             break;

@@ -44,7 +44,7 @@ impl Validator<'_> {
                 .enumerate()
                 .map(|(n, s)| self.script(&format!("{section}.script[{n}]"), s.get_ref(), max_results))
                 .collect(),
-            // `[[runtime.bench]]` comes with the metric families of issue 33 (ADAPTERS.md).
+            // `[[runtime.bench]]` comes with the metric families of issue 33.
             benches: Vec::new(),
         }
     }

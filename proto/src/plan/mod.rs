@@ -321,7 +321,7 @@ pub struct Runtime {
     pub commands: Vec<RepeatedCommand>,
     #[serde(default)]
     pub scripts: Vec<Script>,
-    /// Benchmark frameworks' suites whose results become metrics (`ADAPTERS.md`).
+    /// Benchmark frameworks' suites whose results become metrics (issue 34: the spec fills it once `[[runtime.bench]]` lands).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub benches: Vec<BenchStep>,
 }

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use sandbench::observations::store::{StoredBody, read_events};
 use sandbench::station::sandbox;
-use sandbench_proto::plan::{AgentPlan, BenchStep, Step, phase};
+use sandbench_proto::Phase;
+use sandbench_proto::plan::{AgentPlan, BenchStep, Step};
 use sandbench_proto::v1::PhaseStatus;
 use support::{NODE_IMAGE, copy_tree, git, with_harness};
 
@@ -132,9 +133,9 @@ async fn observe(repo: &Path, base: &str, head: &str) -> ([Observed; 2], Vec<Str
             sandbox::deliver_source(&*h.provisioner, &plan, &live.sandbox, agent_plan).await.unwrap();
             sandboxes.push(live);
         }
-        let slots = [(0, phase::PREPARE, 0), (1, phase::PREPARE, 0), (0, phase::TRANSPORT, 0)];
+        let slots = [(0, Phase::Prepare, 0), (1, Phase::Prepare, 0), (0, Phase::Transport, 0)];
         let slots =
-            slots.into_iter().chain([(1, phase::TRANSPORT, 0), (1, phase::TRANSPORT, 1), (0, phase::TRANSPORT, 1)]);
+            slots.into_iter().chain([(1, Phase::Transport, 0), (1, Phase::Transport, 1), (0, Phase::Transport, 1)]);
         for (side, name, trial) in slots {
             let id = &sandboxes[side].sandbox.id;
             let done = sandbox::run_phase(&hub, id, &plans[side], name, trial, Duration::from_secs(900)).await.unwrap();

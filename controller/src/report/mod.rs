@@ -465,6 +465,10 @@ impl Report {
             }
         }
         out.notes.extend(block_note);
+        // Every rule decides on the increase; a metric that is better higher names it the other
+        // way round, in one place, so every view of the outcome follows.
+        out.comparison.outcome = def.better.orient_outcome(out.comparison.outcome);
+        out.paired.verdict = def.better.orient(out.paired.verdict);
         out
     }
 

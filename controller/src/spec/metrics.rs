@@ -13,6 +13,7 @@ use toml::Spanned;
 use super::Plan;
 use super::raw::RawMetric;
 use super::validate::Validator;
+use crate::stats::Better;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricDef {
@@ -26,6 +27,10 @@ pub struct MetricDef {
     /// Changes below this fraction of the base median are noise.
     pub relative: f64,
     pub group: String,
+    /// Which way is better (`better = "higher"` for throughput); left out of `report.json`
+    /// when lower, the default.
+    #[serde(default, skip_serializing_if = "Better::is_lower")]
+    pub better: Better,
 }
 
 /// (key, title, scale, unit, absolute, relative, group)
@@ -119,6 +124,7 @@ pub fn built_in(key: &str) -> Option<MetricDef> {
         absolute,
         relative,
         group: group.into(),
+        better: Better::Lower,
     })
 }
 
@@ -155,6 +161,7 @@ fn lens_def(plan: &Plan, stem: &str, facet: Facet, defs: &[MetricDef]) -> Metric
         absolute: 0.0,
         relative: LENS_RELATIVE,
         group: step.1,
+        better: Better::Lower,
     }
 }
 
@@ -264,8 +271,22 @@ impl Validator<'_> {
             scale: self.number(&m.scale, &format!("{field}.scale"), 0.0, 1e12, base_scale),
             absolute: self.non_negative(&m.absolute, &format!("{field}.absolute"), 1e15, base_abs),
             relative: self.non_negative(&m.relative, &format!("{field}.relative"), 10.0, base_rel),
+            better: self.better(m.better.as_ref(), &field, base.as_ref().map_or(Better::Lower, |b| b.better)),
             group: m.group.clone().or(base.map(|b| b.group)).unwrap_or_else(|| "Metrics".into()),
         })
+    }
+
+    /// `better = "lower" | "higher"`, else `default`; anything else is an error on the field.
+    fn better(&mut self, given: Option<&Spanned<String>>, field: &str, default: Better) -> Better {
+        match given.map(|b| (b, b.get_ref().as_str())) {
+            None => default,
+            Some((_, "lower")) => Better::Lower,
+            Some((_, "higher")) => Better::Higher,
+            Some((b, other)) => {
+                self.error(b, &format!("{field}.better"), format!("expected \"lower\" or \"higher\", found {other:?}"));
+                default
+            }
+        }
     }
 }
 
@@ -297,6 +318,7 @@ mod tests {
             absolute: 0.0,
             relative: 0.2,
             group: group.into(),
+            better: crate::stats::Better::Lower,
         };
         let produced: Vec<super::MetricDef> = ["bundle", "install", "cold", "warm", "rss", "disk", "kernel_exec"]
             .iter()

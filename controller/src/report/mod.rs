@@ -15,6 +15,7 @@ mod comment_tests;
 pub mod companions;
 pub mod conditions;
 pub mod decide;
+pub mod distributions;
 pub mod format;
 #[cfg(test)]
 mod fuzz;
@@ -380,10 +381,11 @@ impl Report {
         self.conditions = found;
     }
 
-    /// Samples each side should have of `key` (a CPU companion: as many as its metric).
+    /// Samples each side should have of `key` (a facet, such as a CPU companion or a
+    /// distribution's p95, as many as its stem).
     pub fn expected_of(&self, key: &str) -> usize {
         let own = self.expected.get(key);
-        let stem = MetricKey::stem_if(key, Facet::Cpu).and_then(|k| self.expected.get(k));
+        let stem = Some(MetricKey::stem_of(key)).filter(|s| *s != key).and_then(|k| self.expected.get(k));
         own.or(stem).copied().unwrap_or(1) as usize
     }
 

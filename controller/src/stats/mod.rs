@@ -1,6 +1,7 @@
 //! Statistics, pure: the reference harness's comparison rule, and a paired verdict that uses the
 //! ABBA pairing of trials. Adaptive looks are in [`sequential`], distribution functions in
-//! [`dist`], floors from pooled A/A runs in [`pool`].
+//! [`dist`], floors from pooled A/A runs in [`pool`], a distribution's
+//! per-trial percentiles in [`reduce`].
 //!
 //! Reference rule (reference-harness.md §4.1): medians; spread = IQR with inclusive quartiles
 //! (R type 7, Python's `statistics.quantiles(method="inclusive")`) for n ≥ 4, range below;
@@ -29,6 +30,7 @@ mod counts;
 pub use counts::paired_counts;
 pub mod dist;
 pub mod pool;
+pub mod reduce;
 pub mod sequential;
 
 use serde::{Deserialize, Serialize};

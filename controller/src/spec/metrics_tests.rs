@@ -138,3 +138,23 @@ fn a_distribution_is_judged_by_its_facets_each_inheriting_the_stems_definition()
     let stray = spec(&format!("{FAMILIES}[metrics.\"rt.p99\"]\nrelative = 0.3\n"));
     assert_eq!(errors(&stray), ["bench.toml:22: metrics.rt.p99: defined, but no phase records it"]);
 }
+
+#[test]
+fn check_prints_each_family_with_its_keys_and_each_distribution_with_its_facets() {
+    let text = spec(&format!("{FAMILIES}[metrics.\"later.*.ms\"]\ntitle = \"Later {{1}}\"\nunit = \"ms\"\n"));
+    let mut plan = parse(Path::new("bench.toml"), &text).unwrap();
+    plan.agent.distributions.insert("rt".into(), Distribution { percentiles: vec![50, 99], max: true });
+    let check = describe(&plan);
+    assert!(check.contains("\nfamilies (3):\n"), "{check}");
+    assert!(check.contains("  store.*.replay → store.jsonl.replay, store.sqlite.replay\n"), "{check}");
+    assert!(check.contains("  store.*.ops → store.sqlite.ops\n"), "{check}");
+    assert!(
+        check.contains("  later.*.ms → no key of the spec yet: defines the keys a run's scripts name\n"),
+        "{check}"
+    );
+    assert!(check.contains("  rt → rt.p50, rt.p99, rt.max\n"), "{check}");
+    let ops = check.lines().find(|l| l.trim_start().starts_with("store.sqlite.ops ")).unwrap();
+    assert!(ops.ends_with("(higher is better)"), "{check}");
+    let rt = check.lines().find(|l| l.trim_start().starts_with("rt ")).unwrap();
+    assert!(!rt.contains("higher"), "{check}");
+}

@@ -368,7 +368,9 @@ impl Report {
             let key = MetricKey::new(def.key.as_str(), Facet::Cpu).to_string();
             let sampled = [&self.base_side, &self.head_side].iter().any(|s| s.metrics.contains_key(&key));
             if sampled && !self.metrics.iter().any(|d| d.key == key) {
-                defs.push(MetricDef { key, title: format!("{} (CPU)", def.title), ..def.clone() });
+                // CPU time is better lower, whichever way its step's figure is.
+                let better = crate::stats::Better::Lower;
+                defs.push(MetricDef { key, title: format!("{} (CPU)", def.title), better, ..def.clone() });
             }
         }
         defs

@@ -658,7 +658,7 @@ fn a_metric_better_higher_is_judged_the_right_way_round_everywhere() {
     assert!(md.contains(&format!("\\textcolor{{{red}}}{{\\textsf{{↓ -50.00\\%")), "{md}");
     assert!(!md.contains('↑'), "{md}");
     let html = html::render(&report);
-    assert!(html.contains("data-outcome=\"regressed\""), "{html}");
+    assert!(html.contains("data-outcome=\"regressed\"") && html.contains("(CLI, wall, higher is better)"), "{html}");
     let mut judged = report.clone();
     judged.comparisons = judged.analyze();
     let lines = summary::terminal(&judged);

@@ -178,7 +178,9 @@ impl Definitions {
             Some(def) => Some(def.clone()),
             None => self.resolve(stem, known).ok().flatten(),
         }?;
-        Some(MetricDef { key: key.to_string(), title: format!("{} ({label})", stem_def.title), ..stem_def })
+        // CPU time is better lower, whichever way its step's figure is.
+        let better = if facet == Facet::Cpu { Better::Lower } else { stem_def.better };
+        Some(MetricDef { key: key.to_string(), title: format!("{} ({label})", stem_def.title), better, ..stem_def })
     }
 }
 
@@ -285,6 +287,10 @@ mod tests {
         defs.blocks.push(own);
         let p99 = defs.resolve("ops.write.p99", &[]).unwrap().unwrap();
         assert_eq!((p99.title.as_str(), p99.relative, p99.better), ("Ops write (p99)", 0.3, Better::Higher));
+        let mut ops = latency.clone();
+        ops.better = Better::Higher;
+        let cpu = defs.resolve("rt.cpu", &[ops]).unwrap().unwrap();
+        assert_eq!((cpu.title.as_str(), cpu.better), ("Request (CPU)", Better::Lower));
         // Companions other than CPU are not inherited: they are in another unit.
         assert_eq!(defs.resolve("rt.minflt", std::slice::from_ref(&latency)).unwrap(), None);
     }

@@ -11,7 +11,7 @@ use sandbench_proto::metric::{Facet, MetricKey};
 use super::{Report, Sample, Side};
 use crate::spec::Plan;
 use crate::spec::metrics::{distribution_of, report_order};
-use crate::spec::metrics_families::peak_rss;
+use crate::spec::metrics_families::{Block, peak_rss};
 use crate::stats::reduce;
 
 /// Replaces each distribution's samples in `side` by its facets' per-trial values: a trial with
@@ -47,8 +47,10 @@ pub fn reduce_side(side: &mut Side, plan: &Plan) {
 }
 
 /// Defines what the sides recorded that the plan did not list (keys a script's output named, a
-/// matrix child's peak RSS, the facets of their distributions) from the spec's blocks; each key
-/// nothing defines is an error of the report, its samples kept unjudged.
+/// matrix child's peak RSS, the facets of their distributions) from the spec's blocks. A key
+/// that a script's `metrics` pattern let through and nothing defines is an error of the report
+/// naming both, its samples kept unjudged; other unlisted keys (`pss`, shown only) stay as they
+/// were.
 pub fn define_recorded(report: &mut Report, plan: &Plan) {
     let listed: BTreeSet<String> = report.metrics.iter().map(|d| d.key.clone()).collect();
     let recorded: BTreeSet<String> =
@@ -67,10 +69,13 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
                 report.expected.entry(key.clone()).or_insert(trials);
                 added.push(def);
             }
-            Ok(None) => report.errors.push(format!(
-                "metric {key} was recorded, but no [metrics] block defines it (add [metrics.\"{key}\"] or a family such as [metrics.\"{}\"]): its samples are kept in report.json, not judged",
-                family_hint(key)
-            )),
+            Ok(None) => {
+                let Some((script, pattern)) = script_pattern_of(plan, key) else { continue };
+                report.errors.push(format!(
+                    "script {script} reported {key} (its metrics pattern \"{pattern}\"), but no [metrics] block defines it (add [metrics.\"{key}\"] or a family such as [metrics.\"{}\"]): its samples are kept in report.json, not judged",
+                    family_hint(key)
+                ))
+            }
             Err(why) => report.errors.push(format!("metric {key}: its definition is incomplete: {why}")),
         }
     }
@@ -95,6 +100,15 @@ fn trials_of(report: &Report, plan: &Plan, key: &str) -> u32 {
             .max()
             .unwrap_or(1) as u32,
     }
+}
+
+/// The script whose `metrics` pattern (an entry with `*`) lets `key` through, and the pattern.
+fn script_pattern_of(plan: &Plan, key: &str) -> Option<(String, String)> {
+    Phase::ALL.into_iter().filter_map(|p| plan.section(p)).flat_map(|s| &s.scripts).find_map(|s| {
+        let pattern =
+            s.metrics.iter().filter(|m| m.contains('*')).find(|m| Block::pattern(m).captures(key).is_some())?;
+        Some((s.name.clone(), pattern.clone()))
+    })
 }
 
 /// `a.b.c` → `a.*.c`: a family a spec could write for it.
@@ -178,6 +192,9 @@ better = "higher"
             side.metrics.insert("script.store.memory.maxrss".into(), values(5e7));
             side.metrics.insert("script.store.cpu".into(), values(1.0));
         }
+        // The spec's script lets through what its `metrics` pattern matches (seeds-steps).
+        let mut plan = plan;
+        plan.agent.runtime.scripts[0].metrics.push("store.*.size".into());
         define_recorded(&mut report, &plan);
         let def = report.metrics.iter().find(|d| d.key == "store.memory.ops").unwrap();
         assert_eq!((def.title.as_str(), def.better), ("Throughput, memory", crate::stats::Better::Higher));
@@ -185,7 +202,14 @@ better = "higher"
         assert!(report.metrics.iter().any(|d| d.key == "script.store.memory.maxrss"));
         assert!(!report.metrics.iter().any(|d| d.key == "script.store.cpu"));
         assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
-        assert!(report.errors[0].starts_with("metric store.memory.size was recorded, but no [metrics] block defines it (add [metrics.\"store.memory.size\"] or a family such as [metrics.\"store.*.size\"])"));
+        assert!(report.errors[0].starts_with("script store reported store.memory.size (its metrics pattern \"store.*.size\"), but no [metrics] block defines it (add [metrics.\"store.memory.size\"] or a family such as [metrics.\"store.*.size\"])"), "{:?}", report.errors);
+        // A key no pattern let through (the agent's `pss`, shown only) is left alone.
+        let mut quiet = crate::report::Report { errors: Vec::new(), ..report.clone() };
+        quiet.base_side.metrics.insert("pss".into(), values(1.0));
+        quiet.base_side.metrics.remove("store.memory.size");
+        quiet.head_side.metrics.remove("store.memory.size");
+        define_recorded(&mut quiet, &plan);
+        assert!(quiet.errors.is_empty() && !quiet.metrics.iter().any(|d| d.key == "pss"), "{:?}", quiet.errors);
         // Halved throughput, better higher: a regression.
         let ops = report.analyze().into_iter().find(|c| c.key == "store.memory.ops").unwrap();
         assert_eq!(ops.outcome(), crate::stats::Outcome::Regressed);

@@ -492,12 +492,19 @@ impl Target {
                 Ok(Target { key, stem, phase, lens, better: Better::Lower })
             }
             Lens::Wall => {
-                let Some(phase) = phases().find(|p| plan.metrics_of_phase(*p).iter().any(|m| m == metric)) else {
+                // A distribution's facet (`rt.p99`) is read from its stem's samples, per trial.
+                let (stem, facet) = MetricKey::split(metric);
+                let of_distribution = facet.is_distribution()
+                    && crate::spec::metrics::distribution_of(plan, stem).is_some_and(|f| f.contains(&facet));
+                let recorded = if of_distribution { stem } else { metric };
+                let Some(phase) = phases().find(|p| plan.metrics_of_phase(*p).iter().any(|m| m == recorded)) else {
                     let all: Vec<String> = phases().flat_map(|p| plan.metrics_of_phase(p)).collect();
                     bail!("no step of {} records {metric}; its metrics: {}", plan.spec_path.display(), all.join(", "));
                 };
-                let better = plan.metrics.iter().find(|d| d.key == metric).map_or(Better::Lower, |d| d.better);
-                Ok(Target { key: metric.to_string(), stem: metric.to_string(), phase, lens, better })
+                let def = plan.metrics.iter().find(|d| d.key == metric);
+                let better =
+                    def.or_else(|| plan.metrics.iter().find(|d| d.key == recorded)).map_or(Better::Lower, |d| d.better);
+                Ok(Target { key: metric.to_string(), stem: recorded.to_string(), phase, lens, better })
             }
         }
     }
@@ -711,16 +718,26 @@ impl Probe<'_> {
         let events = read_events(&self.station.dir().join(crate::observations::store::OBSERVATIONS_FILE))?;
         let mut values = Vec::new();
         let mut errors = Vec::new();
+        // A distribution's facet: its stem's samples, reduced per trial.
+        let facet = Some(MetricKey::facet_of(&self.target.key))
+            .filter(|f| self.target.lens == Lens::Wall && f.is_distribution() && self.target.key != self.target.stem);
+        let read_as = if facet.is_some() { &self.target.stem } else { &self.target.key };
+        let mut trials: std::collections::BTreeMap<u32, Vec<f64>> = std::collections::BTreeMap::new();
         for event in events.iter().filter(|e| e.sandbox == sandbox_id) {
-            if let StoredBody::Observation { metric, value, error, .. } = &event.body
-                && *metric == self.target.key
+            if let StoredBody::Observation { metric, value, error, trial, .. } = &event.body
+                && metric == read_as
             {
                 match (value, error) {
+                    (Some(v), _) if v.is_finite() && facet.is_some() => trials.entry(*trial).or_default().push(*v),
                     (Some(v), _) if v.is_finite() => values.push(*v),
                     (_, Some(e)) => errors.push(e.clone()),
                     _ => {}
                 }
             }
+        }
+        if let Some(facet) = facet {
+            values
+                .extend(trials.values().filter_map(|s| crate::stats::reduce::reduce(s, &[facet]).first().map(|x| x.1)));
         }
         if values.is_empty() {
             let why =
@@ -897,6 +914,20 @@ mod tests {
             sandboxes: Vec::new(),
             better: Better::Lower,
         }
+    }
+
+    #[test]
+    fn a_distributions_facet_is_bisected_on_its_stems_step_with_its_direction() {
+        let text = "name = \"d\"\n[install]\ncommand = \"true\"\n[[runtime.command]]\nmetric = \"rt\"\nrun = \"true\"\n[metrics.rt]\ntitle = \"Request\"\nunit = \"ms\"\nbetter = \"higher\"\n";
+        let mut plan = crate::spec::parse(std::path::Path::new("bench.toml"), text).unwrap();
+        plan.agent
+            .distributions
+            .insert("rt".into(), sandbench_proto::metric::Distribution { percentiles: vec![99], max: false });
+        let target = Target::of(&plan, "rt.p99", Lens::Wall).unwrap();
+        assert_eq!((target.key.as_str(), target.stem.as_str(), target.phase), ("rt.p99", "rt", Phase::Runtime));
+        assert_eq!(target.better, Better::Higher);
+        assert_eq!(Target::of(&plan, "rt", Lens::Wall).unwrap().stem, "rt");
+        assert!(Target::of(&plan, "rt.p50", Lens::Wall).is_err());
     }
 
     #[test]

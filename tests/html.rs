@@ -412,6 +412,7 @@ fn history() -> sandbench::history::analysis::History {
             absolute: 0.0,
             relative: 0.005,
             group: "CLI".into(),
+            better: sandbench::stats::Better::Lower,
         },
     );
     for def in &mut defs {

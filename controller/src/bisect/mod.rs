@@ -28,6 +28,7 @@ use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::{Revision, Status};
 use crate::spec::{Plan, SourceSettings};
 use crate::station::{Station, StationOptions, sandbox};
+use crate::stats::Better;
 pub use search::{Outcome, Reading, Search};
 
 /// Counts that differ by no more than this (relative) are the same count.
@@ -154,6 +155,10 @@ pub struct BisectReport {
     /// Every sandbox the bisection made, as the ledger holds them.
     #[serde(default)]
     pub sandboxes: Vec<SandboxRecord>,
+    /// Which way the metric is better (its definition's `better`): a higher throughput at the
+    /// bad end is an improvement, a lower one the regression looked for.
+    #[serde(default, skip_serializing_if = "Better::is_lower")]
+    pub better: Better,
 }
 
 impl BisectReport {
@@ -165,6 +170,7 @@ impl BisectReport {
             spec_path: job.plan.spec_path.clone(),
             key: job.target.key.clone(),
             lens: job.target.lens,
+            better: job.target.better,
             good: job.good.clone(),
             bad: job.bad.clone(),
             commits,
@@ -459,6 +465,8 @@ pub struct Target {
     pub stem: String,
     pub phase: Phase,
     pub lens: Lens,
+    /// Which way the metric is better: counts and wall times lower, unless its definition says.
+    pub better: Better,
 }
 
 impl Target {
@@ -481,14 +489,22 @@ impl Target {
                         if counted.is_empty() { "none".to_string() } else { counted.join(", ") }
                     );
                 };
-                Ok(Target { key, stem, phase, lens })
+                Ok(Target { key, stem, phase, lens, better: Better::Lower })
             }
             Lens::Wall => {
-                let Some(phase) = phases().find(|p| plan.metrics_of_phase(*p).iter().any(|m| m == metric)) else {
+                // A distribution's facet (`rt.p99`) is read from its stem's samples, per trial.
+                let (stem, facet) = MetricKey::split(metric);
+                let of_distribution = facet.is_distribution()
+                    && crate::spec::metrics::distribution_of(plan, stem).is_some_and(|f| f.contains(&facet));
+                let recorded = if of_distribution { stem } else { metric };
+                let Some(phase) = phases().find(|p| plan.metrics_of_phase(*p).iter().any(|m| m == recorded)) else {
                     let all: Vec<String> = phases().flat_map(|p| plan.metrics_of_phase(p)).collect();
                     bail!("no step of {} records {metric}; its metrics: {}", plan.spec_path.display(), all.join(", "));
                 };
-                Ok(Target { key: metric.to_string(), stem: metric.to_string(), phase, lens })
+                let def = plan.metrics.iter().find(|d| d.key == metric);
+                let better =
+                    def.or_else(|| plan.metrics.iter().find(|d| d.key == recorded)).map_or(Better::Lower, |d| d.better);
+                Ok(Target { key: metric.to_string(), stem: recorded.to_string(), phase, lens, better })
             }
         }
     }
@@ -703,16 +719,26 @@ impl Probe<'_> {
         let events = read_events(&self.station.dir().join(crate::observations::store::OBSERVATIONS_FILE))?;
         let mut values = Vec::new();
         let mut errors = Vec::new();
+        // A distribution's facet: its stem's samples, reduced per trial.
+        let facet = Some(MetricKey::facet_of(&self.target.key))
+            .filter(|f| self.target.lens == Lens::Wall && f.is_distribution() && self.target.key != self.target.stem);
+        let read_as = if facet.is_some() { &self.target.stem } else { &self.target.key };
+        let mut trials: std::collections::BTreeMap<u32, Vec<f64>> = std::collections::BTreeMap::new();
         for event in events.iter().filter(|e| e.sandbox == sandbox_id) {
-            if let StoredBody::Observation { metric, value, error, .. } = &event.body
-                && *metric == self.target.key
+            if let StoredBody::Observation { metric, value, error, trial, .. } = &event.body
+                && metric == read_as
             {
                 match (value, error) {
+                    (Some(v), _) if v.is_finite() && facet.is_some() => trials.entry(*trial).or_default().push(*v),
                     (Some(v), _) if v.is_finite() => values.push(*v),
                     (_, Some(e)) => errors.push(e.clone()),
                     _ => {}
                 }
             }
+        }
+        if let Some(facet) = facet {
+            values
+                .extend(trials.values().filter_map(|s| crate::stats::reduce::reduce(s, &[facet]).first().map(|x| x.1)));
         }
         if values.is_empty() {
             let why =
@@ -753,9 +779,9 @@ pub fn words(report: &BisectReport) -> String {
         format!("{} '{}'", crate::sanitize::prefix(&c.commit, 8), crate::sanitize::prefix(&c.subject, 72))
     };
     let total = change(report);
-    // Every metric sandbench keeps is better lower (times, bytes, counts).
+    // A rise is a regression unless the metric is better higher (throughput, rates).
     let moved = match total {
-        Some(c) if c > 0.0 => format!("regressed {c:+.2} %"),
+        Some(c) if (c > 0.0) == report.better.is_lower() => format!("regressed {c:+.2} %"),
         Some(c) => format!("improved {c:+.2} %"),
         None => "changed".to_string(),
     };
@@ -887,7 +913,22 @@ mod tests {
             sandbox_seconds: 3.0,
             cost_usd: 0.001,
             sandboxes: Vec::new(),
+            better: Better::Lower,
         }
+    }
+
+    #[test]
+    fn a_distributions_facet_is_bisected_on_its_stems_step_with_its_direction() {
+        let text = "name = \"d\"\n[install]\ncommand = \"true\"\n[[runtime.command]]\nmetric = \"rt\"\nrun = \"true\"\n[metrics.rt]\ntitle = \"Request\"\nunit = \"ms\"\nbetter = \"higher\"\n";
+        let mut plan = crate::spec::parse(std::path::Path::new("bench.toml"), text).unwrap();
+        plan.agent
+            .distributions
+            .insert("rt".into(), sandbench_proto::metric::Distribution { percentiles: vec![99], max: false });
+        let target = Target::of(&plan, "rt.p99", Lens::Wall).unwrap();
+        assert_eq!((target.key.as_str(), target.stem.as_str(), target.phase), ("rt.p99", "rt", Phase::Runtime));
+        assert_eq!(target.better, Better::Higher);
+        assert_eq!(Target::of(&plan, "rt", Lens::Wall).unwrap().stem, "rt");
+        assert!(Target::of(&plan, "rt.p50", Lens::Wall).is_err());
     }
 
     #[test]
@@ -917,6 +958,11 @@ mod tests {
             "{}",
             headline(&faster)
         );
+        // A throughput that halved is the regression; one that rose, an improvement.
+        let slower = BisectReport { better: Better::Higher, ..faster.clone() };
+        assert!(headline(&slower).starts_with("`cold` regressed -50.00 %: first bad commit"), "{}", headline(&slower));
+        let higher = BisectReport { better: Better::Higher, ..first_bad.clone() };
+        assert!(headline(&higher).starts_with("`cold` improved +8.00 %"), "{}", headline(&higher));
         let spread = report(0.125, 0.135, Outcome::Spread { from: 1, to: 3, largest: 2, share: 0.5 });
         assert!(headline(&spread).ends_with("(the largest step, 2aaaaaaa 'commit 2', is +4.00 % of the +8.00 %)"));
         // A wall-time value in seconds is shown as such, not rounded to 0.

@@ -190,6 +190,7 @@ fn definition(defs: &[MetricDef], key: &str) -> (usize, MetricDef) {
         absolute: 0.0,
         relative: 0.05,
         group: "Other".into(),
+        better: crate::stats::Better::Lower,
     };
     (usize::MAX, plain)
 }

@@ -159,6 +159,7 @@ pub(super) fn def_of(metric: &MetricHistory) -> MetricDef {
         absolute: 0.0,
         relative: metric.floor,
         group: metric.group.clone(),
+        better: crate::stats::Better::Lower,
     }
 }
 

@@ -59,6 +59,7 @@ fn run(metrics: &[(String, &str, &str, Shape)]) -> Report {
             absolute: 0.0,
             relative: 0.05,
             group: group.to_string(),
+            better: crate::stats::Better::Lower,
         });
         report.expected.insert(key.clone(), 6);
         let base: Vec<f64> = noisy(6, shape.noise, 2 * i as u64).iter().map(|v| v * shape.base).collect();

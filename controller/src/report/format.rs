@@ -42,7 +42,7 @@ pub fn change_cell(c: &Comparison, def: &MetricDef, unit: &str) -> Cell {
         Outcome::Incomplete => plain(format!("{amount} ({pct}); incomplete")),
         Outcome::NoClearChange | Outcome::Inconclusive => plain(format!("≈ {amount} ({pct})")),
         Outcome::Regressed | Outcome::Improved => {
-            let arrow = if c.outcome == Outcome::Regressed { "↑" } else { "↓" };
+            let arrow = def.better.arrow(c.outcome);
             Cell { text: format!("{arrow} {amount} ({pct})"), colour: Some(colour(c.outcome, c.relative)) }
         }
     }
@@ -66,7 +66,7 @@ pub fn decision_cell(c: &Comparison, p: &Paired, def: &MetricDef, unit: &str) ->
     match c.outcome {
         Outcome::Unavailable => plain("unavailable: a side has no sample".to_string()),
         Outcome::Regressed | Outcome::Improved => {
-            let arrow = if c.outcome == Outcome::Regressed { "↑" } else { "↓" };
+            let arrow = def.better.arrow(c.outcome);
             Cell {
                 text: with_interval(format!("{arrow} {shown}")),
                 colour: Some(colour(c.outcome, p.estimate.or(c.relative))),

@@ -359,12 +359,13 @@ fn metric(out: &mut String, report: &Report, row: &Row) {
     let verdict = if text.contains(word) { text } else { format!("{word}: {text}") };
     let _ = writeln!(
         out,
-        "<section class=\"metric\" id=\"metric-{}\" data-metric=\"{}\"><h2>{} <small class=\"neutral\">({}, {})</small></h2>\n<p class=\"verdict {class}\">{}</p>",
+        "<section class=\"metric\" id=\"metric-{}\" data-metric=\"{}\"><h2>{} <small class=\"neutral\">({}, {}{})</small></h2>\n<p class=\"verdict {class}\">{}</p>",
         row.index,
         esc(&def.key),
         esc(&def.title),
         esc(&def.group),
         row.lens.name(),
+        if def.better.is_lower() { "" } else { ", higher is better" },
         esc(&verdict)
     );
     let floor = (report.rule == Rule::Paired).then_some(cmp.paired.floor);

@@ -90,6 +90,7 @@ mod tests {
             absolute: 0.0,
             relative: 0.2,
             group: group.into(),
+            better: crate::stats::Better::Lower,
         }
     }
 

@@ -15,6 +15,7 @@ mod comment_tests;
 pub mod companions;
 pub mod conditions;
 pub mod decide;
+pub mod distributions;
 pub mod format;
 #[cfg(test)]
 mod fuzz;
@@ -367,7 +368,9 @@ impl Report {
             let key = MetricKey::new(def.key.as_str(), Facet::Cpu).to_string();
             let sampled = [&self.base_side, &self.head_side].iter().any(|s| s.metrics.contains_key(&key));
             if sampled && !self.metrics.iter().any(|d| d.key == key) {
-                defs.push(MetricDef { key, title: format!("{} (CPU)", def.title), ..def.clone() });
+                // CPU time is better lower, whichever way its step's figure is.
+                let better = crate::stats::Better::Lower;
+                defs.push(MetricDef { key, title: format!("{} (CPU)", def.title), better, ..def.clone() });
             }
         }
         defs
@@ -380,10 +383,11 @@ impl Report {
         self.conditions = found;
     }
 
-    /// Samples each side should have of `key` (a CPU companion: as many as its metric).
+    /// Samples each side should have of `key` (a facet, such as a CPU companion or a
+    /// distribution's p95, as many as its stem).
     pub fn expected_of(&self, key: &str) -> usize {
         let own = self.expected.get(key);
-        let stem = MetricKey::stem_if(key, Facet::Cpu).and_then(|k| self.expected.get(k));
+        let stem = Some(MetricKey::stem_of(key)).filter(|s| *s != key).and_then(|k| self.expected.get(k));
         own.or(stem).copied().unwrap_or(1) as usize
     }
 
@@ -465,6 +469,10 @@ impl Report {
             }
         }
         out.notes.extend(block_note);
+        // Every rule decides on the increase; a metric that is better higher names it the other
+        // way round, in one place, so every view of the outcome follows.
+        out.comparison.outcome = def.better.orient_outcome(out.comparison.outcome);
+        out.paired.verdict = def.better.orient(out.paired.verdict);
         out
     }
 

@@ -635,3 +635,47 @@ fn the_reference_rule_keeps_the_references_layout_not_its_bytes() {
     assert!(md.contains("Head `22222222` compared with base `11111111`.") && !md.contains("This PR"), "{md}");
     assert_eq!(md.matches("| Metric | Base | Head | Change |\n| --- | ---: | ---: | ---: |").count(), 2);
 }
+
+/// `cold` redefined as a throughput, better higher, at these values.
+fn throughput(base: &[f64], head: &[f64]) -> Report {
+    let mut report = one_metric(base, head);
+    report.metrics[0].better = crate::stats::Better::Higher;
+    report.metrics[0].title = "Throughput".into();
+    report
+}
+
+#[test]
+fn a_metric_better_higher_is_judged_the_right_way_round_everywhere() {
+    let base: Vec<f64> = (0..10).map(|i| 100.0 + f64::from(i)).collect();
+    let halved: Vec<f64> = base.iter().map(|b| b * 0.5).collect();
+    let report = throughput(&base, &halved);
+    let c = decision_of(&report, "cold");
+    assert_eq!((c.outcome(), c.paired.verdict), (Outcome::Regressed, crate::stats::Verdict::Regressed), "{c:?}");
+    let md = markdown::render(&report);
+    assert!(md.contains("**Overall: 1 regressed · 0 improved"), "{md}");
+    // The arrow says where the value went (down), the colour that it is a regression (red).
+    let red = format::colour(Outcome::Regressed, Some(-0.5));
+    assert!(md.contains(&format!("\\textcolor{{{red}}}{{\\textsf{{↓ -50.00\\%")), "{md}");
+    assert!(!md.contains('↑'), "{md}");
+    let html = html::render(&report);
+    assert!(html.contains("data-outcome=\"regressed\"") && html.contains("(CLI, wall, higher is better)"), "{html}");
+    let mut judged = report.clone();
+    judged.comparisons = judged.analyze();
+    let lines = summary::terminal(&judged);
+    assert!(lines.iter().any(|l| l.contains("regressed") && l.contains("Throughput") && l.contains('↓')), "{lines:?}");
+    // The reference rule turns the same way.
+    let reference = Report { rule: Rule::Reference, ..report.clone() };
+    assert_eq!(decision_of(&reference, "cold").outcome(), Outcome::Regressed);
+    // Doubled: improved, an up arrow in green.
+    let doubled: Vec<f64> = base.iter().map(|b| b * 2.0).collect();
+    let report = throughput(&base, &doubled);
+    assert_eq!(decision_of(&report, "cold").outcome(), Outcome::Improved);
+    let md = markdown::render(&report);
+    assert!(md.contains("**Overall: 0 regressed · 1 improved"), "{md}");
+    assert!(md.contains("↑ +100.00\\%") && !md.contains('↓'), "{md}");
+    // Kept in report.json only when higher: a lower metric's JSON is as before.
+    let json = serde_json::to_string(&report).unwrap();
+    assert!(json.contains("\"better\":\"higher\""), "{json}");
+    assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), report);
+    assert!(!serde_json::to_string(&one_metric(&base, &halved)).unwrap().contains("better"));
+}

@@ -114,6 +114,7 @@ mod tests {
             absolute: 0.005,
             relative: 0.05,
             group: "CLI".into(),
+            better: crate::stats::Better::Lower,
         }
     }
 

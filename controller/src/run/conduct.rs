@@ -136,6 +136,7 @@ fn settle_report(
         grow_report(report, plan, adapted);
     }
     finish(report, finished, disk.into_iter().chain(notes).collect(), dir);
+    report::distributions::define_recorded(report, plan);
     report.sandboxes.splice(0..0, earlier);
     reason
 }

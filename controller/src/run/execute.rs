@@ -124,7 +124,7 @@ pub(super) async fn execute(
     warnings.splice(0..0, run.notes.lock().map(|n| n.clone()).unwrap_or_default());
 
     let mut errors = run.errors.lock().map(|e| e.clone()).unwrap_or_default();
-    let (mut sides_data, dropped) = collect(dir, &measured(&sides), resumed.map(|r| &r.accounting), plan.max_metrics)?;
+    let (mut sides_data, dropped) = collect(dir, &measured(&sides), resumed.map(|r| &r.accounting), plan)?;
     warnings.extend(dropped);
     record_cpus(&run, &sides, &mut sides_data);
     let any_ready = {

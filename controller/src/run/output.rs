@@ -18,8 +18,9 @@ pub use crate::report::NoiseProfile;
 /// Trials a side's samples may have (far beyond any plan's); metrics are bounded by the spec's
 /// `[report] max_metrics`.
 const MAX_TRIAL: u32 = 100_000;
-/// Runs a trial's metric may have (a repeated command runs at most 10,000 times).
-const MAX_SAMPLE: u32 = 10_000;
+/// Samples a trial's metric may have (a repeated command runs at most 10,000 times; a
+/// distribution records at most `max_samples`, 100,000 by default, one per request).
+const MAX_SAMPLE: u32 = 100_000;
 
 /// A sandbox of this attempt as its samples are collected: its id and side, and what it said at
 /// Hello when it is a side's first sandbox of a pair (the side's facts are the first one's).
@@ -35,13 +36,16 @@ pub struct Measured {
 /// order). A resumed run (`resumed`: what its earlier attempts completed) also takes
 /// the samples of earlier attempts' sandboxes, only those each slot's first completion counts
 /// ([`Accounting::counts`]); this attempt's sandboxes count for the slots they ran. A side
-/// takes at most `max_metrics` metrics; the warning says how many more were dropped.
+/// takes at most `[report] max_metrics` metrics; the warning says how many more were dropped.
+/// A distribution's samples become each trial's percentiles and max
+/// ([`report::distributions::reduce_side`]).
 pub fn collect(
     dir: &Path,
     sandboxes: &[Measured],
     resumed: Option<&Accounting>,
-    max_metrics: usize,
+    plan: &Plan,
 ) -> anyhow::Result<(BTreeMap<sandbench_proto::Side, Side>, Option<String>)> {
+    let max_metrics = plan.max_metrics;
     let mut side_of_id: BTreeMap<String, sandbench_proto::Side> =
         sandboxes.iter().map(|s| (s.id.clone(), s.side)).collect();
     let current: std::collections::BTreeSet<String> = side_of_id.keys().cloned().collect();
@@ -98,6 +102,9 @@ pub fn collect(
                 Err(at) => samples.insert(at, new),
             }
         }
+    }
+    for side in out.values_mut() {
+        report::distributions::reduce_side(side, plan);
     }
     record_facts(dir, sandboxes, &mut out);
     Ok((out, dropped_warning(&dropped, max_metrics)))
@@ -220,6 +227,8 @@ pub fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Re
         for m in plan.metrics_of_phase(name) {
             expected.insert(m.clone(), if m == sandbench_proto::metric::DISK { 1 } else { n });
         }
+        // Judged beside them: each script's peak RSS (a distribution's facets take their stem's).
+        expected.extend(plan.peak_rss_keys(name).into_iter().map(|k| (k, n)));
     }
     Report {
         schema_version: report::SCHEMA_VERSION,

@@ -802,3 +802,30 @@ async fn a_run_that_requires_a_disk_bound_is_refused_before_any_sandbox_where_th
     assert_eq!(result.status, Status::Completed, "{:?}", result.report.errors);
     assert!(result.report.warnings.iter().any(|w| w.contains("disk_gb") && w.contains("not enforced")));
 }
+
+/// A whole run on the fake: `git_status` declared better higher (a rate, say) and halved on head
+/// is a regression everywhere the run says so; doubled, an improvement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metric_better_higher_that_halves_is_a_regression_from_the_terminal_to_the_comment() {
+    let text = format!("{}\n[metrics.git_status]\nbetter = \"higher\"\n", spec_toml());
+    for (factor, word, expected) in [(0.5, "regressed", Outcome::Regressed), (2.0, "improved", Outcome::Improved)] {
+        let (_dir, plan, opts) = setup_spec(1, &text);
+        assert_eq!(plan.metrics.iter().find(|d| d.key == "git_status").unwrap().better, crate::stats::Better::Higher);
+        let script = Script::for_plan(&plan).on("head", "runtime", None, Answer::Scale(factor));
+        let result = run_fake(opts, Arc::new(FakeProvisioner::new(script)), not_canceled()).await;
+        assert_eq!(outcome(&result.report, "git_status"), expected, "{factor}");
+        let row = result.ending.iter().find(|l| l.contains("Bash git status (wall)")).expect("the changed row");
+        let arrow = if factor < 1.0 { "↓ -" } else { "↑ +" };
+        assert!(row.trim_start().starts_with(word) && row.contains(arrow), "{:?}", result.ending);
+        let json = std::fs::read_to_string(result.dir.join("report.json")).unwrap();
+        assert!(json.contains("\"better\": \"higher\""), "{json}");
+        let md = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+        assert!(
+            md.contains(&format!(
+                "**Overall: {}",
+                if factor < 1.0 { "1 regressed" } else { "0 regressed · 1 improved" }
+            )),
+            "{md}"
+        );
+    }
+}

@@ -198,11 +198,52 @@ fn metrics(out: &mut String, plan: &Plan) {
     for m in &plan.metrics {
         let absolute = absolute(m);
         let relative = format!("{}%", super::numbers::number(m.relative * 100.0, 1, false));
+        let better = if m.better.is_lower() { "" } else { "  (higher is better)" };
         let _ = writeln!(
             out,
-            "  {:<key_width$} {:<title_width$} {:>unit_width$} {absolute:>abs_width$} {relative:>9}  {}",
+            "  {:<key_width$} {:<title_width$} {:>unit_width$} {absolute:>abs_width$} {relative:>9}  {}{better}",
             m.key, m.title, m.unit, m.group
         );
+    }
+    expansions(out, plan);
+}
+
+/// Each family with the keys it defines in this plan (or that it waits for the keys a run
+/// names), and each distribution with the facets judged in its place.
+fn expansions(out: &mut String, plan: &Plan) {
+    let families: Vec<_> = plan.definitions.blocks.iter().filter(|b| b.is_pattern()).collect();
+    if !families.is_empty() {
+        let _ = writeln!(
+            out,
+            "
+families ({}):",
+            families.len()
+        );
+    }
+    for family in families {
+        let keys: Vec<&str> = plan
+            .metrics
+            .iter()
+            .filter(|m| plan.definitions.block_of(&m.key).is_some_and(|(b, _)| b.key == family.key))
+            .map(|m| m.key.as_str())
+            .collect();
+        let named = if keys.is_empty() {
+            "no key of the spec yet: defines the keys a run's scripts name".to_string()
+        } else {
+            keys.join(", ")
+        };
+        let _ = writeln!(out, "  {} → {named}", family.key);
+    }
+    if !plan.agent.distributions.is_empty() {
+        let _ = writeln!(
+            out,
+            "
+distributions (each trial's samples reduced, R type 7):"
+        );
+    }
+    for (key, d) in &plan.agent.distributions {
+        let facets: Vec<String> = d.facets().into_iter().map(|f| MetricKey::new(key.as_str(), f).to_string()).collect();
+        let _ = writeln!(out, "  {key} → {}", facets.join(", "));
     }
 }
 

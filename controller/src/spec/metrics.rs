@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::Plan;
+use super::metrics_families::{self, Block, Definitions};
 use super::raw::RawMetric;
 use super::validate::Validator;
+use crate::stats::Better;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricDef {
@@ -26,6 +28,10 @@ pub struct MetricDef {
     /// Changes below this fraction of the base median are noise.
     pub relative: f64,
     pub group: String,
+    /// Which way is better (`better = "higher"` for throughput); left out of `report.json`
+    /// when lower, the default.
+    #[serde(default, skip_serializing_if = "Better::is_lower")]
+    pub better: Better,
 }
 
 /// (key, title, scale, unit, absolute, relative, group)
@@ -119,6 +125,7 @@ pub fn built_in(key: &str) -> Option<MetricDef> {
         absolute,
         relative,
         group: group.into(),
+        better: Better::Lower,
     })
 }
 
@@ -155,19 +162,22 @@ fn lens_def(plan: &Plan, stem: &str, facet: Facet, defs: &[MetricDef]) -> Metric
         absolute: 0.0,
         relative: LENS_RELATIVE,
         group: step.1,
+        better: Better::Lower,
     }
 }
 
 impl Validator<'_> {
-    /// Definitions for every metric the plan records: the spec's own, else the built-in ones.
+    /// Definitions for every metric the plan records (a distribution's facets in place of its
+    /// stem, and the peak RSS of every script), and the spec's blocks for the keys only a run
+    /// names. A key nothing defines is an error naming it.
     pub(super) fn metric_definitions(
         &mut self,
         plan: &Plan,
         raw: &BTreeMap<String, Spanned<RawMetric>>,
-    ) -> Vec<MetricDef> {
+    ) -> (Vec<MetricDef>, Definitions) {
         let mut produced: Vec<String> = Vec::new();
         for phase in Phase::ALL {
-            for m in plan.metrics_of_phase(phase) {
+            for m in plan.metrics_of_phase(phase).into_iter().chain(plan.peak_rss_keys(phase)) {
                 if produced.contains(&m) {
                     let line = self.line_of(&format!("\"{m}\""));
                     self.error_at(line, &format!("metrics.{m}"), "two steps record this metric; give each its own key");
@@ -176,96 +186,189 @@ impl Validator<'_> {
                 }
             }
         }
+        let definitions = self.blocks(raw);
         let mut defs: Vec<MetricDef> = Vec::new();
+        let mut used: BTreeSet<String> = BTreeSet::new();
         for key in &produced {
-            let (stem, facet) = MetricKey::split(key);
-            if facet.is_lens() && !raw.contains_key(key) {
-                let def = lens_def(plan, stem, facet, &defs);
-                defs.push(def);
+            let Some(def) = self.define(plan, &definitions, key, &defs) else { continue };
+            used.insert(key.clone());
+            match distribution_of(plan, key) {
+                None => defs.push(def),
+                Some(facets) => {
+                    // The stem is no judged row: its facets are, each defined from it.
+                    let stem = [def];
+                    for facet in facets {
+                        let facet_key = MetricKey::new(key.as_str(), facet).to_string();
+                        match definitions.resolve(&facet_key, &stem) {
+                            Ok(Some(d)) => defs.push(self.reconcile_unit(d, plan.observed_unit(key), &definitions)),
+                            Ok(None) => {}
+                            Err(why) => self.block_error(&definitions, &facet_key, why),
+                        }
+                        used.insert(facet_key);
+                    }
+                }
+            }
+        }
+        for block in definitions.blocks.iter().filter(|b| !b.is_pattern() && !used.contains(&b.key)) {
+            self.error_at(block.line, &format!("metrics.{}", block.key), "defined, but no phase records it");
+        }
+        (report_order(defs), definitions)
+    }
+
+    /// The definition of one recorded key, its unit reconciled with what the agent records.
+    fn define(&mut self, plan: &Plan, definitions: &Definitions, key: &str, defs: &[MetricDef]) -> Option<MetricDef> {
+        let (stem, facet) = MetricKey::split(key);
+        if facet.is_lens() && definitions.block_of(key).is_none() {
+            return Some(lens_def(plan, stem, facet, defs));
+        }
+        match definitions.resolve(key, defs) {
+            Ok(Some(mut def)) => {
+                // A script's peak RSS sits in its script's group, as its lens counts do.
+                if def.group == metrics_families::PEAK_RSS_GROUP && facet == Facet::MaxRss {
+                    def.group = lens_def(plan, stem, Facet::Instructions, defs).group;
+                }
+                Some(self.reconcile_unit(def, plan.observed_unit(key), definitions))
+            }
+            Ok(None) => {
+                let line = self.line_of(&format!("\"{key}\""));
+                self.error_at(line, &format!("metrics.{key}"), "this metric is recorded but not defined: add [metrics.KEY] with title, unit, scale, absolute and relative");
+                None
+            }
+            Err(why) => {
+                self.block_error(definitions, key, why);
+                None
+            }
+        }
+    }
+
+    fn block_error(&mut self, definitions: &Definitions, key: &str, why: String) {
+        let line = definitions.block_of(key).map_or_else(|| self.line_of(&format!("\"{key}\"")), |(b, _)| b.line);
+        let field = definitions.block_of(key).map_or_else(|| key.to_string(), |(b, _)| b.key.clone());
+        self.error_at(line, &format!("metrics.{field}"), why);
+    }
+
+    /// The spec's `[metrics]` blocks, their fields checked; a malformed pattern, a placeholder
+    /// beyond its `*`, or two patterns that can match one key with as many `*` are errors.
+    fn blocks(&mut self, raw: &BTreeMap<String, Spanned<RawMetric>>) -> Definitions {
+        let mut blocks: Vec<Block> = Vec::new();
+        for (key, r) in raw {
+            let field = format!("metrics.{key}");
+            if key.contains('*')
+                && let Some(why) = metrics_families::pattern_error(key)
+            {
+                self.error(r, &field, why);
                 continue;
             }
-            let built_in = built_in(key);
-            let def = match (raw.get(key), built_in) {
-                (Some(r), base) => self.metric(key, r, base),
-                (None, Some(base)) => Some(base),
-                (None, None) => {
-                    let line = self.line_of(&format!("\"{key}\""));
-                    self.error_at(line, &format!("metrics.{key}"), "this metric is recorded but not defined: add [metrics.KEY] with title, unit, scale, absolute and relative");
-                    None
-                }
+            let m = r.get_ref();
+            let block = Block {
+                key: key.clone(),
+                line: self.line(r.span().start),
+                unit_line: m.unit.as_ref().map(|u| self.line(u.span().start)),
+                scale_line: m.scale.as_ref().map(|u| self.line(u.span().start)),
+                title: m.title.clone(),
+                unit: m.unit.as_ref().map(|u| u.get_ref().clone()),
+                scale: m.scale.as_ref().map(|_| self.number(&m.scale, &format!("{field}.scale"), 0.0, 1e12, 1.0)),
+                absolute: m
+                    .absolute
+                    .as_ref()
+                    .map(|_| self.non_negative(&m.absolute, &format!("{field}.absolute"), 1e15, 0.0)),
+                relative: m
+                    .relative
+                    .as_ref()
+                    .map(|_| self.non_negative(&m.relative, &format!("{field}.relative"), 10.0, 0.2)),
+                group: m.group.clone(),
+                better: m.better.as_ref().map(|b| self.better(b, &field)),
             };
-            let observed = plan.observed_unit(key);
-            defs.extend(def.map(|def| self.reconcile_unit(def, observed, raw.get(key))));
+            if block.highest_placeholder() > block.stars() {
+                let why = format!("uses {{{}}} but the key has {} `*`", block.highest_placeholder(), block.stars());
+                self.error(r, &field, why);
+            }
+            blocks.push(block);
         }
-        let produced: BTreeSet<&String> = produced.iter().collect();
-        for (key, r) in raw {
-            if !produced.contains(key) {
-                self.error(r, &format!("metrics.{key}"), "defined, but no phase records it");
+        // In the order written, so the error is at the later of two clashing patterns.
+        blocks.sort_by_key(|b| b.line);
+        for (i, later) in blocks.iter().enumerate() {
+            let clash = blocks[..i].iter().find(|b| b.is_pattern() && b.stars() == later.stars() && b.overlaps(later));
+            if let Some(earlier) = clash {
+                self.error_at(
+                    later.line,
+                    &format!("metrics.{}", later.key),
+                    format!(
+                        "this family and \"{}\" (line {}) can both define the same key with as many `*`: make one more specific",
+                        earlier.key, earlier.line
+                    ),
+                );
             }
         }
-        report_order(defs)
+        Definitions { blocks }
+    }
+
+    /// `better = "lower" | "higher"`; anything else is an error on the field (and lower).
+    fn better(&mut self, given: &Spanned<String>, field: &str) -> Better {
+        match given.get_ref().as_str() {
+            "lower" => Better::Lower,
+            "higher" => Better::Higher,
+            other => {
+                self.error(
+                    given,
+                    &format!("{field}.better"),
+                    format!("expected \"lower\" or \"higher\", found {other:?}"),
+                );
+                Better::Lower
+            }
+        }
     }
 
     /// The scale that turns what the agent records (`observed`: seconds, bytes) into the
     /// metric's unit; an error on the unit when there is none, on `scale` when the spec's
     /// contradicts it. A script's metric (`observed` None) keeps the spec's scale.
-    fn reconcile_unit(
-        &mut self,
-        mut def: MetricDef,
-        observed: Option<&str>,
-        raw: Option<&Spanned<RawMetric>>,
-    ) -> MetricDef {
+    fn reconcile_unit(&mut self, mut def: MetricDef, observed: Option<&str>, definitions: &Definitions) -> MetricDef {
         let Some(observed) = observed else { return def };
         let field = format!("metrics.{}", def.key);
+        let block = definitions.block_of(&def.key).map(|(b, _)| b);
         match super::units::factor(observed, &def.unit) {
             Err(why) => {
-                let at = raw.and_then(|r| r.get_ref().unit.as_ref().map(|u| self.line(u.span().start)));
-                let line = at
-                    .or(raw.map(|r| self.line(r.span().start)))
-                    .unwrap_or_else(|| self.line_of(&format!("\"{}\"", def.key)));
+                let at = block.and_then(|b| b.unit_line.or(Some(b.line)));
+                let line = at.unwrap_or_else(|| self.line_of(&format!("\"{}\"", def.key)));
                 self.error_at(line, &format!("{field}.unit"), why);
             }
-            Ok(factor) => {
-                let given = raw.and_then(|r| r.get_ref().scale.as_ref());
-                match given {
-                    Some(scale) if (scale.get_ref() - factor).abs() > 1e-9 * factor => self.error(
-                        scale,
-                        &format!("{field}.scale"),
-                        format!(
-                            "scale {} does not turn {observed} into {}: that takes {factor}; leave `scale` out, the unit sets it",
-                            scale.get_ref(),
-                            def.unit
-                        ),
+            Ok(factor) => match block.and_then(|b| b.scale.zip(b.scale_line)) {
+                Some((scale, line)) if (scale - factor).abs() > 1e-9 * factor => self.error_at(
+                    line,
+                    &format!("{field}.scale"),
+                    format!(
+                        "scale {scale} does not turn {observed} into {}: that takes {factor}; leave `scale` out, the unit sets it",
+                        def.unit
                     ),
-                    _ => def.scale = factor,
-                }
-            }
+                ),
+                _ => def.scale = factor,
+            },
         }
         def
     }
+}
 
-    fn metric(&mut self, key: &str, r: &Spanned<RawMetric>, base: Option<MetricDef>) -> Option<MetricDef> {
-        let m = r.get_ref();
-        let field = format!("metrics.{key}");
-        let (Some(title), Some(unit)) = (
-            m.title.clone().or(base.as_ref().map(|b| b.title.clone())),
-            m.unit.as_ref().map(|u| u.get_ref().clone()).or(base.as_ref().map(|b| b.unit.clone())),
-        ) else {
-            self.error(r, &field, "expected a title and a unit");
-            return None;
-        };
-        let base_scale = base.as_ref().map_or(1.0, |b| b.scale);
-        let base_abs = base.as_ref().map_or(0.0, |b| b.absolute);
-        let base_rel = base.as_ref().map_or(0.2, |b| b.relative);
-        Some(MetricDef {
-            key: key.into(),
-            title,
-            unit,
-            scale: self.number(&m.scale, &format!("{field}.scale"), 0.0, 1e12, base_scale),
-            absolute: self.non_negative(&m.absolute, &format!("{field}.absolute"), 1e15, base_abs),
-            relative: self.non_negative(&m.relative, &format!("{field}.relative"), 10.0, base_rel),
-            group: m.group.clone().or(base.map(|b| b.group)).unwrap_or_else(|| "Metrics".into()),
-        })
+/// The facets a distribution's stem is judged by, when `key` is one (the plan's
+/// `distributions`, by its exact key or a family's pattern).
+pub fn distribution_of(plan: &Plan, key: &str) -> Option<Vec<Facet>> {
+    let all = &plan.agent.distributions;
+    let found = all.get(key).or_else(|| {
+        let families = all.keys().filter(|k| k.contains('*')).map(|k| Block::pattern(k));
+        families.filter(|b| b.captures(key).is_some()).min_by_key(Block::stars).and_then(|b| all.get(&b.key))
+    })?;
+    Some(found.facets()).filter(|f| !f.is_empty())
+}
+
+impl Plan {
+    /// The judged peak RSS keys of `phase`: each script's child tree (`script.<name>.maxrss`),
+    /// recorded beside it by the agent.
+    pub fn peak_rss_keys(&self, phase: Phase) -> Vec<String> {
+        let Some(section) = self.section(phase) else { return Vec::new() };
+        section
+            .scripts
+            .iter()
+            .map(|s| MetricKey::new(format!("script.{}", s.name), Facet::MaxRss).to_string())
+            .collect()
     }
 }
 
@@ -297,6 +400,7 @@ mod tests {
             absolute: 0.0,
             relative: 0.2,
             group: group.into(),
+            better: crate::stats::Better::Lower,
         };
         let produced: Vec<super::MetricDef> = ["bundle", "install", "cold", "warm", "rss", "disk", "kernel_exec"]
             .iter()

@@ -7,6 +7,9 @@ mod describe;
 mod expect;
 mod interaction;
 pub mod metrics;
+pub mod metrics_families;
+#[cfg(test)]
+mod metrics_tests;
 pub mod numbers;
 mod phases;
 mod raw;
@@ -231,6 +234,8 @@ pub struct Plan {
     pub agent: AgentPlan,
     /// Every metric the phases record, in report order, with its definition.
     pub metrics: Vec<MetricDef>,
+    /// The spec's `[metrics]` blocks, exact and families: what defines a key only a run names.
+    pub definitions: metrics_families::Definitions,
     pub cost: RateCard,
     /// The rule that decides each metric (`[report] rule`).
     pub rule: Rule,

@@ -399,6 +399,8 @@ pub struct RawMetric {
     pub absolute: Option<Spanned<f64>>,
     pub relative: Option<Spanned<f64>>,
     pub group: Option<String>,
+    /// `"lower"` (the default) or `"higher"`.
+    pub better: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

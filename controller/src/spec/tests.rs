@@ -76,11 +76,22 @@ fn the_examples_are_valid() {
     assert_eq!(prime.trials.install, 3);
     assert_eq!(prime.trials.measure, 10);
     assert_eq!(prime.agent.install.command.env["PRIME_AGENT_INSTALLER_PLAIN"], "1");
-    assert_eq!(prime.metrics.len(), 42);
+    // The reference's 42, and the judged peak RSS of its two transport scripts (issue 33).
+    assert_eq!(prime.metrics.len(), 44, "{:?}", prime.metrics.iter().map(|m| &m.key).collect::<Vec<_>>());
     assert_eq!((prime.trials.transport, prime.trials.ui), (10, 3));
     let prime_keys: Vec<&str> = prime.metrics.iter().map(|m| m.key.as_str()).collect();
     assert_eq!(prime_keys[..6], ["cold", "warm", "install", "bundle", "disk", "rss"]);
-    assert_eq!(prime_keys[17..21], ["switch_fetch", "frame_decode", "resume_large", "resume_large_cpu"]);
+    assert_eq!(
+        prime_keys[17..23],
+        [
+            "switch_fetch",
+            "frame_decode",
+            "script.switch_fetch.maxrss",
+            "script.frame_decode.maxrss",
+            "resume_large",
+            "resume_large_cpu"
+        ]
+    );
     assert_eq!(prime_keys.last(), Some(&"ui_rss"));
     assert!(prime.agent.harness["ui-fixtures.py"].contains("def catalog_fixture"));
     prime_transport_and_catalog_as_the_reference(&prime);

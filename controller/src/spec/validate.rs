@@ -114,8 +114,21 @@ impl Validator<'_> {
 
     pub(super) fn metric_key(&mut self, key: &Spanned<String>, field: &str) -> String {
         let k = key.get_ref();
-        if k.is_empty() || !k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        // Dot-separated segments (a matrix's `store.sqlite.ops`), none of them empty, the last
+        // no facet's name (`x.cpu` is the CPU time of `x`).
+        let segment =
+            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if k.is_empty() || !k.split('.').all(segment) {
             self.error(key, field, format!("expected a metric key of lowercase letters, digits and '_', got {k:?}"));
+        } else if MetricKey::facet_of(k) != Facet::Wall {
+            self.error(
+                key,
+                field,
+                format!(
+                    "{k:?} ends as a facet of {:?} does (`.cpu`, `.maxrss`, `.p95`, `.max`, …): name it otherwise",
+                    MetricKey::stem_of(k)
+                ),
+            );
         }
         k.clone()
     }
@@ -164,6 +177,8 @@ impl Validator<'_> {
                 .registries
                 .as_ref()
                 .map(|r| RegistryBridge { port: r.port, env: bridge_environment(r) }),
+            // Filled from the steps' `percentiles` and `max` (seeds-steps).
+            distributions: Default::default(),
         };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);
@@ -191,6 +206,7 @@ impl Validator<'_> {
             trials,
             agent,
             metrics: Vec::new(),
+            definitions: Default::default(),
             cost,
             rule,
             bisect,
@@ -198,7 +214,7 @@ impl Validator<'_> {
             min_floor,
             source_max_bytes: (source_max_mb * 1e6) as u64,
         };
-        plan.metrics = self.metric_definitions(&plan, &raw.metrics);
+        (plan.metrics, plan.definitions) = self.metric_definitions(&plan, &raw.metrics);
         (plan.trials.max_pairs, plan.trials.gate) = self.adaptive(&plan, &raw.trials);
         plan.sandbox.ttl = self.expiry(&plan, &raw.sandbox.ttl_minutes, ttl);
         plan

@@ -1,6 +1,7 @@
 //! Statistics, pure: the reference harness's comparison rule, and a paired verdict that uses the
 //! ABBA pairing of trials. Adaptive looks are in [`sequential`], distribution functions in
-//! [`dist`], floors from pooled A/A runs in [`pool`].
+//! [`dist`], floors from pooled A/A runs in [`pool`], a distribution's
+//! per-trial percentiles in [`reduce`].
 //!
 //! Reference rule (reference-harness.md §4.1): medians; spread = IQR with inclusive quartiles
 //! (R type 7, Python's `statistics.quantiles(method="inclusive")`) for n ≥ 4, range below;
@@ -29,6 +30,7 @@ mod counts;
 pub use counts::paired_counts;
 pub mod dist;
 pub mod pool;
+pub mod reduce;
 pub mod sequential;
 
 use serde::{Deserialize, Serialize};
@@ -76,6 +78,56 @@ pub enum Outcome {
     Inconclusive,
     Incomplete,
     Unavailable,
+}
+
+/// Which way a metric is better: lower (times, bytes, counts; the default) or higher
+/// (throughput, rates). Every verdict is first taken on head/base − 1 as if lower were better;
+/// [`Better::orient`] then names it for the metric, so a drop in throughput is a regression.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    #[default]
+    Lower,
+    Higher,
+}
+
+impl Better {
+    pub fn is_lower(&self) -> bool {
+        *self == Better::Lower
+    }
+
+    /// The spec's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Better::Lower => "lower",
+            Better::Higher => "higher",
+        }
+    }
+
+    /// A verdict taken on the increase, named for this metric: for [`Better::Higher`] an increase
+    /// beyond the floor is an improvement and a decrease a regression.
+    pub fn orient(self, verdict: Verdict) -> Verdict {
+        match (self, verdict) {
+            (Better::Higher, Verdict::Regressed) => Verdict::Improved,
+            (Better::Higher, Verdict::Improved) => Verdict::Regressed,
+            (_, v) => v,
+        }
+    }
+
+    /// An outcome taken on the increase, named for this metric (as [`Better::orient`]).
+    pub fn orient_outcome(self, outcome: Outcome) -> Outcome {
+        match (self, outcome) {
+            (Better::Higher, Outcome::Regressed) => Outcome::Improved,
+            (Better::Higher, Outcome::Improved) => Outcome::Regressed,
+            (_, o) => o,
+        }
+    }
+
+    /// The arrow of a decided change: where the value went (↑ up, ↓ down), whichever way is
+    /// better; the colour says which.
+    pub fn arrow(self, outcome: Outcome) -> &'static str {
+        if (outcome == Outcome::Regressed) == self.is_lower() { "↑" } else { "↓" }
+    }
 }
 
 /// The reference rule's comparison of one metric.

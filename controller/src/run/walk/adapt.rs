@@ -103,7 +103,7 @@ fn calibrating(skeleton: &Report, sequential: &Sequential, look: usize, next: Ne
 /// Look `sequential.look` on the samples the run directory holds so far.
 fn look_at(run: &Run, skeleton: &Report, sequential: &Sequential, sides: &[SideRun]) -> anyhow::Result<Next> {
     let resumed = run.resumed.as_ref().map(|r| &r.accounting);
-    let (mut data, _) = collect(run.station.dir(), &measured(sides), resumed, run.plan.max_metrics)?;
+    let (mut data, _) = collect(run.station.dir(), &measured(sides), resumed, &run.plan)?;
     let mut report = skeleton.clone();
     report.base_side = data.remove(&Side::Base).unwrap_or_default();
     report.head_side = data.remove(&Side::Head).unwrap_or_default();

@@ -246,10 +246,10 @@ shutdown = { type = "shutdown" }
 "#;
     let plan = parse(Path::new("bench.toml"), spec).unwrap();
     let scenario = &plan.agent.runtime.scenarios[0];
-    assert_eq!(scenario.ready_event, "ready");
+    assert_eq!(scenario.ready_event.as_deref(), Some("ready"));
     assert_eq!(scenario.shutdown, Some(serde_json::json!({"type": "shutdown"})));
     match &scenario.steps[0] {
-        ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes } => {
+        ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes, distribution: None } => {
             assert_eq!(metric.as_deref(), Some("kernel_exec"));
             assert_eq!(send, &serde_json::json!({"type": "execute", "code": "pass"}));
             assert_eq!((*repeat, *aggregate, output_bytes), (3, sandbench_proto::plan::Aggregate::Total, &None));

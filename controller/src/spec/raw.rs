@@ -422,8 +422,8 @@ pub struct RawSize {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDistribution {
-    pub percentiles: Option<Spanned<Vec<i64>>>,
-    pub max: Option<Spanned<bool>>,
+    pub percentiles: Option<Vec<i64>>,
+    pub max: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -237,9 +237,9 @@ impl Validator<'_> {
                     continue;
                 }
             };
-            let spanned = |v: Option<Spanned<Vec<i64>>>| v.map(|v| Spanned::new(table.span(), v.into_inner()));
-            let max = raw.max.map(|m| Spanned::new(table.span(), m.into_inner()));
-            if let Some(d) = self.distribution(&spanned(raw.percentiles), &max, &f) {
+            let percentiles = raw.percentiles.map(|v| Spanned::new(table.span(), v));
+            let max = raw.max.map(|m| Spanned::new(table.span(), m));
+            if let Some(d) = self.distribution(&percentiles, &max, &f) {
                 out.insert(key.clone(), d);
             }
         }
@@ -255,4 +255,201 @@ pub(super) struct ScriptExtras {
     pub max_samples: u32,
     pub fixture: Option<Step>,
     pub keep: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use sandbench_proto::plan::{Distribution, ScenarioStep};
+
+    use super::super::{SpecErrors, parse};
+
+    fn errors(text: &str) -> Vec<String> {
+        match parse(Path::new("bench.toml"), text) {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(SpecErrors(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    const SERVICE: &str = r#"name = "service"
+[install]
+command = "true"
+[[runtime.scenario]]
+name = "decide"
+command = ["node", "service.js"]
+id_field = "requestId"
+[[runtime.scenario.step]]
+kind = "request"
+metric = "handshake"
+send = { method = "handshake" }
+[[runtime.scenario.step]]
+kind = "batch"
+metric = "decide"
+send = { method = "decide", generation = "{{prev.stateGeneration}}", requestId = "d-{{i}}" }
+count = 256
+percentiles = [50, 95, 99]
+max = true
+expect = { kind = "result" }
+[[runtime.scenario.step]]
+kind = "size"
+metric = "state_bytes"
+path = "~/state/runtime-state.json*"
+[metrics.handshake]
+title = "Handshake"
+unit = "ms"
+[metrics.decide]
+title = "Decision latency"
+unit = "ms"
+[metrics.state_bytes]
+title = "State file"
+unit = "KiB"
+"#;
+
+    #[test]
+    fn a_service_scenario_has_replies_by_id_batches_and_sizes() {
+        let plan = parse(Path::new("bench.toml"), SERVICE).unwrap();
+        let scenario = &plan.agent.runtime.scenarios[0];
+        assert_eq!((scenario.id_field.as_deref(), scenario.ready_event.as_deref()), (Some("requestId"), None));
+        let ScenarioStep::Batch { metric, count, size, distribution, expect, .. } = &scenario.steps[1] else {
+            panic!("{:?}", scenario.steps[1]);
+        };
+        assert_eq!((metric.as_str(), *count, *size, expect.len()), ("decide", 256, 128, 1));
+        assert_eq!(distribution, &Some(Distribution { percentiles: vec![50, 95, 99], max: true }));
+        assert_eq!(
+            scenario.steps[2],
+            ScenarioStep::Size { metric: "state_bytes".into(), path: "~/state/runtime-state.json*".into() }
+        );
+        // Sizes are recorded in bytes, so KiB is a unit they convert to; latencies in seconds.
+        let def = |k: &str| plan.metrics.iter().find(|d| d.key == k).unwrap().clone();
+        assert_eq!((def("state_bytes").scale, def("decide").scale), (1.0 / 1024.0, 1000.0));
+        assert_eq!(
+            plan.agent.runtime.distributions(),
+            [("decide".to_string(), Distribution { percentiles: vec![50, 95, 99], max: true })]
+        );
+        // The default protocol is unchanged: a ready event "ready", no id field.
+        let plain = SERVICE.replace("id_field = \"requestId\"\n", "");
+        let plain = plain.replace("kind = \"batch\"", "kind = \"request\"\nrepeat = 2").replace("count = 256\n", "");
+        let plan = parse(Path::new("bench.toml"), &plain).unwrap();
+        let scenario = &plan.agent.runtime.scenarios[0];
+        assert_eq!((scenario.id_field.as_deref(), scenario.ready_event.as_deref()), (None, Some("ready")));
+    }
+
+    #[test]
+    fn batch_size_and_distribution_errors_name_line_and_field() {
+        let bad = SERVICE
+            .replace("count = 256", "count = 0\nsize = 9000")
+            .replace("percentiles = [50, 95, 99]", "percentiles = [95, 50]")
+            .replace("path = \"~/state/runtime-state.json*\"", "path = \"~/[\"")
+            .replace("metric = \"handshake\"\n", "metric = \"handshake\"\nrepeat = 3\nmax = false\n");
+        assert_eq!(
+            errors(&bad),
+            [
+                "bench.toml:12: runtime.scenario[0].step[0]: a distribution derives at least one percentile or `max = true`",
+                "bench.toml:18: runtime.scenario[0].step[1].count: expected a whole number from 1 to 1000000, got 0",
+                "bench.toml:19: runtime.scenario[0].step[1].size: expected a whole number from 1 to 4096, got 9000",
+                "bench.toml:20: runtime.scenario[0].step[1].percentiles: expected integers from 1 to 99 in ascending order, without repeats; got 50",
+                "bench.toml:26: runtime.scenario[0].step[2].path: not a valid glob: Pattern syntax error near position 2: invalid range pattern",
+                "bench.toml:33: metrics.state_bytes: defined, but no phase records it",
+            ]
+        );
+        let no_ready =
+            SERVICE.replace("id_field = \"requestId\"", "id_field = \"requestId\"\nstart_metric = \"handshake\"");
+        assert!(
+            errors(&no_ready).contains(
+                &"bench.toml:8: runtime.scenario[0].start_metric: timing the start needs `ready_event` (the event that says the child is ready)".to_string()
+            ),
+            "{:?}",
+            errors(&no_ready)
+        );
+        let missing = SERVICE.replace("path = \"~/state/runtime-state.json*\"\n", "").replace("count = 256\n", "");
+        assert_eq!(
+            errors(&missing),
+            [
+                "bench.toml:13: runtime.scenario[0].step[1].count: a batch step needs `count`: the requests it sends in all",
+                "bench.toml:20: runtime.scenario[0].step[2].path: a size step needs `path` (e.g. \"~/store/data.sqlite*\")",
+                "bench.toml:28: metrics.state_bytes: defined, but no phase records it",
+            ]
+        );
+    }
+
+    const LIBRARY: &str = r#"name = "library"
+[install]
+command = "true"
+[[runtime.script]]
+name = "store"
+run = "node store.js {backend} {rate}"
+metrics = ["ops", "commit_ms"]
+matrix = { backend = ["memory", "sqlite"], rate = ["low", "high"] }
+distributions = { commit_ms = { percentiles = [50, 99], max = true } }
+sizes = [{ metric = "stored", path = "~/store/{backend}*" }]
+fixture = "node make-input.js"
+keep = true
+"#;
+
+    fn library_metrics() -> String {
+        let mut text = String::from(LIBRARY);
+        for backend in ["memory", "sqlite"] {
+            for rate in ["low", "high"] {
+                for (k, unit) in [("ops", "ops/s"), ("commit_ms", "ms"), ("stored", "MB")] {
+                    text.push_str(&format!(
+                        "[metrics.\"store.{backend}.{rate}.{k}\"]\ntitle = \"{k}\"\nunit = \"{unit}\"\n"
+                    ));
+                }
+            }
+        }
+        text
+    }
+
+    #[test]
+    fn a_matrix_script_expands_its_keys_row_major_with_sizes_and_distributions() {
+        let plan = parse(Path::new("bench.toml"), &library_metrics()).unwrap();
+        let script = &plan.agent.runtime.scripts[0];
+        assert_eq!(script.matrix.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["backend", "rate"]);
+        assert_eq!(
+            script.keys()[..6],
+            [
+                "store.memory.low.ops",
+                "store.memory.low.commit_ms",
+                "store.memory.low.stored",
+                "store.memory.high.ops",
+                "store.memory.high.commit_ms",
+                "store.memory.high.stored"
+            ]
+        );
+        assert_eq!(script.keys().len(), 12);
+        assert!(script.keep && script.fixture.as_ref().is_some_and(|f| f.run == "node make-input.js"));
+        let distributions: Vec<String> = plan.agent.runtime.distributions().into_iter().map(|d| d.0).collect();
+        assert_eq!(
+            distributions,
+            [
+                "store.memory.low.commit_ms",
+                "store.memory.high.commit_ms",
+                "store.sqlite.low.commit_ms",
+                "store.sqlite.high.commit_ms"
+            ]
+        );
+        // Sizes are bytes (MB converts them); what the script prints keeps the spec's scale.
+        let def = |k: &str| {
+            plan.metrics.iter().find(|d| d.key == k).unwrap_or_else(|| panic!("{k}: {:?}", plan.metrics)).clone()
+        };
+        assert_eq!((def("store.sqlite.high.stored").scale, def("store.sqlite.high.ops").scale), (1e-6, 1.0));
+    }
+
+    #[test]
+    fn matrix_values_distributions_and_keep_are_checked() {
+        let bad = library_metrics()
+            .replace("rate = [\"low\", \"high\"]", "rate = [\"Low\", \"high\"], tools = []")
+            .replace("distributions = { commit_ms", "distributions = { latency = { max = true }, commit_ms")
+            .replace("fixture = \"node make-input.js\"\n", "");
+        let got = errors(&bad);
+        for want in [
+            "bench.toml:8: runtime.script[0].matrix.rate: a value is a key segment (lowercase letters, digits, '_', '-'), got \"Low\"",
+            "bench.toml:8: runtime.script[0].matrix.tools: expected a non-empty list of strings",
+            "bench.toml:9: runtime.script[0].distributions.latency: \"latency\" is not one of the script's `metrics`",
+            "bench.toml:5: runtime.script[0].keep: `keep = true` keeps a fixture: expected `fixture`",
+        ] {
+            assert!(got.contains(&want.to_string()), "{want}\n{got:#?}");
+        }
+    }
 }

@@ -275,7 +275,7 @@ fn step_label(step: &ScenarioStep) -> String {
         ScenarioStep::Request { .. } => "request".into(),
         ScenarioStep::Interrupt { metric, .. } => format!("interrupt → {metric}"),
         ScenarioStep::Memory { metric } => format!("memory → {metric}"),
-        ScenarioStep::Batch { metric, count, size, .. } => format!("batch {count} in {size}s → {metric}"),
+        ScenarioStep::Batch { metric, count, size, .. } => format!("batch {count} by {size} → {metric}"),
         ScenarioStep::Size { metric, path } => format!("size {path} → {metric}"),
         ScenarioStep::Cpu { metric } => format!("cpu → {metric}"),
         ScenarioStep::Restart { .. } => "restart".into(),

@@ -77,7 +77,14 @@ pub(super) fn section_limit_s(section: &Runtime) -> f64 {
                 runs * (c.step.timeout_s + c.prepare.as_ref().map_or(0.0, |p| p.timeout_s))
             })
             .sum::<f64>()
-        + section.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
+        + section
+            .scripts
+            .iter()
+            .map(|s| {
+                let children = sandbench_proto::plan::combinations(&s.matrix).len() as f64;
+                children * s.step.timeout_s + s.fixture.as_ref().map_or(0.0, |f| f.timeout_s)
+            })
+            .sum::<f64>()
 }
 
 /// A harness file's text: a relative path that stays inside the spec's folder once links are

@@ -390,7 +390,7 @@ pub struct Script {
     /// Run untimed as the script's user before the first trial that needs it (see `keep`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixture: Option<Step>,
-    /// The fixture runs once per sandbox into `$SANDBENCH_KEEP` ([`keep_dir`]), which is then
+    /// The fixture runs once per sandbox into `$SANDBENCH_KEEP` (under [`KEEP_ROOT`]), which is then
     /// made read-only to the users and left out of the trial sweep.
     #[serde(default, skip_serializing_if = "is_false")]
     pub keep: bool,
@@ -413,14 +413,10 @@ fn default_max_samples() -> u32 {
     DEFAULT_MAX_SAMPLES
 }
 
-/// Where a kept fixture of step `name` in phase `phase` lives: outside every home, scratch
-/// folder and temporary folder, so no trial sweep empties it.
-pub fn keep_dir(phase: &str, name: &str) -> String {
-    format!("{KEEP_ROOT}/{phase}/{name}")
-}
-
-/// The root of kept fixtures (`SANDBENCH_KEEP` is a folder under it).
-pub const KEEP_ROOT: &str = "/var/lib/sandbench/keep";
+/// The root of kept fixtures: `SANDBENCH_KEEP` is `<root>/<user>/<step name>`. Outside the
+/// agent's private state folder (so the users can read it) and every place a trial sweep
+/// empties (homes, `/tmp`, `/var/tmp`, `/dev/shm`, `/run/user`, `/run/lock`).
+pub const KEEP_ROOT: &str = "/var/lib/sandbench-keep";
 
 /// `RESULT` lines taken from one run of a script by default (`max_results_per_script`): far
 /// more than a bench reports, few enough that a flood costs the journal nothing.

@@ -71,6 +71,7 @@ fn is_kept(dir: &Path) -> bool {
 /// An empty folder for the fixture, the user's (whatever a failed attempt left is removed).
 fn fresh_folder(root: &Path, user: &User, name: &str) -> anyhow::Result<std::os::fd::OwnedFd> {
     std::fs::create_dir_all(root).with_context(|| format!("cannot make {}", root.display()))?;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755))?;
     let root_fd = safefs::open_dir(root)?;
     let parent = safefs::create_dirs(&root_fd, Path::new(&user.name), None)?;
     safefs::remove_entry(&parent, name.as_ref())?;

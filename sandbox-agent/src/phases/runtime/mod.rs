@@ -73,6 +73,7 @@ pub fn run_section(
             last_echo: None,
             recorded: BTreeSet::new(),
             prev_reply: None,
+            kept: None,
         };
         if let Err(err) = engine.run() {
             failures.push(format!("{}: {err:#}", scenario.name));
@@ -243,6 +244,8 @@ struct Engine<'a> {
     recorded: BTreeSet<String>,
     /// The last reply received (for `{{prev.…}}` templates), and its id.
     prev_reply: Option<(Value, String)>,
+    /// The scenario's kept fixture folder (`$SANDBENCH_KEEP`).
+    kept: Option<std::path::PathBuf>,
 }
 
 impl Engine<'_> {
@@ -345,7 +348,7 @@ impl Engine<'_> {
             let launch = Launch {
                 program: command[0].clone().into(),
                 args: command[1..].to_vec(),
-                env: common::user_env(self.user, &self.plan.env, &Default::default()),
+                env: self.child_env(),
                 cwd: workdir,
                 user: Some((self.user.uid, self.user.gid)),
             };
@@ -359,7 +362,7 @@ impl Engine<'_> {
         std::fs::create_dir_all(&stderr_dir)?;
         let launch = JsonlLaunch {
             command,
-            env: common::user_env(self.user, &self.plan.env, &Default::default()),
+            env: self.child_env(),
             cwd: workdir,
             user: Some((self.user.uid, self.user.gid)),
             stderr_path: Some(stderr_dir.join(format!("{}-{}-{generation}.stderr", self.scenario.name, self.trial))),

@@ -120,7 +120,7 @@ impl Engine<'_> {
             self.child()?.send(&request)?;
             let mut outstanding = Outstanding::from([(id.to_string(), (i, started))]);
             let (_, took, reply) = self.collect(&mut outstanding)?.pop().context("no reply")?;
-            check_expect(&reply, expect).with_context(|| format!("the reply to request {i} (id {id})"))?;
+            reply_expect(&reply, expect).with_context(|| format!("the reply to request {i} (id {id})"))?;
             self.prev_reply = Some((reply, id.to_string()));
             return Ok(took);
         }
@@ -212,7 +212,7 @@ impl Engine<'_> {
         for (i, took, reply) in &replies {
             let i = *i as u32;
             let id = reply.get(self.id_field()).cloned().unwrap_or_default();
-            check_expect(reply, expect)
+            reply_expect(reply, expect)
                 .with_context(|| format!("the reply to request {i} (id {id})"))
                 .map_err(|e| (i, e))?;
             self.ctx.sample(metric, self.trial, i, took.as_secs_f64(), "s");
@@ -230,6 +230,15 @@ impl Engine<'_> {
         self.record(metric, bytes as f64, "bytes");
         Ok(())
     }
+}
+
+/// A reply matched by id holds `expect` (fields or JSON pointers, as a socket's replies:
+/// [`crate::probes::expect`]).
+fn reply_expect(reply: &Value, expect: &Map<String, Value>) -> anyhow::Result<()> {
+    crate::probes::expect::check(reply, expect).map_err(|why| {
+        let shown: String = reply.to_string().chars().take(400).collect();
+        anyhow!("{why}: {shown}")
+    })
 }
 
 /// The apparent size of `path` for `user` (see [`size::apparent_size`]).

@@ -194,7 +194,7 @@ impl Child<'_> {
                 ctx.error(&key, self.trial, &why, "bytes");
                 continue;
             }
-            match size_of(user, cwd, &size.path) {
+            match size_of(user, cwd, &command_line(&size.path, self.combination)) {
                 Ok(bytes) => {
                     ctx.value(&key, self.trial, bytes as f64, "bytes");
                 }

@@ -163,3 +163,65 @@ async fn service_p99_three_times_slower_shows_in_the_slowest_requests_only() {
         assert!(!matches!(got, Outcome::Regressed | Outcome::Improved), "{key}: {got:?}");
     }
 }
+
+const BACKENDS: [&str; 3] = ["memory", "jsonl", "sqlite"];
+
+/// What both library runs check: every matrix child's keys, a trial each; commit latencies as
+/// samples; stored sizes (nothing in memory, a base's bytes on disk); the kept input
+/// read by every trial (a swept one would fail the later trials).
+fn check_library_side(side: &Side, trials: usize) {
+    for backend in BACKENDS {
+        for k in ["ops_per_s", "replay_ms", "stored"] {
+            let key = format!("rate.{backend}.{k}");
+            let got = per_trial(side, &key);
+            assert_eq!(got.len(), trials, "{key}");
+            assert!(got.iter().all(|t| t.len() == 1), "{key}: {got:?}");
+        }
+        let commits = per_trial(side, &format!("rate.{backend}.commit_ms"));
+        assert!(commits.iter().all(|t| !t.is_empty() && t.len() <= 2000), "{backend}: {:?}", commits.len());
+        let stored: Vec<f64> = per_trial(side, &format!("rate.{backend}.stored")).into_iter().map(|t| t[0]).collect();
+        match backend {
+            "memory" => assert!(stored.iter().all(|s| *s == 0.0), "{stored:?}"),
+            _ => assert!(stored.iter().all(|s| *s > 0.0), "{backend}: {stored:?}"),
+        }
+        let throughput = per_trial(side, &format!("throughput.{backend}.throughput_mb_s"));
+        assert_eq!(throughput.len(), trials, "{backend}");
+        // The companions of each child are its own (peak RSS of one process tree per child).
+        let rss = per_trial(side, &format!("script.throughput.{backend}.maxrss"));
+        assert!(rss.iter().all(|t| t[0] > 1e6), "{backend}: {rss:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn library_a_a_records_every_backend_of_the_matrix_with_sizes_and_a_kept_input() {
+    let repo = example_repo("library", 2, None);
+    let report = compare(repo.path(), "base").await;
+    for side in [&report.base_side, &report.head_side] {
+        check_library_side(side, 2);
+    }
+    // SQLite's file is whole pages: the same size whatever the round wrote.
+    let got = outcome(&report, "rate.sqlite.stored");
+    assert!(!matches!(got, Outcome::Regressed | Outcome::Improved), "A/A rate.sqlite.stored: {got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn library_throughput_halved_shows_in_the_throughput_only() {
+    // Each chunk is encoded twice: half the megabytes a second, the same stored bytes.
+    let double = |repo: &Path| {
+        let file = repo.join("bench.js");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let doubled = text.replace("const ENCODE_COPIES = 1;", "const ENCODE_COPIES = 2;");
+        assert_ne!(doubled, text, "the bench's ENCODE_COPIES changed");
+        std::fs::write(&file, doubled).unwrap();
+    };
+    let repo = example_repo("library", 2, Some(&double));
+    let report = compare(repo.path(), "head").await;
+    check_library_side(&report.base_side, 2);
+    check_library_side(&report.head_side, 2);
+    let of = |side: &Side, key: &str| median(per_trial(side, key).into_iter().map(|t| t[0]).collect());
+    let ratio = |key: &str| of(&report.head_side, key) / of(&report.base_side, key);
+    let memory = ratio("throughput.memory.throughput_mb_s");
+    assert!((0.3..0.75).contains(&memory), "memory throughput head/base {memory:.2}");
+    let got = outcome(&report, "rate.sqlite.stored");
+    assert!(!matches!(got, Outcome::Regressed | Outcome::Improved), "rate.sqlite.stored: {got:?}");
+}

@@ -86,6 +86,15 @@ impl Validator<'_> {
             })
             .collect();
         self.check_timers(&steps, field);
+        for (step, kind) in &steps {
+            if let (Channel::Socket, ScenarioStep::Request { distribution: Some(_), .. }) = (channel, step) {
+                self.error(
+                    kind,
+                    &format!("{field}.step"),
+                    "a socket's requests record a mean or a total: `percentiles` and `max` are for JSON lines",
+                );
+            }
+        }
         let fixture = self.fixture(r, field);
         let socket = self.socket(r, channel, field);
         let (ready_event, id_field) = self.replies(r, channel, field);

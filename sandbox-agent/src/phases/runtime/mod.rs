@@ -54,27 +54,7 @@ pub fn run_section(
         if ctx.canceled() {
             break;
         }
-        let mut engine = Engine {
-            ctx,
-            plan,
-            user,
-            base,
-            trial,
-            scenario,
-            child: None,
-            term: None,
-            socket: None,
-            next_id: 0,
-            last_action: Instant::now(),
-            at_action: keys::Snapshot::default(),
-            cpu_at_start: processes::cpu_seconds(Path::new("/proc"), user.uid),
-            spawned: None,
-            timer: None,
-            last_echo: None,
-            recorded: BTreeSet::new(),
-            prev_reply: None,
-            kept: None,
-        };
+        let mut engine = Engine::new(ctx, plan, user, base, trial, scenario);
         if let Err(err) = engine.run() {
             failures.push(format!("{}: {err:#}", scenario.name));
         }
@@ -246,6 +226,39 @@ struct Engine<'a> {
     prev_reply: Option<(Value, String)>,
     /// The scenario's kept fixture folder (`$SANDBENCH_KEEP`).
     kept: Option<std::path::PathBuf>,
+}
+
+impl<'a> Engine<'a> {
+    fn new(
+        ctx: &'a PhaseContext,
+        plan: &'a AgentPlan,
+        user: &'a User,
+        base: &'a Path,
+        trial: u32,
+        scenario: &'a Scenario,
+    ) -> Engine<'a> {
+        Engine {
+            ctx,
+            plan,
+            user,
+            base,
+            trial,
+            scenario,
+            child: None,
+            term: None,
+            socket: None,
+            next_id: 0,
+            last_action: Instant::now(),
+            at_action: keys::Snapshot::default(),
+            cpu_at_start: processes::cpu_seconds(Path::new("/proc"), user.uid),
+            spawned: None,
+            timer: None,
+            last_echo: None,
+            recorded: BTreeSet::new(),
+            prev_reply: None,
+            kept: None,
+        }
+    }
 }
 
 impl Engine<'_> {

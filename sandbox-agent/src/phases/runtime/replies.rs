@@ -246,3 +246,104 @@ pub(super) fn size_of(user: &crate::users::User, base: &Path, path: &str) -> any
     let full = common::expand(user, base, path);
     size::apparent_size_as(&full, user.uid, user.gid).with_context(|| format!("cannot read the size of {path}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use sandbench_proto::plan::{AgentPlan, Scenario};
+    use sandbench_proto::v1::{event, observation};
+    use serde_json::json;
+
+    use super::super::tests::context;
+    use super::*;
+    use crate::probes::jsonl::{JsonlChild, JsonlLaunch};
+
+    /// Reads three requests, then replies in reverse order (a log line first), each reply
+    /// carrying the request's id and a generation; then the same again, forever.
+    const REVERSING: &str = r#"
+import json, sys
+generation = 0
+while True:
+    batch = [json.loads(sys.stdin.readline()) for _ in range(3)]
+    print("a log line, not JSON", flush=True)
+    for request in reversed(batch):
+        generation += 1
+        print(json.dumps({"requestId": request["requestId"], "gen": generation, "echo": request}), flush=True)
+"#;
+
+    fn plan() -> AgentPlan {
+        serde_json::from_value(json!({
+            "source": {"kind": "none"},
+            "prepare": {"commands": []},
+            "install": {"command": {"run": "true", "timeout_s": 1.0}},
+            "measure": {"settle_s": 0.0},
+            "runtime": {},
+        }))
+        .unwrap()
+    }
+
+    fn scenario() -> Scenario {
+        serde_json::from_value(json!({
+            "name": "reversing", "command": ["python3"], "timeout_s": 5.0, "id_field": "requestId", "steps": [],
+        }))
+        .unwrap()
+    }
+
+    fn samples(rx: &mut tokio::sync::mpsc::Receiver<event::Body>) -> Vec<(u32, bool)> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .filter_map(|b| match b {
+                event::Body::Observation(o) if o.metric == "lat" => {
+                    Some((o.sample, matches!(o.outcome, Some(observation::Outcome::Value(v)) if v > 0.0)))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replies_in_any_order_are_matched_by_id_and_the_next_batch_uses_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ctx, mut rx) = context(dir.path());
+        let (plan, scenario) = (plan(), scenario());
+        let user = crate::users::User {
+            name: "root".into(),
+            uid: 0,
+            gid: 0,
+            home: dir.path().to_path_buf(),
+            shell: "/bin/sh".into(),
+        };
+        let mut engine = Engine::new(&ctx, &plan, &user, dir.path(), 7, &scenario);
+        let launch = JsonlLaunch {
+            command: vec!["python3".into(), "-c".into(), REVERSING.into()],
+            env: [("PATH".to_string(), "/usr/bin:/bin".to_string())].into(),
+            cwd: dir.path().to_path_buf(),
+            user: None,
+            stderr_path: None,
+            replies: true,
+        };
+        engine.child = Some(JsonlChild::spawn(&launch).unwrap());
+        let send = json!({"requestId": "r-{{trial}}-{{i}}", "after": "{{prev.gen}}", "n": "{{i}}"});
+        let expect: Map<String, Value> = serde_json::from_value(json!({"/echo/n": {"not": -1}})).unwrap();
+        // The first request names the previous reply, and none came yet: the step fails at
+        // request 0, naming why.
+        let err = engine.batch("lat", &send, 6, 3, &expect).unwrap_err();
+        assert!(format!("{err:#}").contains("no reply came before this request"), "{err:#}");
+        assert_eq!(samples(&mut rx), [(0, false)]);
+        // With a reply before: all six matched, the second batch built from the reply to the
+        // last request of the first (whatever order they came in).
+        engine.prev_reply = Some((json!({"gen": 0}), "start".into()));
+        engine.batch("lat", &send, 6, 3, &expect).unwrap();
+        assert_eq!(samples(&mut rx), (0..6).map(|i| (i, true)).collect::<Vec<_>>());
+        let (last, id) = engine.prev_reply.clone().unwrap();
+        assert_eq!(id, "\"r-7-5\"");
+        // Request 3 was built from request 2's reply: generation 1 (it was answered first).
+        assert_eq!(last["echo"]["after"], 1);
+        assert_eq!(last["echo"]["n"], 5);
+        // A reply that fails `expect` fails the step at its request, naming it.
+        let strict: Map<String, Value> = serde_json::from_value(json!({"/echo/n": 0})).unwrap();
+        let err = engine.batch("lat", &send, 3, 3, &strict).unwrap_err();
+        assert!(format!("{err:#}").starts_with("the reply to request 1 (id \"r-7-1\")"), "{err:#}");
+        if let Some(child) = engine.child.take() {
+            child.close(None);
+        }
+    }
+}

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 /// Total size of the release artifacts, bytes (prepare).
 pub const BUNDLE: &str = "bundle";
 /// The timed install command, seconds (install).
@@ -46,18 +48,23 @@ pub enum Facet {
     /// Instruction lens: estimated cycles, L1 hits + 5 × last-level hits + 35 × RAM accesses
     /// (the formula of iai-callgrind and gungraun), from callgrind's cache simulation.
     Cycles,
-    /// A distribution's median over a trial's samples.
-    P50,
-    /// A distribution's 95th percentile over a trial's samples.
-    P95,
-    /// A distribution's 99th percentile over a trial's samples.
-    P99,
+    /// A distribution's N-th percentile (1–99) over a trial's samples (`.p50`, `.p95`, …):
+    /// R type 7, linear between the closest ranks. Make one with [`Facet::percentile`].
+    Percentile(u8),
     /// A distribution's largest sample of a trial.
     Max,
 }
 
 impl Facet {
-    /// Every facet, the step's own figure first.
+    /// A distribution's median.
+    pub const P50: Facet = Facet::Percentile(50);
+    /// A distribution's 95th percentile.
+    pub const P95: Facet = Facet::Percentile(95);
+    /// A distribution's 99th percentile.
+    pub const P99: Facet = Facet::Percentile(99);
+
+    /// Every named facet and the usual percentiles, the step's own figure first (any percentile
+    /// 1–99 is a facet too).
     pub const ALL: [Facet; 13] = [
         Facet::Wall,
         Facet::Cpu,
@@ -83,7 +90,14 @@ impl Facet {
     /// What the instruction lens counts, judged as deterministic metrics.
     pub const LENS: [Facet; 2] = [Facet::Instructions, Facet::Cycles];
 
+    /// The N-th percentile, for N in 1–99; None otherwise.
+    pub const fn percentile(n: u8) -> Option<Facet> {
+        if matches!(n, 1..=99) { Some(Facet::Percentile(n)) } else { None }
+    }
+
     /// What follows the stem in the key: empty for [`Facet::Wall`], else a dot and the name.
+    /// A percentile outside 1–99 (which [`Facet::percentile`] never makes) prints as the
+    /// nearest one.
     pub const fn suffix(self) -> &'static str {
         match self {
             Facet::Wall => "",
@@ -95,9 +109,15 @@ impl Facet {
             Facet::Ivcsw => ".ivcsw",
             Facet::Instructions => ".instructions",
             Facet::Cycles => ".cycles",
-            Facet::P50 => ".p50",
-            Facet::P95 => ".p95",
-            Facet::P99 => ".p99",
+            Facet::Percentile(n) => {
+                PERCENTILE_SUFFIXES[if n == 0 {
+                    0
+                } else if n > 99 {
+                    98
+                } else {
+                    n as usize - 1
+                }]
+            }
             Facet::Max => ".max",
         }
     }
@@ -110,7 +130,7 @@ impl Facet {
             Facet::MaxRss => Some("bytes"),
             Facet::MinFlt | Facet::MajFlt | Facet::Vcsw | Facet::Ivcsw => Some(""),
             Facet::Instructions | Facet::Cycles => Some("count"),
-            Facet::Wall | Facet::P50 | Facet::P95 | Facet::P99 | Facet::Max => None,
+            Facet::Wall | Facet::Percentile(_) | Facet::Max => None,
         }
     }
 
@@ -122,6 +142,63 @@ impl Facet {
     /// Whether the instruction lens counts it ([`Facet::LENS`]).
     pub fn is_lens(self) -> bool {
         Facet::LENS.contains(&self)
+    }
+
+    /// Whether it is a distribution's reduction of a trial's samples (a percentile or the max).
+    pub fn is_distribution(self) -> bool {
+        matches!(self, Facet::Percentile(_) | Facet::Max)
+    }
+
+    /// The facet a key's end names, if any (`.cpu`, `.p90`, …); percentiles are `.p` and 1–99
+    /// without a leading zero.
+    fn of_suffix(key: &str) -> Option<(&str, Facet)> {
+        let named = Facet::ALL[1..].iter().filter(|f| !matches!(f, Facet::Percentile(_)));
+        let found = named.clone().find_map(|f| key.strip_suffix(f.suffix()).map(|stem| (stem, *f)));
+        found.or_else(|| {
+            let (stem, digits) = key.rsplit_once(".p")?;
+            let plain = !digits.is_empty() && digits.len() <= 2 && !digits.starts_with('0');
+            let n = digits.parse::<u8>().ok().filter(|_| plain && digits.bytes().all(|b| b.is_ascii_digit()))?;
+            Some((stem, Facet::percentile(n)?))
+        })
+    }
+}
+
+/// `.p1` … `.p99`: a percentile's suffix is as static as every other facet's.
+const PERCENTILE_SUFFIXES: [&str; 99] = [
+    ".p1", ".p2", ".p3", ".p4", ".p5", ".p6", ".p7", ".p8", ".p9", ".p10", ".p11", ".p12", ".p13", ".p14", ".p15",
+    ".p16", ".p17", ".p18", ".p19", ".p20", ".p21", ".p22", ".p23", ".p24", ".p25", ".p26", ".p27", ".p28", ".p29",
+    ".p30", ".p31", ".p32", ".p33", ".p34", ".p35", ".p36", ".p37", ".p38", ".p39", ".p40", ".p41", ".p42", ".p43",
+    ".p44", ".p45", ".p46", ".p47", ".p48", ".p49", ".p50", ".p51", ".p52", ".p53", ".p54", ".p55", ".p56", ".p57",
+    ".p58", ".p59", ".p60", ".p61", ".p62", ".p63", ".p64", ".p65", ".p66", ".p67", ".p68", ".p69", ".p70", ".p71",
+    ".p72", ".p73", ".p74", ".p75", ".p76", ".p77", ".p78", ".p79", ".p80", ".p81", ".p82", ".p83", ".p84", ".p85",
+    ".p86", ".p87", ".p88", ".p89", ".p90", ".p91", ".p92", ".p93", ".p94", ".p95", ".p96", ".p97", ".p98", ".p99",
+];
+
+/// A step whose metric is a distribution: one sample per request or operation, reduced per
+/// trial to these facets (`<metric>.p<N>`, `<metric>.max`), each judged from the pairs like any
+/// metric; the stem itself is then no judged row. Filled by the spec's validator from the step's
+/// `percentiles` and `max` ([`crate::plan::AgentPlan::distributions`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Distribution {
+    /// Percentiles, each 1–99, in the order the report shows them.
+    #[serde(default)]
+    pub percentiles: Vec<u8>,
+    /// The trial's largest sample too.
+    #[serde(default)]
+    pub max: bool,
+}
+
+impl Distribution {
+    /// The facets derived per trial: the percentiles in order (out-of-range ones left out), then
+    /// the max.
+    pub fn facets(&self) -> Vec<Facet> {
+        let mut out: Vec<Facet> = self.percentiles.iter().filter_map(|n| Facet::percentile(*n)).collect();
+        out.dedup();
+        if self.max {
+            out.push(Facet::Max);
+        }
+        out
     }
 }
 
@@ -142,10 +219,7 @@ impl MetricKey {
     /// The key's stem and facet, borrowed from the key: `cold.cpu` → (`cold`, [`Facet::Cpu`]),
     /// `cold` and `.cpu` → themselves and [`Facet::Wall`].
     pub fn split(key: &str) -> (&str, Facet) {
-        Facet::ALL[1..]
-            .iter()
-            .find_map(|f| key.strip_suffix(f.suffix()).filter(|stem| !stem.is_empty()).map(|stem| (stem, *f)))
-            .unwrap_or((key, Facet::Wall))
+        Facet::of_suffix(key).filter(|(stem, _)| !stem.is_empty()).unwrap_or((key, Facet::Wall))
     }
 
     pub fn parse(key: &str) -> MetricKey {
@@ -216,6 +290,15 @@ mod tests {
             ("latency.p95", "latency", Facet::P95),
             ("latency.p99", "latency", Facet::P99),
             ("latency.max", "latency", Facet::Max),
+            ("latency.p90", "latency", Facet::Percentile(90)),
+            ("latency.p1", "latency", Facet::Percentile(1)),
+            ("store.sqlite.high.commit_ms.p999", "store.sqlite.high.commit_ms.p999", Facet::Wall),
+            ("latency.p0", "latency.p0", Facet::Wall),
+            ("latency.p05", "latency.p05", Facet::Wall),
+            ("latency.p100", "latency.p100", Facet::Wall),
+            ("latency.p+5", "latency.p+5", Facet::Wall),
+            ("latency.p", "latency.p", Facet::Wall),
+            (".p50", ".p50", Facet::Wall),
             ("script.throughput.cpu", "script.throughput", Facet::Cpu),
             // Nothing but a suffix, or a near one, is a stem of its own.
             (".instructions", ".instructions", Facet::Wall),
@@ -263,15 +346,35 @@ mod tests {
         assert_eq!(Facet::LENS.map(|f| f.suffix()), [".instructions", ".cycles"]);
         assert!(Facet::LENS.iter().all(|f| f.is_lens() && !f.is_companion() && f.unit() == Some("count")));
         assert!(Facet::COMPANIONS.iter().all(|f| f.is_companion() && !f.is_lens()));
-        for facet in [Facet::Wall, Facet::P50, Facet::P95, Facet::P99, Facet::Max] {
+        for facet in [Facet::Wall, Facet::P50, Facet::P95, Facet::P99, Facet::Max, Facet::Percentile(7)] {
             assert!(!facet.is_companion() && !facet.is_lens() && facet.unit().is_none(), "{facet:?}");
         }
         assert_eq!(Facet::Wall.suffix(), "");
+        // Every percentile 1–99 is a facet of its own that round-trips; 0 and 100 are none.
+        for n in 1..=99u8 {
+            let facet = Facet::percentile(n).unwrap();
+            assert_eq!(facet.suffix(), format!(".p{n}"));
+            assert_eq!(MetricKey::parse(&format!("rt.p{n}")), MetricKey::new("rt", facet));
+            assert!(facet.is_distribution() && !facet.is_companion());
+        }
+        assert_eq!((Facet::percentile(0), Facet::percentile(100)), (None, None));
+        assert_eq!(Facet::P95, Facet::Percentile(95));
         // Every suffix is its facet's own: none ends another.
         for a in Facet::ALL[1..].iter() {
             for b in Facet::ALL[1..].iter().filter(|b| *b != a) {
                 assert!(!a.suffix().ends_with(b.suffix()), "{a:?} {b:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_distribution_names_its_facets_in_order() {
+        let d = super::Distribution { percentiles: vec![50, 95, 99, 0, 100], max: true };
+        assert_eq!(d.facets(), [Facet::P50, Facet::P95, Facet::P99, Facet::Max]);
+        let keys: Vec<String> = d.facets().into_iter().map(|f| MetricKey::new("rt", f).to_string()).collect();
+        assert_eq!(keys, ["rt.p50", "rt.p95", "rt.p99", "rt.max"]);
+        assert!(super::Distribution::default().facets().is_empty());
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(serde_json::from_str::<super::Distribution>(&json).unwrap(), d);
     }
 }

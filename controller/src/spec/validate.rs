@@ -159,6 +159,8 @@ impl Validator<'_> {
                 .registries
                 .as_ref()
                 .map(|r| RegistryBridge { port: r.port, env: bridge_environment(r) }),
+            // Filled from the steps' `percentiles` and `max` (seeds-steps).
+            distributions: Default::default(),
         };
         let cost = self.rates(&raw.cost);
         let rule = self.rule(&raw.report);

@@ -55,6 +55,12 @@ pub struct AgentPlan {
     /// `env` already).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registries: Option<RegistryBridge>,
+    /// Metrics whose steps record one sample per request or operation (key → what each trial's
+    /// samples reduce to), as their steps' `percentiles` and `max` ask. The agent sends every
+    /// sample (its `sample` index); the controller reduces them per trial. A key may be a
+    /// family's pattern (`store.*.commit_ms`) for keys only a script's output names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub distributions: BTreeMap<String, crate::metric::Distribution>,
 }
 
 /// The agent's end of the registry bridge: plain HTTP on `127.0.0.1:port`, each request carried

@@ -327,6 +327,8 @@ unit = "KiB"
             plan.agent.runtime.distributions(),
             [("decide".to_string(), Distribution { percentiles: vec![50, 95, 99], max: true })]
         );
+        // The plan tells the controller, which reduces each trial's samples.
+        assert_eq!(plan.agent.distributions.keys().collect::<Vec<_>>(), ["decide"]);
         // The default protocol is unchanged: a ready event "ready", no id field.
         let plain = SERVICE.replace("id_field = \"requestId\"\n", "");
         let plain = plain.replace("kind = \"batch\"", "kind = \"request\"\nrepeat = 2").replace("count = 256\n", "");
@@ -419,14 +421,14 @@ keep = true
         );
         assert_eq!(script.keys().len(), 12);
         assert!(script.keep && script.fixture.as_ref().is_some_and(|f| f.run == "node make-input.js"));
-        let distributions: Vec<String> = plan.agent.runtime.distributions().into_iter().map(|d| d.0).collect();
+        let distributions: Vec<&String> = plan.agent.distributions.keys().collect();
         assert_eq!(
             distributions,
             [
-                "store.memory.low.commit_ms",
                 "store.memory.high.commit_ms",
-                "store.sqlite.low.commit_ms",
-                "store.sqlite.high.commit_ms"
+                "store.memory.low.commit_ms",
+                "store.sqlite.high.commit_ms",
+                "store.sqlite.low.commit_ms"
             ]
         );
         // Sizes are bytes (MB converts them); what the script prints keeps the spec's scale.

@@ -3,19 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A metric whose step records one sample per request (or run, or `RESULT` array entry): the
-/// agent sends every sample as an observation with its `sample` index; the controller reduces
-/// each trial's samples to these facets (`<metric>.p<N>`, `<metric>.max`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Distribution {
-    /// Percentiles to derive, each 1–99, ascending, no repeats.
-    #[serde(default)]
-    pub percentiles: Vec<u8>,
-    /// Derive the trial's largest sample too.
-    #[serde(default)]
-    pub max: bool,
-}
+/// A metric recorded as a distribution of samples, and the facets its samples reduce to.
+pub use crate::metric::Distribution;
 
 /// The apparent size of a path, bytes, recorded as `metric`: regular files' `st_size` summed,
 /// folders walked, symlinks not followed. `path` may start with `~/` (the user's home) and may

@@ -154,6 +154,8 @@ fn step_mechanisms(step: &ScenarioStep, add: &mut impl FnMut(&str, bool)) {
         ScenarioStep::Collect { .. } => add("step.collect", true),
         ScenarioStep::Restart { .. } => add("step.restart", true),
         ScenarioStep::Settle { .. } => add("step.settle", true),
+        ScenarioStep::Batch { .. } => add("step.batch", true),
+        ScenarioStep::Size { .. } => add("step.size", true),
     }
 }
 

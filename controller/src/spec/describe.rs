@@ -279,8 +279,17 @@ fn section_lines(out: &mut String, section: &Runtime) {
             _ => "JSON lines".to_string(),
         };
         let _ = writeln!(out, "  scenario {} ({channel}): `{}`", scenario.name, scenario.command.join(" "));
+        if let Some(id) = &scenario.id_field {
+            let ready =
+                scenario.ready_event.as_deref().map_or("no ready event".to_string(), |e| format!("ready at {e:?}"));
+            let _ = writeln!(out, "    replies matched by {id:?}, in any order; {ready}");
+        }
         if let Some(fixture) = &scenario.fixture {
-            let _ = writeln!(out, "    fixture: $ {} (synced to disk before the child starts)", fixture.run);
+            let when = match scenario.keep {
+                true => fixture_words(true),
+                false => "synced to disk before the child starts",
+            };
+            let _ = writeln!(out, "    fixture: $ {} ({when})", fixture.run);
         }
         let steps: Vec<String> = scenario.steps.iter().map(step_label).collect();
         let _ = writeln!(out, "    steps: {}", steps.join(", "));
@@ -303,9 +312,40 @@ fn section_lines(out: &mut String, section: &Runtime) {
             s.metrics.join(", "),
             s.max_results
         );
+        script_extras(out, s);
         if s.instructions {
             let _ = writeln!(out, "    {}", lens_words("the script", &format!("script.{}", s.name)));
         }
+    }
+}
+
+/// When a fixture runs.
+fn fixture_words(keep: bool) -> &'static str {
+    match keep {
+        true => "once per sandbox into $SANDBENCH_KEEP, then read-only",
+        false => "before each trial, synced to disk",
+    }
+}
+
+/// A script's matrix (its children's keys), distributions, sizes and fixture.
+fn script_extras(out: &mut String, s: &sandbench_proto::plan::Script) {
+    if !s.matrix.is_empty() {
+        let params: Vec<String> = s.matrix.iter().map(|p| format!("{} = {}", p.name, p.values.join("|"))).collect();
+        let keys = s.keys();
+        let _ = writeln!(out, "    matrix {}: {} keys: {}", params.join(", "), keys.len(), keys.join(", "));
+    }
+    for (key, d) in &s.distributions {
+        let mut facets: Vec<String> = d.percentiles.iter().map(|p| format!("p{p}")).collect();
+        if d.max {
+            facets.push("max".into());
+        }
+        let _ = writeln!(out, "    {key}: samples (at most {} a trial) → {}", s.max_samples, facets.join(", "));
+    }
+    for size in &s.sizes {
+        let _ = writeln!(out, "    size {} → {} (after the script exits)", size.path, size.metric);
+    }
+    if let Some(fixture) = &s.fixture {
+        let _ = writeln!(out, "    fixture: $ {} ({})", fixture.run, fixture_words(s.keep));
     }
 }
 
@@ -316,6 +356,8 @@ fn step_label(step: &ScenarioStep) -> String {
         ScenarioStep::Request { .. } => "request".into(),
         ScenarioStep::Interrupt { metric, .. } => format!("interrupt → {metric}"),
         ScenarioStep::Memory { metric } => format!("memory → {metric}"),
+        ScenarioStep::Batch { metric, count, size, .. } => format!("batch {count} by {size} → {metric}"),
+        ScenarioStep::Size { metric, path } => format!("size {path} → {metric}"),
         ScenarioStep::Cpu { metric } => format!("cpu → {metric}"),
         ScenarioStep::Restart { .. } => "restart".into(),
         ScenarioStep::Settle { seconds } => format!("settle {seconds} s"),

@@ -77,6 +77,17 @@ const KEYS: &[&str] = &[
     "rule",
     "min_floor",
     "budget_usd",
+    "id_field",
+    "keep",
+    "path",
+    "count",
+    "size",
+    "percentiles",
+    "max",
+    "sizes",
+    "matrix",
+    "distributions",
+    "max_samples",
 ];
 
 const SECTIONS: &[&str] = &[

@@ -47,6 +47,7 @@ pub(super) fn section_limit_s(section: &Runtime) -> f64 {
             .iter()
             .map(|step| match step {
                 ScenarioStep::Request { repeat, .. } => f64::from(*repeat) * timeout_s,
+                ScenarioStep::Batch { count, size, .. } => f64::from(count.div_ceil(*size)) * timeout_s,
                 ScenarioStep::Settle { seconds } => *seconds,
                 ScenarioStep::Keys { keys, settle_s } => keys.len() as f64 * (settle_s + 0.1),
                 ScenarioStep::Retry { attempts, steps } => f64::from(*attempts) * steps_limit(steps, timeout_s),
@@ -56,6 +57,7 @@ pub(super) fn section_limit_s(section: &Runtime) -> f64 {
                 | ScenarioStep::Type { .. }
                 | ScenarioStep::StartTimer { .. }
                 | ScenarioStep::StopTimer { .. }
+                | ScenarioStep::Size { .. }
                 | ScenarioStep::Send { .. } => 0.0,
                 _ => timeout_s,
             })
@@ -75,7 +77,14 @@ pub(super) fn section_limit_s(section: &Runtime) -> f64 {
                 runs * (c.step.timeout_s + c.prepare.as_ref().map_or(0.0, |p| p.timeout_s))
             })
             .sum::<f64>()
-        + section.scripts.iter().map(|s| s.step.timeout_s).sum::<f64>()
+        + section
+            .scripts
+            .iter()
+            .map(|s| {
+                let children = sandbench_proto::plan::combinations(&s.matrix).len() as f64;
+                children * s.step.timeout_s + s.fixture.as_ref().map_or(0.0, |f| f.timeout_s)
+            })
+            .sum::<f64>()
 }
 
 /// A harness file's text: a relative path that stays inside the spec's folder once links are
@@ -367,7 +376,7 @@ impl Validator<'_> {
             | ScenarioStep::Type { .. }
             | ScenarioStep::WaitFor { .. }
             | ScenarioStep::Keys { .. } => Some((vec![Channel::Terminal], "channel = \"terminal\"")),
-            ScenarioStep::Interrupt { .. } => {
+            ScenarioStep::Interrupt { .. } | ScenarioStep::Batch { .. } => {
                 Some((vec![Channel::JsonLines], "a JSON-lines scenario (channel = \"jsonl\")"))
             }
             ScenarioStep::Request { .. } => {

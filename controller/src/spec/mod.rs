@@ -16,6 +16,7 @@ mod raw;
 pub mod registries;
 mod release;
 mod runtime;
+mod samples;
 pub mod units;
 mod validate;
 
@@ -500,11 +501,11 @@ impl Plan {
                     }
                     m.extend(section.commands.iter().map(|c| c.metric.clone()));
                     for s in &section.scripts {
-                        m.extend(s.metrics.iter().cloned());
+                        m.extend(s.keys());
                     }
                     let last_of_script = |stem: &str| {
                         let name = stem.strip_prefix("script.")?;
-                        section.scripts.iter().find(|s| s.name == name)?.metrics.last().cloned()
+                        section.scripts.iter().find(|s| s.name == name)?.keys().last().cloned()
                     };
                     return Self::with_lens_keys(m, &self.lens_stems_of_phase(phase), last_of_script);
                 }

@@ -299,6 +299,11 @@ pub struct RawScenario {
     pub fixture_timeout_s: Option<Spanned<f64>>,
     /// Channel `socket`: where the daemon listens and how it speaks.
     pub socket: Option<Spanned<RawSocket>>,
+    /// JSON lines: replies matched by this field, in any order, with no `event` field.
+    pub id_field: Option<Spanned<String>>,
+    /// The fixture runs once per sandbox into `$SANDBENCH_KEEP`.
+    #[serde(default)]
+    pub keep: bool,
     #[serde(default)]
     pub step: Vec<Spanned<RawStep>>,
 }
@@ -357,6 +362,14 @@ pub struct RawStep {
     pub at: Option<Spanned<String>>,
     /// `send` / `collect`: the tag the replies are kept under.
     pub tag: Option<Spanned<String>>,
+    /// `size`: the path whose apparent size is recorded.
+    pub path: Option<Spanned<String>>,
+    /// `batch`: requests in all, and how many are sent without waiting.
+    pub count: Option<Spanned<i64>>,
+    pub size: Option<Spanned<i64>>,
+    /// `request` (with `repeat`) and `batch`: facets of the distribution of their latencies.
+    pub percentiles: Option<Spanned<Vec<i64>>>,
+    pub max: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -373,6 +386,9 @@ pub struct RawRepeated {
     /// Run once more under the instruction lens.
     #[serde(default)]
     pub instructions: bool,
+    /// Facets of the distribution of the timed runs.
+    pub percentiles: Option<Spanned<Vec<i64>>>,
+    pub max: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -388,6 +404,32 @@ pub struct RawScript {
     /// Run once more under the instruction lens.
     #[serde(default)]
     pub instructions: bool,
+    /// Sizes read after the script exits: `[{ metric, path }]`.
+    pub sizes: Option<Vec<Spanned<RawSize>>>,
+    /// Parameters: one child per combination.
+    pub matrix: Option<Spanned<toml::Table>>,
+    /// Keys whose RESULT value may be an array of samples, and their facets.
+    pub distributions: Option<Spanned<toml::Table>>,
+    pub max_samples: Option<Spanned<i64>>,
+    /// Run untimed before the first trial that needs it; with `keep`, once per sandbox.
+    pub fixture: Option<Spanned<String>>,
+    pub fixture_timeout_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub keep: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSize {
+    pub metric: Spanned<String>,
+    pub path: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDistribution {
+    pub percentiles: Option<Vec<i64>>,
+    pub max: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

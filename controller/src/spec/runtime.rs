@@ -88,14 +88,29 @@ impl Validator<'_> {
             })
             .collect();
         self.check_timers(&steps, field);
+        for (step, kind) in &steps {
+            if let (Channel::Socket, ScenarioStep::Request { distribution: Some(_), .. }) = (channel, step) {
+                self.error(
+                    kind,
+                    &format!("{field}.step"),
+                    "a socket's requests record a mean or a total: `percentiles` and `max` are for JSON lines",
+                );
+            }
+        }
         let fixture = self.fixture(r, field);
         let socket = self.socket(r, channel, field);
+        let (ready_event, id_field) = self.replies(r, channel, field);
+        if r.keep && fixture.is_none() {
+            self.error(&r.name, &format!("{field}.keep"), "`keep = true` keeps a fixture: expected `fixture`");
+        }
         Scenario {
             name: r.name.get_ref().clone(),
             channel,
             command: r.command.get_ref().clone(),
             cwd,
-            ready_event: r.ready_event.clone().unwrap_or_else(|| "ready".into()),
+            ready_event,
+            id_field,
+            keep: r.keep,
             start_metric,
             timeout_s,
             shutdown: r.shutdown.as_ref().map(json),
@@ -110,6 +125,19 @@ impl Validator<'_> {
         let repeat = self.count(&r.repeat, &format!("{field}.repeat"), 1, 10_000, 1) as u32;
         let warmup = self.count(&r.warmup, &format!("{field}.warmup"), 0, 10_000, 0) as u32;
         let aggregate = self.aggregate(&r.aggregate, &format!("{field}.aggregate"), Aggregate::Samples);
+        let distribution = self.distribution(&r.percentiles, &r.max, field);
+        if distribution.is_some() {
+            if repeat < 2 {
+                self.error(&r.metric, &format!("{field}.repeat"), "a distribution needs `repeat` of 2 or more");
+            }
+            if let Some(a) = r.aggregate.as_ref().filter(|_| aggregate != Aggregate::Samples) {
+                self.error(
+                    a,
+                    &format!("{field}.aggregate"),
+                    "a distribution's runs are samples: leave `aggregate` out",
+                );
+            }
+        }
         let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 3600.0, 60.0);
         let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
         if r.run.trim().is_empty() {
@@ -130,6 +158,7 @@ impl Validator<'_> {
             warmup,
             prepare,
             instructions: r.instructions,
+            distribution,
         }
     }
 
@@ -151,6 +180,7 @@ impl Validator<'_> {
                 "a script read by `value_field` reports exactly one metric",
             );
         }
+        let extras = self.script_extras(r, field);
         Script {
             name: r.name.get_ref().clone(),
             step: Step { run: r.run.clone(), cwd, timeout_s, env: BTreeMap::new() },
@@ -158,6 +188,12 @@ impl Validator<'_> {
             value_field: r.value_field.clone(),
             instructions: r.instructions,
             max_results,
+            sizes: extras.sizes,
+            matrix: extras.matrix,
+            distributions: extras.distributions,
+            max_samples: extras.max_samples,
+            fixture: extras.fixture,
+            keep: extras.keep,
         }
     }
 
@@ -221,6 +257,8 @@ impl Validator<'_> {
                 Some(ScenarioStep::Type { text })
             }
             "restart" => Some(ScenarioStep::Restart { metric }),
+            "size" => self.size_step(r, field, metric),
+            "batch" => self.batch_step(r, field, metric),
             "settle" => {
                 let seconds = self.number(&r.seconds, &format!("{field}.seconds"), 0.0, 3600.0, 1.0);
                 Some(ScenarioStep::Settle { seconds })
@@ -232,8 +270,8 @@ impl Validator<'_> {
                         &r.kind,
                         &format!("{field}.kind"),
                         format!(
-                            "expected request, interrupt, memory, cpu, restart, settle, ready, type, keys, wait_for, \
-                             retry, start_timer, stop_timer, send or collect, got {other:?}"
+                            "expected request, batch, interrupt, memory, cpu, size, restart, settle, ready, type, keys, \
+                             wait_for, retry, start_timer, stop_timer, send or collect, got {other:?}"
                         ),
                     );
                     None
@@ -261,13 +299,59 @@ impl Validator<'_> {
             .output_bytes
             .as_ref()
             .map(|b| self.count(&Some(b.clone()), &format!("{field}.output_bytes"), 0, i64::MAX, 0) as u64);
+        let repeat = self.count(&r.repeat, &format!("{field}.repeat"), 1, 100_000, 1) as u32;
+        let distribution = self.distribution(&r.percentiles, &r.max, field);
+        if distribution.is_some() {
+            if metric.is_none() || repeat < 2 {
+                self.error(&r.kind, field, "a distribution needs `metric` and `repeat` of 2 or more");
+            }
+            if let Some(a) = &r.aggregate {
+                self.error(
+                    a,
+                    &format!("{field}.aggregate"),
+                    "a distribution's requests are samples: leave `aggregate` out",
+                );
+            }
+        }
         Some(ScenarioStep::Request {
             metric,
             send,
-            repeat: self.count(&r.repeat, &format!("{field}.repeat"), 1, 100_000, 1) as u32,
+            repeat,
             aggregate: self.aggregate(&r.aggregate, &format!("{field}.aggregate"), Aggregate::Mean),
             expect: self.step_expect(r, field),
             output_bytes,
+            distribution,
         })
+    }
+
+    /// The ready event and the reply id field of a JSON-lines scenario: without `id_field`,
+    /// `ready_event` defaults to "ready"; with it, no ready event unless one is named (then a
+    /// `start_metric` needs one).
+    fn replies(&mut self, r: &RawScenario, channel: Channel, field: &str) -> (Option<String>, Option<String>) {
+        let Some(id) = &r.id_field else {
+            return (Some(r.ready_event.clone().unwrap_or_else(|| "ready".into())), None);
+        };
+        let name = id.get_ref().trim();
+        if channel != Channel::JsonLines {
+            self.error(
+                id,
+                &format!("{field}.id_field"),
+                "`id_field` is for JSON-lines scenarios (a socket names its own)",
+            );
+        } else if name.is_empty() || name.len() > 128 {
+            self.error(
+                id,
+                &format!("{field}.id_field"),
+                "expected the name of the field replies carry the request id in",
+            );
+        }
+        if let (None, Some(m)) = (&r.ready_event, &r.start_metric) {
+            self.error(
+                m,
+                &format!("{field}.start_metric"),
+                "timing the start needs `ready_event` (the event that says the child is ready)",
+            );
+        }
+        (r.ready_event.clone(), Some(name.to_string()))
     }
 }

@@ -228,7 +228,7 @@ unit = "s"
             "bench.toml:14: install.checks[2].prefix: expected two hex digits after \\x, got \"ZZ\"",
             "bench.toml:16: measure.startup: expected the command line of the program, e.g. [\"demo\"]",
             "bench.toml:21: runtime.scenario[0].step[0]: an interrupt step needs `send`, `marker` and `interrupt`",
-            "bench.toml:24: runtime.scenario[0].step[1].kind: expected request, interrupt, memory, cpu, restart, settle, ready, type, keys, wait_for, retry, start_timer, stop_timer, send or collect, got \"teleport\"",
+            "bench.toml:24: runtime.scenario[0].step[1].kind: expected request, batch, interrupt, memory, cpu, size, restart, settle, ready, type, keys, wait_for, retry, start_timer, stop_timer, send or collect, got \"teleport\"",
             "bench.toml:26: runtime.command[0].metric: expected a metric key of lowercase letters, digits and '_', got \"Git-Status\"",
             "bench.toml:26: metrics.Git-Status: this metric is recorded but not defined: add [metrics.KEY] with title, unit, scale, absolute and relative",
             "bench.toml:28: runtime.command[0].aggregate: expected \"samples\", \"mean\" or \"total\", got \"median\"",
@@ -257,10 +257,10 @@ shutdown = { type = "shutdown" }
 "#;
     let plan = parse(Path::new("bench.toml"), spec).unwrap();
     let scenario = &plan.agent.runtime.scenarios[0];
-    assert_eq!(scenario.ready_event, "ready");
+    assert_eq!(scenario.ready_event.as_deref(), Some("ready"));
     assert_eq!(scenario.shutdown, Some(serde_json::json!({"type": "shutdown"})));
     match &scenario.steps[0] {
-        ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes } => {
+        ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes, distribution: None } => {
             assert_eq!(metric.as_deref(), Some("kernel_exec"));
             assert_eq!(send, &serde_json::json!({"type": "execute", "code": "pass"}));
             assert_eq!((*repeat, *aggregate, output_bytes), (3, sandbench_proto::plan::Aggregate::Total, &None));

@@ -94,8 +94,16 @@ impl Plan {
                 let sized = [metric::BUNDLE, metric::DISK, metric::RSS, metric::PSS].contains(&key);
                 return Some(if sized { BYTES } else { "s" });
             };
-            if section.scripts.iter().any(|s| s.metrics.iter().any(|m| m == key)) {
-                return None;
+            for script in &section.scripts {
+                for combination in sandbench_proto::plan::combinations(&script.matrix) {
+                    let key_of = |k: &String| sandbench_proto::plan::child_key(&script.name, &combination, k) == key;
+                    if script.sizes.iter().any(|s| key_of(&s.metric)) {
+                        return Some(BYTES);
+                    }
+                    if script.metrics.iter().any(key_of) {
+                        return None;
+                    }
+                }
             }
             let memory = section.scenarios.iter().any(|s| steps_record_memory(&s.steps, key));
             return Some(if memory { BYTES } else { "s" });
@@ -106,7 +114,7 @@ impl Plan {
 
 fn steps_record_memory(steps: &[ScenarioStep], key: &str) -> bool {
     steps.iter().any(|step| match step {
-        ScenarioStep::Memory { metric } => metric == key,
+        ScenarioStep::Memory { metric } | ScenarioStep::Size { metric, .. } => metric == key,
         ScenarioStep::Retry { steps, .. } => steps_record_memory(steps, key),
         _ => false,
     })

@@ -161,7 +161,7 @@ impl Validator<'_> {
             trials.ui = 0;
         }
         let harness = self.harness(&raw.harness);
-        let agent = AgentPlan {
+        let mut agent = AgentPlan {
             source: Source::None,
             prepare,
             install,
@@ -196,6 +196,11 @@ impl Validator<'_> {
         );
         let source_max_mb =
             self.number(&raw.source.max_mb, "source.max_mb", 0.0, 1_000_000.0, super::DEFAULT_SOURCE_MAX_MB);
+        // The metrics the steps record as distributions (their `percentiles` and `max`).
+        agent.distributions = [&agent.runtime, &agent.transport, &agent.ui]
+            .into_iter()
+            .flat_map(sandbench_proto::plan::Runtime::distributions)
+            .collect();
         let ttl = sandbox.ttl;
         sandbox.ttl = Duration::ZERO;
         let mut plan = Plan {

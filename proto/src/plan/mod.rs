@@ -359,6 +359,9 @@ pub struct RepeatedCommand {
     /// Run once more per trial under the instruction lens (`crate::lens`), untimed.
     #[serde(default, skip_serializing_if = "is_false")]
     pub instructions: bool,
+    /// Each timed run is a sample of a distribution (`aggregate` is then `samples`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<Distribution>,
 }
 
 /// A command whose `RESULT {json}` lines become metrics.
@@ -379,7 +382,50 @@ pub struct Script {
     /// `RESULT` lines taken from one run; the agent drops the rest and says how many.
     #[serde(default = "default_max_results")]
     pub max_results: u32,
+    /// Sizes read after the script exits (after each matrix child), as its user.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<SizeSpec>,
+    /// One child per combination (`{name}` substituted in `run`, `SANDBENCH_PARAM_<NAME>` in its
+    /// environment); its keys become `<script>.<v1>.<v2>….<key>` ([`child_key`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matrix: Vec<MatrixParam>,
+    /// Keys (as the script prints them) whose `RESULT` value may be an array of samples.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub distributions: BTreeMap<String, Distribution>,
+    /// Samples taken of one distribution key per trial (per matrix child); past it the step
+    /// fails, naming it.
+    #[serde(default = "default_max_samples")]
+    pub max_samples: u32,
+    /// Run untimed as the script's user before the first trial that needs it (see `keep`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixture: Option<Step>,
+    /// The fixture runs once per sandbox into `$SANDBENCH_KEEP` (under [`KEEP_ROOT`]), which is then
+    /// made read-only to the users and left out of the trial sweep.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub keep: bool,
 }
+
+impl Script {
+    /// The keys the script records (its metrics and sizes, per matrix child), in order.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys = Vec::new();
+        for combination in combinations(&self.matrix) {
+            for k in self.metrics.iter().chain(self.sizes.iter().map(|s| &s.metric)) {
+                keys.push(child_key(&self.name, &combination, k));
+            }
+        }
+        keys
+    }
+}
+
+fn default_max_samples() -> u32 {
+    DEFAULT_MAX_SAMPLES
+}
+
+/// The root of kept fixtures: `SANDBENCH_KEEP` is `<root>/<user>/<step name>`. Outside the
+/// agent's private state folder (so the users can read it) and every place a trial sweep
+/// empties (homes, `/tmp`, `/var/tmp`, `/dev/shm`, `/run/user`, `/run/lock`).
+pub const KEEP_ROOT: &str = "/var/lib/sandbench-keep";
 
 /// `RESULT` lines taken from one run of a script by default (`max_results_per_script`): far
 /// more than a bench reports, few enough that a flood costs the journal nothing.
@@ -451,8 +497,18 @@ pub struct Scenario {
     pub command: Vec<String>,
     #[serde(default)]
     pub cwd: Option<String>,
-    /// The first event must have `event == ready_event`.
-    pub ready_event: String,
+    /// The first event must have `event == ready_event`; None (only with `id_field`): the child
+    /// counts as started when spawned.
+    #[serde(default)]
+    pub ready_event: Option<String>,
+    /// Replies are matched by this field (a request's id, any JSON value), in any order, and
+    /// need no `event` field; other lines only go to the transcript. None: the `event`/`id`/
+    /// `done` protocol ([`jsonl`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_field: Option<String>,
+    /// The fixture runs once per sandbox into `$SANDBENCH_KEEP` (see [`Script::keep`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub keep: bool,
     /// Metric for spawn → ready, if any.
     #[serde(default)]
     pub start_metric: Option<String>,
@@ -490,7 +546,25 @@ pub enum ScenarioStep {
         /// Total bytes of `text` in output events of each request must equal this.
         #[serde(default)]
         output_bytes: Option<u64>,
+        /// Each request's latency is a sample of a distribution.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        distribution: Option<Distribution>,
     },
+    /// JSON lines: `count` requests built from `send`, `size` at a time sent without waiting;
+    /// the next batch is built once every reply of this one came. Each request's latency
+    /// (send → reply) is a sample of `metric`; every reply must include `expect`.
+    Batch {
+        metric: String,
+        send: serde_json::Value,
+        count: u32,
+        size: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        distribution: Option<Distribution>,
+        #[serde(default)]
+        expect: serde_json::Map<String, serde_json::Value>,
+    },
+    /// The apparent size of a path at this point, bytes, read as the scenario's user.
+    Size { metric: String, path: String },
     /// Send `send`, wait for an output event of it containing `marker`, then time sending
     /// `interrupt` (with the same id) until its done event, which must include `expect`.
     Interrupt {
@@ -594,9 +668,11 @@ impl ScenarioStep {
             | ScenarioStep::Restart { metric }
             | ScenarioStep::Ready { metric }
             | ScenarioStep::WaitFor { metric, .. } => metric.as_deref(),
-            ScenarioStep::Interrupt { metric, .. } | ScenarioStep::Memory { metric } | ScenarioStep::Cpu { metric } => {
-                Some(metric)
-            }
+            ScenarioStep::Interrupt { metric, .. }
+            | ScenarioStep::Memory { metric }
+            | ScenarioStep::Cpu { metric }
+            | ScenarioStep::Batch { metric, .. }
+            | ScenarioStep::Size { metric, .. } => Some(metric),
             ScenarioStep::StartTimer { metric, .. } => metric.as_deref(),
             ScenarioStep::Settle { .. }
             | ScenarioStep::Type { .. }
@@ -633,6 +709,44 @@ impl Scenario {
 
 mod interaction;
 pub use interaction::{CountRule, SocketSpec, keys};
+mod samples;
+pub use samples::{
+    DEFAULT_MAX_SAMPLES, Distribution, MatrixParam, SizeSpec, child_key, child_stem, combinations, is_segment,
+};
+
+impl Runtime {
+    /// The metrics of this section recorded as distributions, and the facets to derive of each
+    /// (for the controller's reduction).
+    pub fn distributions(&self) -> Vec<(String, Distribution)> {
+        fn of_steps(steps: &[ScenarioStep], out: &mut Vec<(String, Distribution)>) {
+            for step in steps {
+                match step {
+                    ScenarioStep::Request { metric: Some(m), distribution: Some(d), .. }
+                    | ScenarioStep::Batch { metric: m, distribution: Some(d), .. } => out.push((m.clone(), d.clone())),
+                    ScenarioStep::Retry { steps, .. } => of_steps(steps, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for scenario in &self.scenarios {
+            of_steps(&scenario.steps, &mut out);
+        }
+        for command in &self.commands {
+            if let Some(d) = &command.distribution {
+                out.push((command.metric.clone(), d.clone()));
+            }
+        }
+        for script in &self.scripts {
+            for combination in combinations(&script.matrix) {
+                for (k, d) in &script.distributions {
+                    out.push((child_key(&script.name, &combination, k), d.clone()));
+                }
+            }
+        }
+        out
+    }
+}
 
 fn is_false(b: &bool) -> bool {
     !*b

@@ -1,6 +1,7 @@
 //! A long-running child spoken to over newline-delimited JSON: requests written to its stdin,
 //! events read from its stdout in chunks of any size (a line may arrive a byte at a time), every
-//! event an object with a string `event` field. stderr goes to a file; the raw stdout is kept
+//! event an object with a string `event` field — or, when replies are matched by an id field
+//! (`JsonlLaunch::replies`), any JSON object, other lines only kept in the transcript. stderr goes to a file; the raw stdout is kept
 //! (capped at 8 MB) for the transcript. The child runs in its own process group.
 
 use std::collections::BTreeMap;
@@ -40,6 +41,13 @@ impl LineSplitter {
     }
 }
 
+/// One line of a child whose replies are matched by id: a JSON object, or None (a line that is
+/// only transcript: a log line, a banner).
+pub fn parse_reply(line: &[u8]) -> Option<Value> {
+    let text = String::from_utf8_lossy(line);
+    serde_json::from_str::<Value>(text.trim_end_matches('\r')).ok().filter(Value::is_object)
+}
+
 /// Parses one line into an event, or says why it is not one.
 pub fn parse_event(line: &[u8]) -> Result<Value, String> {
     let text = String::from_utf8_lossy(line);
@@ -57,6 +65,8 @@ pub struct JsonlLaunch {
     pub cwd: PathBuf,
     pub user: Option<(u32, u32)>,
     pub stderr_path: Option<PathBuf>,
+    /// Replies are matched by an id field: any JSON object is passed on, other lines skipped.
+    pub replies: bool,
 }
 
 pub struct JsonlChild {
@@ -95,6 +105,7 @@ impl JsonlChild {
         let transcript = Arc::new(Mutex::new(Vec::new()));
         let (tx, events) = mpsc::channel();
         let kept = transcript.clone();
+        let replies = launch.replies;
         std::thread::Builder::new().name("jsonl-read".into()).spawn(move || {
             let mut splitter = LineSplitter::default();
             let mut buf = vec![0u8; 64 * 1024];
@@ -115,7 +126,14 @@ impl JsonlChild {
                     if line.iter().all(u8::is_ascii_whitespace) {
                         continue;
                     }
-                    if tx.send(parse_event(&line)).is_err() {
+                    let event = match replies {
+                        true => match parse_reply(&line) {
+                            Some(value) => Ok(value),
+                            None => continue,
+                        },
+                        false => parse_event(&line),
+                    };
+                    if tx.send(event).is_err() {
                         return;
                     }
                 }
@@ -180,6 +198,14 @@ mod tests {
             let lines: Vec<Vec<u8>> = stream.chunks(size).flat_map(|c| splitter.feed(c)).collect();
             assert_eq!(lines.len(), 2, "chunk size {size}");
             assert_eq!(parse_event(&lines[1]).unwrap()["id"], "1");
+        }
+    }
+
+    #[test]
+    fn replies_are_any_object_and_other_lines_are_only_transcript() {
+        assert_eq!(parse_reply(b"{\"requestId\":\"a\",\"stateGeneration\":3}\r").unwrap()["stateGeneration"], 3);
+        for other in [&b"listening on stdin"[..], b"[1,2]", b"42", b"\xff\xfe", b""] {
+            assert_eq!(parse_reply(other), None, "{other:?}");
         }
     }
 

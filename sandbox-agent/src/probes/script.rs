@@ -1,8 +1,31 @@
 //! Scripts that report their own figures: every output line `RESULT {json}` carries metrics as
-//! `"name": value`. Values must be finite, non-negative numbers.
+//! `"name": value`. Values must be finite, non-negative numbers (or arrays of them, for the keys a
+//! script declares as distributions: each number a sample).
 
 /// What one output line says: nothing, or the metrics of a `RESULT` line, or why it is invalid.
 pub fn parse_line(line: &str) -> Option<Result<Vec<(String, f64)>, String>> {
+    Some(parse_line_with(line, &|_| false)?.map(|metrics| {
+        metrics
+            .into_iter()
+            .filter_map(|(name, reported)| match reported {
+                Reported::One(v) => Some((name, v)),
+                Reported::Many(_) => None,
+            })
+            .collect()
+    }))
+}
+
+/// A `RESULT` value: one number, or an array of samples (only for keys declared as
+/// distributions).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reported {
+    One(f64),
+    Many(Vec<f64>),
+}
+
+/// Like [`parse_line`], where a key for which `samples(key)` holds may carry an array of
+/// numbers (each finite and non-negative).
+pub fn parse_line_with(line: &str, samples: &dyn Fn(&str) -> bool) -> Option<Result<Vec<(String, Reported)>, String>> {
     let rest = line.trim_end_matches(['\r', '\n']).strip_prefix("RESULT ")?;
     let value: serde_json::Value = match serde_json::from_str(rest.trim()) {
         Ok(value) => value,
@@ -16,14 +39,36 @@ pub fn parse_line(line: &str) -> Option<Result<Vec<(String, f64)>, String>> {
     };
     let mut metrics = Vec::new();
     for (name, value) in object {
-        match value.as_f64() {
-            None => return Some(Err(format!("{name}: {value} is not a number"))),
-            Some(v) if !v.is_finite() => return Some(Err(format!("{name}: {v} is not finite"))),
-            Some(v) if v < 0.0 => return Some(Err(format!("{name}: {v} is negative"))),
-            Some(v) => metrics.push((name.clone(), v)),
-        }
+        let reported = match value {
+            serde_json::Value::Array(items) if samples(name) => {
+                match items.iter().map(|v| number(name, v)).collect::<Result<Vec<f64>, String>>() {
+                    Ok(values) => Reported::Many(values),
+                    Err(why) => return Some(Err(why)),
+                }
+            }
+            serde_json::Value::Array(_) => {
+                return Some(Err(format!(
+                    "{name}: an array of samples, but {name} is not declared in `distributions`"
+                )));
+            }
+            single => match number(name, single) {
+                Ok(v) => Reported::One(v),
+                Err(why) => return Some(Err(why)),
+            },
+        };
+        metrics.push((name.clone(), reported));
     }
     Some(Ok(metrics))
+}
+
+/// A finite, non-negative number, or why `value` is not one.
+fn number(name: &str, value: &serde_json::Value) -> Result<f64, String> {
+    match value.as_f64() {
+        None => Err(format!("{name}: {value} is not a number")),
+        Some(v) if !v.is_finite() => Err(format!("{name}: {v} is not finite")),
+        Some(v) if v < 0.0 => Err(format!("{name}: {v} is negative")),
+        Some(v) => Ok(v),
+    }
 }
 
 /// The reference's bench format, `RESULT {"value": 3, ...}`: the number in `field` of a RESULT
@@ -46,7 +91,32 @@ pub fn parse_value_line(line: &str, field: &str) -> Option<Result<f64, String>> 
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_line, parse_value_line};
+    use super::{Reported, parse_line, parse_line_with, parse_value_line};
+
+    #[test]
+    fn arrays_are_samples_only_for_declared_distributions() {
+        let declared = |k: &str| k == "commit_ms";
+        assert_eq!(
+            parse_line_with("RESULT {\"commit_ms\": [0.4, 0.51], \"ops\": 3}", &declared),
+            Some(Ok(vec![("commit_ms".into(), Reported::Many(vec![0.4, 0.51])), ("ops".into(), Reported::One(3.0))]))
+        );
+        assert_eq!(
+            parse_line_with("RESULT {\"ops\": [1]}", &declared),
+            Some(Err("ops: an array of samples, but ops is not declared in `distributions`".into()))
+        );
+        assert_eq!(
+            parse_line_with("RESULT {\"commit_ms\": [1, -2]}", &declared),
+            Some(Err("commit_ms: -2 is negative".into()))
+        );
+        assert_eq!(
+            parse_line_with("RESULT {\"commit_ms\": [1, \"x\"]}", &declared),
+            Some(Err("commit_ms: \"x\" is not a number".into()))
+        );
+        assert_eq!(
+            parse_line("RESULT {\"a\": [1]}").unwrap().unwrap_err(),
+            "a: an array of samples, but a is not declared in `distributions`"
+        );
+    }
 
     #[test]
     fn reads_the_value_field_of_reference_benches() {

@@ -65,7 +65,7 @@ impl Engine<'_> {
     fn fill(&self, value: &Value) -> Value {
         match value {
             Value::String(s) if s == "$env" => {
-                let env = common::user_env(self.user, &self.plan.env, &Default::default());
+                let env = self.child_env();
                 Value::Object(env.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
             }
             Value::String(s) => Value::String(self.substitute(s)),
@@ -76,16 +76,24 @@ impl Engine<'_> {
     }
 
     /// Runs the scenario's fixture command as the user, then sync(2), so the fixtures' writeback
-    /// does not land inside a timed window.
+    /// does not land inside a timed window; a kept one only before the sandbox's first trial.
     pub(super) fn run_fixture(&mut self) -> anyhow::Result<()> {
         let Some(step) = &self.scenario.fixture else { return Ok(()) };
-        self.ctx.note(&format!("fixture: $ {}", step.run));
         let mut step = step.clone();
         step.run = self.substitute(&step.run);
-        common::run_step(self.ctx, &step, self.user, self.base, &self.plan.env)?
-            .success(&format!("the fixture command of scenario {}", self.scenario.name))?;
-        rustix::fs::sync();
+        let name = &self.scenario.name;
+        self.kept =
+            super::keep::prepare(self.ctx, self.plan, self.user, self.base, name, Some(&step), self.scenario.keep)?;
         Ok(())
+    }
+
+    /// The child's environment: the user's, and `$SANDBENCH_KEEP` when a fixture is kept.
+    pub(super) fn child_env(&self) -> BTreeMap<String, String> {
+        let mut extra = BTreeMap::new();
+        if let Some(dir) = &self.kept {
+            extra.insert(super::keep::ENV.to_string(), dir.display().to_string());
+        }
+        common::user_env(self.user, &self.plan.env, &extra)
     }
 
     pub(super) fn screen_step(&mut self, step: &ScenarioStep) -> anyhow::Result<()> {
@@ -195,7 +203,7 @@ impl Engine<'_> {
         let path = common::expand(self.user, &workdir, &self.substitute(&spec.path));
         let launch = DaemonLaunch {
             command,
-            env: common::user_env(self.user, &self.plan.env, &Default::default()),
+            env: self.child_env(),
             cwd: workdir,
             user: Some((self.user.uid, self.user.gid)),
             log_path: log_path.clone(),

@@ -7,15 +7,16 @@
 
 mod bench;
 mod interaction;
+mod keep;
+mod replies;
+mod scripts;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use sandbench_proto::plan::{
-    AgentPlan, Aggregate, Channel, RepeatedCommand, Runtime, Scenario, ScenarioStep, Script, jsonl,
-};
+use sandbench_proto::plan::{AgentPlan, Aggregate, Channel, RepeatedCommand, Runtime, Scenario, ScenarioStep, jsonl};
 use sandbench_proto::v1::LogStream;
 use serde_json::{Map, Value};
 
@@ -26,7 +27,7 @@ use crate::probes::jsonl::{JsonlChild, JsonlLaunch};
 use crate::probes::terminal::{Launch, Terminal};
 use crate::probes::timed::{Repeatable, TimedRun};
 use crate::probes::usage::Usage;
-use crate::probes::{keys, memory, processes, readiness, script};
+use crate::probes::{keys, memory, processes, readiness};
 use crate::users::User;
 
 pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<()> {
@@ -54,25 +55,7 @@ pub fn run_section(
         if ctx.canceled() {
             break;
         }
-        let mut engine = Engine {
-            ctx,
-            plan,
-            user,
-            base,
-            trial,
-            scenario,
-            child: None,
-            term: None,
-            socket: None,
-            next_id: 0,
-            last_action: Instant::now(),
-            at_action: keys::Snapshot::default(),
-            cpu_at_start: processes::cpu_seconds(Path::new("/proc"), user.uid),
-            spawned: None,
-            timer: None,
-            last_echo: None,
-            recorded: BTreeSet::new(),
-        };
+        let mut engine = Engine::new(ctx, plan, user, base, trial, scenario);
         if let Err(err) = engine.run() {
             failures.push(format!("{}: {err:#}", scenario.name));
         }
@@ -89,7 +72,7 @@ pub fn run_section(
         }
     }
     for script in &section.scripts {
-        if let Err(err) = run_script(ctx, plan, user, base, trial, script) {
+        if let Err(err) = scripts::run_script(ctx, plan, user, base, trial, script) {
             failures.push(format!("{}: {err:#}", script.name));
         }
         if !ctx.yield_turn() {
@@ -225,185 +208,6 @@ fn timed_runs(
     Ok(times)
 }
 
-/// The stem of a script's companions: `script.throughput.cpu` is the CPU time of the script
-/// `throughput`.
-const SCRIPT_PREFIX: &str = "script.";
-
-/// A script, as `user` in its folder (relative to `base`): the metrics its `RESULT` lines
-/// report, its companions, and an error on each declared metric it failed to report.
-fn run_script(
-    ctx: &PhaseContext,
-    plan: &AgentPlan,
-    user: &User,
-    base: &Path,
-    trial: u32,
-    script: &Script,
-) -> anyhow::Result<()> {
-    let step = &script.step;
-    let shell = ShellCommand {
-        run: step.run.clone(),
-        env: common::user_env(user, &plan.env, &step.env),
-        cwd: step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf()),
-        user: Some((user.uid, user.gid)),
-        timeout: Duration::from_secs_f64(step.timeout_s),
-    };
-    let mut results = ScriptResults::default();
-    let result = command::run(&shell, &mut |stream, chunk| {
-        ctx.log(stream, chunk);
-        if stream == LogStream::Stdout {
-            results.feed(script, chunk);
-        }
-    });
-    let mut used = None;
-    let failure = match result.and_then(|done| {
-        used = Some(done.usage);
-        // As the reference does, a failed bench's error carries its first line of output.
-        let first = done.output_text().lines().find(|l| !l.trim().is_empty()).unwrap_or_default().to_string();
-        done.success(&format!("script {}", script.name)).map_err(|err| match first.as_str() {
-            "" => err,
-            first => anyhow!("{err:#}; first output line: {first}"),
-        })
-    }) {
-        Err(err) => Some(err),
-        Ok(_) => results.invalid.map(|why| anyhow!("invalid RESULT line: {why}")),
-    };
-    warn_dropped(ctx, script, trial, results.dropped);
-    record_script(ctx, trial, script, &results.reported, failure, used)
-}
-
-/// What a script's stdout reported so far: the metrics of its `RESULT` lines (at most
-/// `max_results` lines of them; the rest are counted and dropped), why the first invalid one is,
-/// and the start of a line not yet ended (at most [`MAX_LINE_BYTES`] of it).
-#[derive(Default)]
-struct ScriptResults {
-    partial: Vec<u8>,
-    /// The line being read passed [`MAX_LINE_BYTES`]: the rest of it is skipped.
-    skipping: bool,
-    reported: Vec<(String, f64)>,
-    invalid: Option<String>,
-    /// `RESULT` lines taken, and dropped past the script's bound.
-    taken: u32,
-    dropped: u64,
-}
-
-/// The longest line of a script's stdout read for a `RESULT` (the rest of a longer one is not
-/// held: a script printing gigabytes without a newline costs the agent nothing).
-const MAX_LINE_BYTES: usize = 1 << 20;
-
-impl ScriptResults {
-    /// Takes a chunk of the script's stdout and parses each line it ends.
-    fn feed(&mut self, script: &Script, chunk: &[u8]) {
-        let mut rest = chunk;
-        while !rest.is_empty() {
-            let end = rest.iter().position(|&b| b == b'\n');
-            let (piece, ended) = match end {
-                Some(at) => (&rest[..=at], true),
-                None => (rest, false),
-            };
-            rest = &rest[piece.len()..];
-            if !self.skipping {
-                self.partial.extend_from_slice(piece);
-                if self.partial.len() > MAX_LINE_BYTES {
-                    if self.partial.starts_with(b"RESULT ") {
-                        self.invalid.get_or_insert(format!("a line longer than {MAX_LINE_BYTES} bytes"));
-                    }
-                    self.partial = Vec::new();
-                    self.skipping = !ended;
-                    continue;
-                }
-            }
-            if ended {
-                if !self.skipping {
-                    let line = std::mem::take(&mut self.partial);
-                    self.line(script, &String::from_utf8_lossy(&line));
-                }
-                self.skipping = false;
-            }
-        }
-    }
-
-    /// One line of stdout: a `RESULT` line adds its metrics, or says why it is invalid; past
-    /// the script's bound it is only counted.
-    fn line(&mut self, script: &Script, line: &str) {
-        if script.value_field.is_none() && line.starts_with("RESULT ") {
-            if self.taken >= script.max_results {
-                self.dropped += 1;
-                return;
-            }
-            self.taken += 1;
-        }
-        let parsed = match (&script.value_field, script.metrics.first()) {
-            // The reference's benches: the first RESULT line's field is the one metric.
-            (Some(field), Some(metric)) if self.reported.is_empty() && self.invalid.is_none() => {
-                script::parse_value_line(line, field).map(|v| v.map(|v| vec![(metric.clone(), v)]))
-            }
-            (Some(_), _) => None,
-            (None, _) => script::parse_line(line),
-        };
-        match parsed {
-            None => {}
-            Some(Ok(metrics)) => self.reported.extend(metrics),
-            Some(Err(why)) => {
-                self.invalid.get_or_insert(why);
-            }
-        }
-    }
-}
-
-/// Says that a script printed more `RESULT` lines than its bound, and how many were dropped:
-/// in the log and as a warning of the trial, which the report shows.
-fn warn_dropped(ctx: &PhaseContext, script: &Script, trial: u32, dropped: u64) {
-    if dropped == 0 {
-        return;
-    }
-    let text = format!(
-        "{}: script {} printed {dropped} RESULT lines past its bound of {} (max_results_per_script); they were dropped",
-        ctx.command_id, script.name, script.max_results
-    );
-    ctx.note(&text);
-    ctx.file(
-        &format!("warnings/{}-results-{}-{trial}.txt", ctx.command_id, script.name),
-        format!("{text}\n").as_bytes(),
-    );
-}
-
-/// Sends a script's reported values and companions, or `failure` on each of its metrics (and
-/// an error on each it did not report); a metric the spec does not declare fails it.
-fn record_script(
-    ctx: &PhaseContext,
-    trial: u32,
-    script: &Script,
-    reported: &[(String, f64)],
-    failure: Option<anyhow::Error>,
-    used: Option<Usage>,
-) -> anyhow::Result<()> {
-    for (name, value) in reported {
-        if !script.metrics.contains(name) {
-            let err = anyhow!("script {} reported {name}, which the spec does not declare", script.name);
-            return Err(err);
-        }
-        if failure.is_none() {
-            ctx.value(name, trial, *value, "");
-        }
-    }
-    // The script's own wall time is no metric: its companions are named after it and shown, not
-    // judged (`script.<name>.cpu`, …).
-    if let (None, Some(used)) = (&failure, used) {
-        common::record_usage(ctx, &format!("{SCRIPT_PREFIX}{}", script.name), trial, &used);
-    }
-    for metric in &script.metrics {
-        if let Some(err) = &failure {
-            ctx.error(metric, trial, err, "");
-        } else if !reported.iter().any(|(n, _)| n == metric) {
-            ctx.error(metric, trial, &anyhow!("script {} did not report it", script.name), "");
-        }
-    }
-    match failure {
-        Some(err) => Err(err),
-        None => Ok(()),
-    }
-}
-
 /// Runs one scenario's steps against its child (JSON lines, a terminal or a socket daemon).
 struct Engine<'a> {
     ctx: &'a PhaseContext,
@@ -427,6 +231,43 @@ struct Engine<'a> {
     /// When the last readiness probe was first rendered.
     last_echo: Option<Instant>,
     recorded: BTreeSet<String>,
+    /// The last reply received (for `{{prev.…}}` templates), and its id.
+    prev_reply: Option<(Value, String)>,
+    /// The scenario's kept fixture folder (`$SANDBENCH_KEEP`).
+    kept: Option<std::path::PathBuf>,
+}
+
+impl<'a> Engine<'a> {
+    fn new(
+        ctx: &'a PhaseContext,
+        plan: &'a AgentPlan,
+        user: &'a User,
+        base: &'a Path,
+        trial: u32,
+        scenario: &'a Scenario,
+    ) -> Engine<'a> {
+        Engine {
+            ctx,
+            plan,
+            user,
+            base,
+            trial,
+            scenario,
+            child: None,
+            term: None,
+            socket: None,
+            next_id: 0,
+            last_action: Instant::now(),
+            at_action: keys::Snapshot::default(),
+            cpu_at_start: processes::cpu_seconds(Path::new("/proc"), user.uid),
+            spawned: None,
+            timer: None,
+            last_echo: None,
+            recorded: BTreeSet::new(),
+            prev_reply: None,
+            kept: None,
+        }
+    }
 }
 
 impl Engine<'_> {
@@ -529,7 +370,7 @@ impl Engine<'_> {
             let launch = Launch {
                 program: command[0].clone().into(),
                 args: command[1..].to_vec(),
-                env: common::user_env(self.user, &self.plan.env, &Default::default()),
+                env: self.child_env(),
                 cwd: workdir,
                 user: Some((self.user.uid, self.user.gid)),
             };
@@ -543,18 +384,24 @@ impl Engine<'_> {
         std::fs::create_dir_all(&stderr_dir)?;
         let launch = JsonlLaunch {
             command,
-            env: common::user_env(self.user, &self.plan.env, &Default::default()),
+            env: self.child_env(),
             cwd: workdir,
             user: Some((self.user.uid, self.user.gid)),
             stderr_path: Some(stderr_dir.join(format!("{}-{}-{generation}.stderr", self.scenario.name, self.trial))),
+            replies: self.scenario.id_field.is_some(),
         };
         let mut child = JsonlChild::spawn(&launch)?;
         self.spawned = Some((child.started, cpu_before));
+        let Some(ready_event) = self.scenario.ready_event.clone() else {
+            // Replies matched by id and no ready event: started when spawned.
+            self.child = Some(child);
+            return Ok(Duration::ZERO);
+        };
         let deadline = Instant::now() + self.timeout().max(Duration::from_secs(30));
         let first = child.next_event(deadline).context("waiting for the ready event")?;
         let ready_at = Instant::now();
-        if first[jsonl::EVENT] != self.scenario.ready_event.as_str() {
-            bail!("Expected a {:?} event first, got {first}", self.scenario.ready_event);
+        if first.get(jsonl::EVENT).and_then(Value::as_str) != Some(ready_event.as_str()) {
+            bail!("Expected a {ready_event:?} event first, got {first}");
         }
         let started = ready_at.saturating_duration_since(child.started);
         self.child = Some(child);
@@ -574,9 +421,17 @@ impl Engine<'_> {
             ScenarioStep::Request { metric, send, repeat, aggregate, expect, .. } if self.socket.is_some() => {
                 self.socket_requests(metric.as_deref(), send, *repeat, *aggregate, expect)?;
             }
-            ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes } => {
-                self.requests(metric.as_deref(), send, *repeat, *aggregate, expect, *output_bytes)?;
+            ScenarioStep::Request { metric, send, repeat, aggregate, expect, output_bytes, distribution } => {
+                let record = match distribution {
+                    Some(_) => replies::Record::Samples,
+                    None => replies::Record::Aggregate(*aggregate),
+                };
+                self.requests(metric.as_deref(), send, *repeat, record, expect, *output_bytes)?;
             }
+            ScenarioStep::Batch { metric, send, count, size, expect, .. } => {
+                self.batch(metric, send, *count, *size, expect)?;
+            }
+            ScenarioStep::Size { metric, path } => self.size(metric, path)?,
             ScenarioStep::Interrupt { metric, send, marker, interrupt, expect } => {
                 self.interrupt(metric, send, marker, interrupt, expect)?;
             }
@@ -601,42 +456,6 @@ impl Engine<'_> {
             ScenarioStep::StopTimer { at_echo } => self.stop_timer(*at_echo)?,
             ScenarioStep::Send { send, repeat, tag } => self.socket_send(send, *repeat, tag)?,
             ScenarioStep::Collect { tag, expect } => self.socket_collect(tag, expect)?,
-        }
-        Ok(())
-    }
-
-    /// JSON lines: `repeat` requests (cycling through `send` when it is a list), each output
-    /// checked against `output_bytes`; the metric gets their mean or total time.
-    fn requests(
-        &mut self,
-        metric: Option<&str>,
-        send: &Value,
-        repeat: u32,
-        aggregate: Aggregate,
-        expect: &Map<String, Value>,
-        output_bytes: Option<u64>,
-    ) -> anyhow::Result<()> {
-        let mut total = Duration::ZERO;
-        for i in 0..repeat as usize {
-            let send = match send {
-                Value::Array(items) if !items.is_empty() => &items[i % items.len()],
-                single => single,
-            };
-            let (took, output) = self.request(send, expect)?;
-            if let Some(bytes) = output_bytes
-                && output.len() as u64 != bytes
-            {
-                bail!("output was truncated or missing: {} bytes instead of {bytes}", output.len());
-            }
-            total += took;
-        }
-        if let Some(metric) = metric {
-            let value = match aggregate {
-                // A request step's runs are not samples of their own (the spec refuses it).
-                Aggregate::Mean | Aggregate::Samples => total.as_secs_f64() / f64::from(repeat.max(1)),
-                Aggregate::Total => total.as_secs_f64(),
-            };
-            self.record(metric, value, "s");
         }
         Ok(())
     }
@@ -728,16 +547,6 @@ impl Engine<'_> {
         Ok(id)
     }
 
-    /// Sends a request and waits for its done event; returns the time and the text output.
-    fn request(&mut self, send: &Value, expect: &Map<String, Value>) -> anyhow::Result<(Duration, String)> {
-        let started = Instant::now();
-        let id = self.send_request(send)?;
-        let (done, output) = self.wait_done(&id, started + self.timeout())?;
-        let took = started.elapsed();
-        check_expect(&done, expect).context("request failed")?;
-        Ok((took, output))
-    }
-
     fn wait_done(&mut self, id: &str, deadline: Instant) -> anyhow::Result<(Value, String)> {
         let mut output = String::new();
         let mut recent = Vec::new();
@@ -787,7 +596,7 @@ mod tests {
     use super::*;
     use crate::context::OutputCap;
 
-    fn context(state_dir: &Path) -> (PhaseContext, mpsc::Receiver<event::Body>) {
+    pub(super) fn context(state_dir: &Path) -> (PhaseContext, mpsc::Receiver<event::Body>) {
         let (tx, rx) = mpsc::channel(4096);
         let ctx = PhaseContext {
             command_id: "c".into(),
@@ -817,7 +626,16 @@ mod tests {
     fn repeated(aggregate: Aggregate, warmup: u32, repeat: u32) -> RepeatedCommand {
         let step =
             sandbench_proto::plan::Step { run: String::new(), cwd: None, timeout_s: 10.0, env: Default::default() };
-        RepeatedCommand { metric: "probe".into(), step, repeat, aggregate, warmup, prepare: None, instructions: false }
+        RepeatedCommand {
+            metric: "probe".into(),
+            step,
+            repeat,
+            aggregate,
+            warmup,
+            prepare: None,
+            instructions: false,
+            distribution: None,
+        }
     }
 
     fn observations(rx: &mut mpsc::Receiver<event::Body>) -> Vec<Observation> {
@@ -889,64 +707,5 @@ mod tests {
         assert!(check_expect(&done, &ok).is_ok());
         let err = check_expect(&done, &bad).unwrap_err().to_string();
         assert!(err.starts_with("expected status = \"error\", got \"ok\""), "{err}");
-    }
-
-    fn script(max_results: u32) -> Script {
-        let step =
-            sandbench_proto::plan::Step { run: String::new(), cwd: None, timeout_s: 10.0, env: Default::default() };
-        Script {
-            name: "flood".into(),
-            step,
-            metrics: vec!["a".into()],
-            value_field: None,
-            instructions: false,
-            max_results,
-        }
-    }
-
-    #[test]
-    fn result_lines_past_the_bound_are_dropped_and_said() {
-        let flood = script(3);
-        let mut results = ScriptResults::default();
-        let text = "noise\nRESULT {\"a\": 1}\n".repeat(100_000);
-        // In odd pieces, as a pipe delivers them.
-        for piece in text.as_bytes().chunks(4093) {
-            results.feed(&flood, piece);
-        }
-        assert_eq!(results.reported, vec![("a".to_string(), 1.0); 3]);
-        assert_eq!((results.taken, results.dropped, results.invalid.as_deref()), (3, 99_997, None));
-        let dir = tempfile::tempdir().unwrap();
-        let (ctx, mut rx) = context(dir.path());
-        warn_dropped(&ctx, &flood, 2, results.dropped);
-        warn_dropped(&ctx, &flood, 3, 0);
-        let files: Vec<(String, String)> = std::iter::from_fn(|| rx.try_recv().ok())
-            .filter_map(|b| match b {
-                event::Body::File(f) => Some((f.path, String::from_utf8_lossy(&f.data).to_string())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            files,
-            [(
-                "warnings/c-results-flood-2.txt".to_string(),
-                "c: script flood printed 99997 RESULT lines past its bound of 3 (max_results_per_script); they \
-                 were dropped\n"
-                    .to_string()
-            )]
-        );
-    }
-
-    #[test]
-    fn a_line_without_end_is_not_held() {
-        let flood = script(10);
-        let mut results = ScriptResults::default();
-        results.feed(&flood, b"RESULT {\"a\": ");
-        for _ in 0..64 {
-            results.feed(&flood, &[b'7'; 64 << 10]);
-            assert!(results.partial.len() <= MAX_LINE_BYTES + (64 << 10));
-        }
-        results.feed(&flood, b"}\nRESULT {\"a\": 2}\n");
-        assert_eq!(results.reported, [("a".to_string(), 2.0)]);
-        assert!(results.invalid.as_deref().is_some_and(|w| w.contains("longer than")), "{:?}", results.invalid);
     }
 }

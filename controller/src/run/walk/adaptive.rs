@@ -105,3 +105,20 @@ pub fn phases_to_grow(
         .filter_map(|name| trials.get(&name).filter(|n| **n < pairs).map(|n| (name, *n)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_rounds_are_timed_by_the_slots_that_ran_no_lens() {
+        let times = RoundTimes::default();
+        // A stage of six slots in 60 s, one of its trials slowed by the lens: 10 s a slot.
+        times.record(Phase::Runtime, 6, Duration::from_secs(60));
+        assert_eq!(times.rounds(Phase::Runtime, 2), Duration::from_secs(40));
+        // Its four slots without the lens took 8 s: what an added pair (no lens) costs.
+        times.record_plain(Phase::Runtime, 4, Duration::from_secs(8));
+        assert_eq!(times.rounds(Phase::Runtime, 2), Duration::from_secs(8));
+        assert_eq!(times.rounds(Phase::Measure, 2), Duration::ZERO, "nothing seen of measure");
+    }
+}

@@ -66,6 +66,7 @@ fn report() -> Report {
         conditions: Vec::new(),
         lens: None,
         bisections: Vec::new(),
+        lens_runs: Vec::new(),
         trend: Vec::new(),
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use sandbench::cost::ledger::Ledger;
 use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::Report;
+use sandbench::report::lens_runs::Basis;
 use sandbench::run::{RunOptions, run};
 use sandbench::stats::Outcome;
 
@@ -164,6 +165,13 @@ async fn the_lens_counts_the_same_twice_sees_one_percent_and_says_what_valgrind_
             assert!(spread(&v) < 0.0005, "{side} {key} differs by {:.4} %: {v:?}", 100.0 * spread(&v));
         }
     }
+    // No A/A profile showed the steps deterministic: the lens ran in each side's two trials (of
+    // the three that would show it), and the rows say why.
+    for runs in &report.lens_runs {
+        assert_eq!((runs.runs, runs.basis), (2, Basis::Uncalibrated), "{runs:?}");
+    }
+    let work = report.comparisons.iter().find(|c| c.key == "work.instructions").unwrap();
+    assert!(work.notes.iter().any(|n| n.starts_with("counted in the first 2 trials of each side: no A/A profile")));
     // 1 % more rounds: regressed, by about 1 %; the start did not change.
     assert_eq!(outcome(report, "work.instructions"), Outcome::Regressed);
     assert_eq!(outcome(report, "work.cycles"), Outcome::Regressed);

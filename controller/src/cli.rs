@@ -31,8 +31,9 @@ Exit status:
     after_help = EXIT_STATUS_HELP
 )]
 pub struct Cli {
-    /// Log filter for the controller's own diagnostics on stderr (tracing syntax). When not
-    /// given, a run's own diagnostics go to its display and controller.log only.
+    /// Log filter for the controller's own diagnostics on stderr (`level` and `target=level`
+    /// directives, comma-separated: `warn,sandbench=debug`). When not given, a run's own
+    /// diagnostics go to its display and controller.log only.
     #[arg(long, global = true, env = "SANDBENCH_LOG")]
     pub log: Option<String>,
     /// The cost ledger (SQLite); default: sandbench/ledger.sqlite in the user's data folder.

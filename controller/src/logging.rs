@@ -43,8 +43,7 @@ const DEFAULT_STDERR_FILTER: &str = "warn";
 /// sandbench's own events stay off stderr while a run log is open; an invalid one means `warn`).
 /// Does nothing when a subscriber is installed already.
 pub fn init(stderr_filter: Option<&str>) {
-    let stderr = tracing_subscriber::EnvFilter::try_new(stderr_filter.unwrap_or(DEFAULT_STDERR_FILTER))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_STDERR_FILTER));
+    let stderr = targets(stderr_filter.unwrap_or(DEFAULT_STDERR_FILTER));
     let explicit = stderr_filter.is_some();
     // Dynamic: whether a run log is open changes over time, so the answer is never cached.
     let not_shown_elsewhere =
@@ -63,9 +62,17 @@ pub fn init(stderr_filter: Option<&str>) {
                 .with_ansi(false)
                 .fmt_fields(sanitized_fields())
                 .with_writer(|| RunLogWriter)
-                .with_filter(tracing_subscriber::EnvFilter::new(RUN_LOG_FILTER)),
+                .with_filter(targets(RUN_LOG_FILTER)),
         )
         .try_init();
+}
+
+/// A filter of `level` and `target=level` directives, comma-separated (`warn,sandbench=debug`);
+/// an invalid one means [`DEFAULT_STDERR_FILTER`]. (tracing-subscriber's `Targets`: the same
+/// directives as `RUST_LOG` without span and field filters, and without the regular-expression
+/// engine `EnvFilter` compiles in.)
+fn targets(filter: &str) -> tracing_subscriber::filter::Targets {
+    filter.parse().unwrap_or_else(|_| DEFAULT_STDERR_FILTER.parse().unwrap_or_default())
 }
 
 /// Event fields as the default formatter writes them (`message`, then `name=value`), each value

@@ -2,10 +2,12 @@
 //! agent and controller share: phases ([`Phase`]), phase commands ([`StepId`]), metric keys
 //! ([`metric`]), sides ([`Side`]) and a sandbox's place in its run ([`Placement`]).
 
-/// Generated messages and the `Agent` service.
+/// Generated messages and the `Agent` service: `src/generated/sandbench.v1.rs`, made by
+/// `scripts/proto-gen` from the .proto and checked in, so that no build compiles the generator
+/// (a test checks it is of the .proto as it is).
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {
-    tonic::include_proto!("sandbench.v1");
+    include!("generated/sandbench.v1.rs");
 }
 
 /// The agent's plan, as JSON inside `RunPhase`.
@@ -83,5 +85,23 @@ mod percent_tests {
         for bad in ["%", "%4", "%zz", "a%2"] {
             assert_eq!(super::percent_decode(bad), None, "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod generated_tests {
+    use sha2::{Digest, Sha256};
+
+    #[test]
+    fn the_generated_code_is_of_the_proto_as_it_is() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let proto = std::fs::read(dir.join("proto/sandbench/v1/agent.proto")).unwrap();
+        let hex: String = Sha256::digest(proto).iter().map(|b| format!("{b:02x}")).collect();
+        let code = std::fs::read_to_string(dir.join("src/generated/sandbench.v1.rs")).unwrap();
+        let header = code.lines().next().unwrap_or_default();
+        assert!(
+            header.contains(&format!("(sha256 {hex})")),
+            "proto/src/generated/sandbench.v1.rs is not of agent.proto as it is (sha256 {hex}): run scripts/proto-gen\n{header}"
+        );
     }
 }

@@ -16,6 +16,7 @@ use futures_util::stream::BoxStream;
 use futures_util::{FutureExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use sandbench_proto::Phase;
+use sandbench_proto::metric::MetricKey;
 use sandbench_proto::v1::agent_client::AgentClient;
 use sandbench_proto::v1::{
     AgentMessage, Event, EventBatch, Facts, Heartbeat, Hello, Log, LogStream, Observation, PhaseDone, PhaseStarted,
@@ -25,6 +26,8 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
+
+mod lens;
 
 use super::{ContainerInfo, LostCause, ProvisionError, Provisioner, Reaped, Sandbox, SandboxRequest, Usage, labels};
 use crate::spec::Plan;
@@ -180,9 +183,11 @@ impl Script {
             if m.once && trial != 0 {
                 continue;
             }
+            // A lens count is deterministic: the same in every trial.
+            let at = if MetricKey::facet_of(&m.key).is_lens() { 0 } else { trial };
             let value = match &answer.error {
                 Some(cause) => Err(cause.clone()),
-                None => Ok(values.get(&m.key).copied().unwrap_or(synthetic(index, trial, m.raw_per_display) * factor)),
+                None => Ok(values.get(&m.key).copied().unwrap_or(synthetic(index, at, m.raw_per_display) * factor)),
             };
             answer.observations.push(Observed { metric: m.key.clone(), trial, value, unit: m.unit.clone() });
         }
@@ -245,6 +250,8 @@ pub struct FakeProvisioner {
     terminals: Mutex<BTreeSet<String>>,
     /// Every segment of a stepwise command as it began, across sandboxes ([`Self::timeline`]).
     timeline: Timeline,
+    /// Every lens run, across sandboxes ([`Self::lens_runs`]).
+    lens_runs: Timeline,
 }
 
 /// `"<role> <phase> <trial> <segment>"` of each stepwise segment as it began, in order.
@@ -269,7 +276,13 @@ impl FakeProvisioner {
             io_weights: Mutex::default(),
             terminals: Mutex::default(),
             timeline: Timeline::default(),
+            lens_runs: Timeline::default(),
         }
+    }
+
+    /// `"<role> <phase> <trial> <stem>"` of every lens run, in the order they were answered.
+    pub fn lens_runs(&self) -> Vec<String> {
+        self.lens_runs.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Every segment of a stepwise command as it began, across sandboxes: who ran when.
@@ -409,6 +422,7 @@ impl Provisioner for FakeProvisioner {
                 log: sandbox.log.clone(),
                 lost: sandbox.lost.clone(),
                 timeline: self.timeline.clone(),
+                lens_runs: self.lens_runs.clone(),
                 granted: BTreeMap::new(),
                 done: BTreeSet::new(),
                 installed: false,
@@ -765,6 +779,7 @@ struct FakeAgent {
     /// Why the engine says the sandbox died.
     lost: Arc<Mutex<Option<LostCause>>>,
     timeline: Timeline,
+    lens_runs: Timeline,
     /// Turns that came before their command, by command id.
     granted: BTreeMap<String, u32>,
     /// Commands answered (a repeated command id is not run again).
@@ -894,6 +909,12 @@ impl FakeAgent {
         let mut answer = self.script.answer(&role, &run.phase, run.trial);
         // As the real agent, by the phase named on the wire.
         let phase = run.phase.parse::<Phase>().ok();
+        // As the real agent: a step's lens counts only where the plan sent asks for them.
+        let lens = lens::asked(&run.plan, phase);
+        answer.observations.retain(|o| {
+            let (stem, facet) = MetricKey::split(&o.metric);
+            !facet.is_lens() || lens.iter().any(|s| s == stem)
+        });
         let gated = phase.is_some_and(Phase::needs_install);
         if gated && !self.installed && answer.error.is_none() {
             // As the real agent: no measure user before a successful installation.
@@ -937,6 +958,11 @@ impl FakeAgent {
                 unit: o.unit,
                 sample: 0,
             }));
+        }
+        for stem in lens.iter().filter(|_| answer.error.is_none()) {
+            let entry = format!("{role} {} {} {stem}", run.phase, run.trial);
+            self.lens_runs.lock().unwrap_or_else(PoisonError::into_inner).push(entry);
+            bodies.push(lens::profile_file(command_id, stem, run.trial, 1e9));
         }
         if phase == Some(Phase::Install) && answer.error.is_none() {
             self.installed = true;

@@ -22,6 +22,7 @@ mod fuzz;
 pub mod html;
 pub mod instructions;
 pub mod lens;
+pub mod lens_runs;
 pub mod markdown;
 pub mod noise;
 #[cfg(test)]
@@ -62,9 +63,10 @@ pub struct Sequential {
 
 impl Sequential {
     /// The plan of an adaptive run at its first look, when the spec lets pairs grow
-    /// (`trials.max_pairs` above the measure and runtime trials); alpha 5 % in all.
+    /// (`trials.max_pairs` above the trials of the phases that hold a gating metric,
+    /// [`crate::spec::Plan::gated_trials`]); alpha 5 % in all.
     pub fn for_plan(plan: &crate::spec::Plan) -> Option<Sequential> {
-        let initial = plan.trials.measure.max(plan.trials.runtime);
+        let initial = plan.gated_trials(&plan.trials.gate);
         (plan.trials.max_pairs > initial).then(|| Sequential {
             design: Design { alpha: 0.05, initial, max_pairs: plan.trials.max_pairs },
             look: 1,
@@ -260,6 +262,10 @@ pub struct Report {
     /// The instruction lens's runs: their cost and where their instructions went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lens: Option<instructions::LensSummary>,
+    /// How many trials of each side run each lens step, and why ([`lens_runs`]), decided as the
+    /// run starts (a resume keeps them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lens_runs: Vec<lens_runs::LensRuns>,
     /// `run --bisect`: the answer for each regressed metric.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bisections: Vec<BisectLine>,
@@ -383,6 +389,18 @@ impl Report {
         self.conditions = found;
     }
 
+    /// Decides the runs of each lens step of `plan` ([`lens_runs::plan`], by this report's sides
+    /// and noise profile) and expects as many samples of their counts.
+    pub fn plan_lens(&mut self, plan: &crate::spec::Plan) {
+        let a_a = self.base.commit == self.head.commit;
+        self.lens_runs = lens_runs::plan(plan, a_a, self.noise.as_ref());
+        for runs in &self.lens_runs {
+            for facet in Facet::LENS {
+                self.expected.insert(MetricKey::new(&runs.stem, facet).to_string(), runs.runs);
+            }
+        }
+    }
+
     /// Samples each side should have of `key` (a facet, such as a CPU companion or a
     /// distribution's p95, as many as its stem).
     pub fn expected_of(&self, key: &str) -> usize {
@@ -455,7 +473,13 @@ impl Report {
                 let evidence = decide::Evidence { pairs: &pairs, unpaired, failed, expected };
                 let floor = decide::count_floor(def, self.noise.as_ref());
                 let spread = decide::count_spread(&def.key, self.within_spread(&def.key), self.noise.as_ref());
-                let (comparison, paired, notes) = decide::decide_counts(&out.comparison, &evidence, &floor, &spread);
+                let (comparison, paired, mut notes) =
+                    decide::decide_counts(&out.comparison, &evidence, &floor, &spread);
+                // How many runs the count rests on, and why: right after how it is judged.
+                let stem = MetricKey::split(&def.key).0;
+                if let Some(runs) = self.lens_runs.iter().find(|r| r.stem == stem) {
+                    notes.insert(1.min(notes.len()), runs.note());
+                }
                 (out.comparison, out.paired, out.notes) = (comparison, paired, notes);
             }
             Rule::Paired => {

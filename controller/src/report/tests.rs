@@ -118,6 +118,7 @@ pub(super) fn example(status: Status) -> Report {
         conditions: Vec::new(),
         lens: None,
         bisections: Vec::new(),
+        lens_runs: Vec::new(),
         trend: Vec::new(),
     }
 }

@@ -105,7 +105,11 @@ pub(super) async fn conduct(
     if base.commit == head.commit && report.status == Status::Completed {
         keep_a_a(&report, &dir, ledger.as_ref(), &display)?;
     }
-    let ending = story::ending(&report, reason.as_deref(), &dir);
+    let mut ending = story::ending(&report, reason.as_deref(), &dir);
+    // Right after how the run ended: why it added no pairs though it could have used them.
+    if let Some(line) = story::not_grown(&report, &plan, opts.shard.is_some()) {
+        ending.insert(1, line);
+    }
     for line in &ending {
         display.line(line);
     }
@@ -187,6 +191,9 @@ fn announce(
     for note in notes {
         display.line(note);
     }
+    for runs in &report.lens_runs {
+        display.line(&format!("instruction lens: {} {}", runs.stem, runs.note()));
+    }
     if let Some(noise) = report.noise.as_ref().filter(|n| n.found.is_some()) {
         display.line(&format!(
             "floors from the noise profile of A/A run {} ({}): {}; --noise none uses the spec's floors",
@@ -200,7 +207,7 @@ fn announce(
     }
     if plan.rule == crate::spec::Rule::Paired {
         // The looks the run plans (a sharded run takes only the first), at the alpha each spends.
-        let initial = plan.trials.measure.max(plan.trials.runtime);
+        let initial = plan.gated_trials(&plan.trials.gate);
         let design = report::Sequential::for_plan(plan)
             .filter(|_| opts.shard.is_none())
             .map_or(Design { alpha: 0.05, initial, max_pairs: initial }, |s| s.design);
@@ -340,10 +347,11 @@ pub(super) fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Resul
         if !(1..=100).contains(&n) {
             bail!("--trials must be from 1 to 100, got {n}");
         }
-        plan.trials.measure = n;
-        plan.trials.runtime = n;
-        if plan.trials.transport > 0 {
-            plan.trials.transport = n;
+        // A phase with nothing to do keeps its none.
+        for trials in [&mut plan.trials.measure, &mut plan.trials.runtime, &mut plan.trials.transport] {
+            if *trials > 0 {
+                *trials = n;
+            }
         }
     }
     // The sandboxes expire after the longest this run can take: the plan's worst case with the
@@ -394,7 +402,7 @@ pub(super) fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Resul
     if opts.shard.is_some() && report::Sequential::for_plan(plan).is_some() {
         notes.push(format!(
             "adaptive pairs are off in a sharded run (each shard sees only its share): the planned {} pairs are run, not up to trials.max_pairs ({})",
-            plan.trials.measure.max(plan.trials.runtime),
+            plan.gated_trials(&plan.trials.gate),
             plan.trials.max_pairs
         ));
     }
@@ -467,7 +475,9 @@ fn grow_report(report: &mut Report, plan: &Plan, adapted: &Adapted) {
     report.sequential = Some(adapted.sequential.clone());
     for (name, trials) in &adapted.trials {
         for key in plan.metrics_of_phase(*name) {
-            if key != sandbench_proto::metric::DISK {
+            // The footprint is taken once; the lens runs in none of the pairs added.
+            let lens = sandbench_proto::metric::MetricKey::facet_of(&key).is_lens();
+            if key != sandbench_proto::metric::DISK && !lens {
                 report.expected.insert(key, *trials);
             }
         }

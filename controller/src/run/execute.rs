@@ -101,6 +101,7 @@ pub(super) async fn execute(
         round_times: Default::default(),
         started: Instant::now(),
         cpusets: cpusets(pairs),
+        lens: skeleton.lens_runs.clone(),
     };
     let mut sides = SideRun::all(pairs, resumed.map_or(1, |r| r.attempt));
     let watchers = watch_for_stops(&run, &sides, cancel);

@@ -55,6 +55,8 @@ pub use walk::DUET_IO_WEIGHT;
 #[cfg(test)]
 mod layers;
 #[cfg(test)]
+mod lens_tests;
+#[cfg(test)]
 mod tests;
 
 use std::future::Future;
@@ -111,6 +113,8 @@ pub async fn run_on(
     Mark::new(&opts, &run_id, &base, &head, plan.hourly_usd()).write(&dir)?;
     let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
     report.noise = noise;
+    // How often each lens step runs, from the profile just found (a resume keeps the report's).
+    report.plan_lens(&plan);
     let start = Start { plan, notes, dir, report, base, head, resumed: None, earlier: Vec::new() };
     conduct(opts, start, cancel, connect).await
 }

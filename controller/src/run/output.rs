@@ -267,6 +267,7 @@ pub fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Re
         conditions: Vec::new(),
         lens: None,
         bisections: Vec::new(),
+        lens_runs: Vec::new(),
         trend: Vec::new(),
     }
 }

@@ -170,8 +170,10 @@ mod tests {
     }
 
     /// The fake product's spec for these tests.
+    /// Measure and runtime: a start and a command (a phase with nothing to do has no trials).
     fn spec_toml() -> String {
         spec_with("install = 2\nmeasure = 4\nruntime = 2\nfailure_limit = 2")
+            + "\n[[runtime.command]]\nmetric = \"git_status\"\nrun = \"git status --porcelain\"\n"
     }
 
     fn spec_with(trials: &str) -> String {

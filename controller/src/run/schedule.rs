@@ -4,11 +4,15 @@
 //! Phases follow each other (install → measure → runtime), each one a [`Stage`]. Within a stage
 //! the pairs run in parallel, each walking its own lane of slots: trial `t` goes to pair
 //! `t % pairs`, and each pair alternates its sides ABBA — base then head on its even rounds,
-//! head then base on its odd ones — so drift hits both sides alike.
+//! head then base on its odd ones — so drift hits both sides alike. A lens step runs under the
+//! lens in the first trials of each side only, as many as the run decided ([`LensRuns`]): the
+//! plan sent with every other trial asks for no lens there ([`without_lens`]).
 
 use sandbench_proto::Phase;
 pub use sandbench_proto::Side;
+use sandbench_proto::plan::AgentPlan;
 
+use crate::report::lens_runs::LensRuns;
 use crate::shard::Shard;
 
 /// The name of a pair's sandbox of one side: `base`/`head` with one pair, `base0`, `head0`,
@@ -72,6 +76,39 @@ fn lane(name: Phase, trials: &[u32], pair: usize, pairs: usize) -> Vec<Slot> {
             order.map(|side| Slot { phase: name, trial, pair, side })
         })
         .collect()
+}
+
+/// Whether trial `trial` of `phase` runs a step under the lens.
+pub fn runs_lens(phase: Phase, trial: u32, lens: &[LensRuns]) -> bool {
+    lens.iter().any(|r| r.phase == phase && r.runs_in(trial))
+}
+
+/// `plan` as trial `trial` of `phase` is sent when a lens step of the phase does not run in it:
+/// those steps ask for no lens. None when the plan goes as it is.
+pub fn without_lens(plan: &AgentPlan, phase: Phase, trial: u32, lens: &[LensRuns]) -> Option<AgentPlan> {
+    let off: Vec<&str> =
+        lens.iter().filter(|r| r.phase == phase && !r.runs_in(trial)).map(|r| r.stem.as_str()).collect();
+    if off.is_empty() {
+        return None;
+    }
+    let mut plan = plan.clone();
+    let section = match phase {
+        Phase::Measure => {
+            plan.measure.instructions &= !off.contains(&sandbench_proto::metric::COLD);
+            return Some(plan);
+        }
+        Phase::Runtime => &mut plan.runtime,
+        Phase::Transport => &mut plan.transport,
+        Phase::Ui => &mut plan.ui,
+        Phase::Prepare | Phase::Install | Phase::Synthetic => return Some(plan),
+    };
+    for command in section.commands.iter_mut().filter(|c| off.contains(&c.metric.as_str())) {
+        command.instructions = false;
+    }
+    for script in section.scripts.iter_mut().filter(|s| off.contains(&format!("script.{}", s.name).as_str())) {
+        script.instructions = false;
+    }
+    Some(plan)
 }
 
 /// How many trials of the same side come after position `at` of a lane.
@@ -183,6 +220,45 @@ mod tests {
         assert_eq!(order(&grown.lanes[0]), [(6, "head"), (6, "base")]);
         assert_eq!(order(&grown.lanes[1]), [(5, "base"), (5, "head"), (7, "head"), (7, "base")]);
         assert!(grow(Phase::Runtime, 8, 8, 2).lanes.iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn a_lens_step_asks_for_the_lens_only_in_its_first_trials() {
+        let spec = crate::provision::fake::spec_text(
+            "install = 1\nmeasure = 5\nruntime = 5",
+            "[install]\ncommand = \"true\"\n[measure]\nstartup = [\"p\"]\ninstructions = true\n\
+             [[runtime.command]]\nmetric = \"work\"\nrun = \"p work\"\ninstructions = true\n\
+             [[runtime.script]]\nname = \"s\"\nrun = \"p s\"\nmetrics = [\"x\"]\ninstructions = true\n\
+             [metrics.work]\ntitle = \"w\"\nunit = \"s\"\n[metrics.x]\ntitle = \"x\"\nunit = \"s\"\n",
+        );
+        let plan = crate::spec::parse(std::path::Path::new("bench.toml"), &spec).unwrap_or_else(|e| panic!("{e}"));
+        let agent = plan.agent_plan("c0ffee");
+        // The cold start and the script counted once a side (a profile showed them
+        // deterministic), `work` in three trials.
+        let mut lens = crate::report::lens_runs::plan(&plan, false, None);
+        for r in lens.iter_mut().filter(|r| r.stem != "work") {
+            r.runs = 1;
+        }
+        assert_eq!(
+            lens.iter().map(|r| (r.stem.as_str(), r.runs)).collect::<Vec<_>>(),
+            [("cold", 1), ("work", 3), ("script.s", 1)]
+        );
+        // Trial 0 goes as the spec has it; install never has a lens step.
+        assert!(without_lens(&agent, Phase::Measure, 0, &lens).is_none());
+        assert!(without_lens(&agent, Phase::Runtime, 0, &lens).is_none());
+        assert!(without_lens(&agent, Phase::Install, 4, &lens).is_none());
+        let measure = without_lens(&agent, Phase::Measure, 1, &lens).unwrap();
+        assert!(!measure.measure.instructions && measure.measure.startup.is_some());
+        let runtime = without_lens(&agent, Phase::Runtime, 1, &lens).unwrap();
+        assert!(runtime.runtime.commands[0].instructions && !runtime.runtime.scripts[0].instructions);
+        assert!(runtime.measure.instructions, "only the phase's own steps change");
+        let late = without_lens(&agent, Phase::Runtime, 3, &lens).unwrap();
+        assert!(!late.runtime.commands[0].instructions);
+        assert_eq!(
+            (0..5).map(|t| runs_lens(Phase::Runtime, t, &lens)).collect::<Vec<_>>(),
+            [true, true, true, false, false]
+        );
+        assert!(!runs_lens(Phase::Measure, 1, &lens));
     }
 
     #[test]

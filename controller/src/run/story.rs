@@ -32,6 +32,36 @@ pub fn ending(report: &Report, reason: Option<&str>, dir: &Path) -> Vec<String> 
     lines
 }
 
+/// Why a run whose gating metrics ended inconclusive added no pairs, when it had no adaptive
+/// plan to add them by (a run that had one says why at its last look): a sharded run, or
+/// `trials.max_pairs` not above the trials of the phases that hold the gating metrics.
+pub fn not_grown(report: &Report, plan: &crate::spec::Plan, sharded: bool) -> Option<String> {
+    if report.sequential.is_some() || plan.rule != crate::spec::Rule::Paired {
+        return None;
+    }
+    let inconclusive: Vec<&str> = report
+        .comparisons
+        .iter()
+        .filter(|c| plan.trials.gate.contains(&c.key) && c.outcome() == Outcome::Inconclusive)
+        .map(|c| c.key.as_str())
+        .collect();
+    if inconclusive.is_empty() {
+        return None;
+    }
+    let names = names(report, &inconclusive);
+    let initial = plan.gated_trials(&plan.trials.gate);
+    Some(if sharded {
+        format!("adaptive pairs: none added though {names} ended inconclusive: a sharded run does not adapt")
+    } else {
+        format!(
+            "adaptive pairs: none added though {names} ended inconclusive at {initial} pairs: [trials] max_pairs ({}) \
+             is not above the {initial} trials of the phases that hold the gating metrics; raise it to let the run \
+             add pairs",
+            plan.trials.max_pairs
+        )
+    })
+}
+
 /// What a partial run misses: its incomplete metrics by name.
 fn missing(report: &Report) -> String {
     let incomplete: Vec<&str> = report

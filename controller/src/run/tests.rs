@@ -44,7 +44,7 @@ fn setup(pairs: u32) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
     setup_spec(pairs, &spec_toml())
 }
 
-fn setup_spec(pairs: u32, text: &str) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
+pub(super) fn setup_spec(pairs: u32, text: &str) -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("bench.toml");
     std::fs::write(&spec, text).unwrap();
@@ -63,7 +63,7 @@ async fn run_fake(opts: RunOptions, fake: Arc<FakeProvisioner>, cancel: watch::R
     run_on(opts, cancel, connect, "20260101-000000-fake".into()).await.unwrap()
 }
 
-fn not_canceled() -> watch::Receiver<bool> {
+pub(super) fn not_canceled() -> watch::Receiver<bool> {
     watch::channel(false).1
 }
 
@@ -72,7 +72,7 @@ fn outcome(report: &Report, key: &str) -> Outcome {
 }
 
 /// Trials with a value, per side, of a metric.
-fn trials(report: &Report, head: bool, key: &str) -> Vec<u32> {
+pub(super) fn trials(report: &Report, head: bool, key: &str) -> Vec<u32> {
     let side = if head { &report.head_side } else { &report.base_side };
     side.metrics.get(key).into_iter().flatten().filter(|s| s.value.is_some()).map(|s| s.trial).collect()
 }
@@ -461,6 +461,56 @@ async fn an_a_a_run_grows_to_its_last_look_though_decided_at_the_first() {
     assert_eq!(trials(report, true, "cold"), (0..9).collect::<Vec<_>>());
     assert_eq!(report.sequential.as_ref().unwrap().look, 3);
     assert_eq!(outcome(report, "cold"), Outcome::NoClearChange);
+}
+
+/// The fake product without `[measure]`: three runtime trials, `more` `[trials]` lines.
+fn runtime_only(more: &str) -> String {
+    crate::provision::fake::spec_text(
+        &format!("install = 1\nruntime = 3\nfailure_limit = 2\n{more}"),
+        "[install]\ncommand = \"sh install.sh\"\n\n[[runtime.command]]\nmetric = \"git_status\"\nrun = \"git status\"\n",
+    )
+}
+
+/// Head's command swings by ±25 % in the first three runtime trials (inconclusive at 3 pairs).
+fn swinging_runtime(mut script: Script) -> Script {
+    for (trial, factor) in [(0, 1.3), (1, 0.75), (2, 1.25)] {
+        script = script.on("head", "runtime", Some(trial), Answer::Scale(factor));
+    }
+    script
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_without_measure_runs_no_measure_phase_and_grows_its_runtime() {
+    let (dir, plan, opts) = setup_spec(1, &runtime_only("max_pairs = 9"));
+    assert_eq!(plan.trials.measure, 0);
+    let fake = Arc::new(FakeProvisioner::new(swinging_runtime(Script::for_plan(&plan))));
+    let result = run_fake(opts, fake, not_canceled()).await;
+    let report = &result.report;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", report.errors);
+    // No measure trial ran, and none was charged.
+    assert!(!observed(&dir.path().join("runs"), "\"measure-"), "a measure command was sent");
+    for sandbox in &report.sandboxes {
+        let phases: Vec<&str> = sandbox.cost.iter().flat_map(|c| &c.phases).map(|p| p.usage.phase.as_str()).collect();
+        assert!(!phases.contains(&"measure") && phases.contains(&"runtime"), "{}: {phases:?}", sandbox.id);
+    }
+    // The looks are planned from runtime's three trials: it grew.
+    let sequential = report.sequential.as_ref().expect("an adaptive run: max_pairs is above runtime's trials");
+    assert_eq!(sequential.design.looks().first(), Some(&3));
+    assert!(sequential.look > 1, "{sequential:?}");
+    assert!(trials(report, true, "git_status").len() > 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_could_not_grow_says_why_on_the_terminal() {
+    let (_dir, plan, opts) = setup_spec(1, &runtime_only(""));
+    let fake = Arc::new(FakeProvisioner::new(swinging_runtime(Script::for_plan(&plan))));
+    let result = run_fake(opts, fake, not_canceled()).await;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", result.report.errors);
+    assert!(result.report.sequential.is_none());
+    assert_eq!(outcome(&result.report, "git_status"), Outcome::Inconclusive);
+    let said = "adaptive pairs: none added though Bash git status ended inconclusive at 3 pairs: [trials] max_pairs (3) \
+                is not above the 3 trials of the phases that hold the gating metrics";
+    assert!(result.ending[1].starts_with(said), "{:?}", result.ending);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

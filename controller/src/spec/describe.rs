@@ -78,7 +78,7 @@ fn setting(out: &mut String, plan: &Plan) {
         let _ = writeln!(out, "order: {} ({order})", t.order.as_str());
     }
     let _ = writeln!(out, "verdicts: {rule}; at most {} metrics a side", plan.max_metrics);
-    if t.max_pairs > t.measure.max(t.runtime) {
+    if t.max_pairs > plan.gated_trials(&t.gate) {
         let _ =
             writeln!(out, "adaptive: up to {} pairs while any of {} is inconclusive", t.max_pairs, t.gate.join(", "));
     }
@@ -160,13 +160,22 @@ fn phases(out: &mut String, plan: &Plan) {
             "instruction lens: valgrind callgrind (cache simulation at a fixed geometry), node with --predictable --hash-seed={0} --random-seed={0}, each run up to {1} s; one pair decides a count (floor 0.5 % unless an A/A calibration gives its own)",
             a.lens.seed, a.lens.timeout_s
         );
+        let runs = match plan.lens_runs {
+            Some(n) => format!("in the first {n} trials of each side ([lens] runs)"),
+            None => format!(
+                "once a side where the A/A noise profile shows the step deterministic, else (and in an A/A run) in \
+                 the first {} trials of each side; never in the pairs an adaptive run adds",
+                super::LENS_EVIDENCE_TRIALS
+            ),
+        };
+        let _ = writeln!(out, "  lens runs: {runs}");
     }
 }
 
 /// What the lens adds to a step, in `check`'s words.
 fn lens_words(what: &str, stem: &str) -> String {
     let keys = Facet::LENS.map(|facet| MetricKey::new(stem, facet).to_string());
-    format!("+ {what} once more per trial under the instruction lens → {}", keys.join(", "))
+    format!("+ {what} once more under the instruction lens (see lens runs) → {}", keys.join(", "))
 }
 
 /// The sections with scenarios, commands and scripts: runtime, transport and ui.

@@ -150,6 +150,14 @@ pub struct Trials {
     pub order: Order,
 }
 
+/// Trials of each side that show whether a step is deterministic under the instruction lens: an
+/// A/A run counts a lens step in as many, and so does a run without that evidence
+/// (`crate::report::lens_runs`).
+pub const LENS_EVIDENCE_TRIALS: u32 = 3;
+
+/// The phases whose trials grow with the pairs of an adaptive run (`[trials] max_pairs`).
+pub const GROWN: [Phase; 2] = [Phase::Measure, Phase::Runtime];
+
 impl Trials {
     /// The trials of `phase`: a timed phase's count, one for prepare (once per sandbox), none for
     /// the synthetic phase.
@@ -250,6 +258,10 @@ pub struct Plan {
     pub min_floor: f64,
     /// The largest source archive uploaded into a sandbox (`[source] max_mb`).
     pub source_max_bytes: u64,
+    /// `[lens] runs`: the trials of each side that run each lens step, whatever the noise
+    /// profile says (`crate::report::lens_runs`); None lets the profile decide.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lens_runs: Option<u32>,
 }
 
 /// `[bisect]` of a spec.
@@ -354,11 +366,12 @@ impl Plan {
     /// timeout, and teardown.
     pub fn worst_case(&self) -> Duration {
         let t = &self.trials;
-        let grown = t.max_pairs.max(t.measure).max(t.runtime);
+        // A phase with nothing to do (no trials) does not grow.
+        let grown = |n: u32| if n == 0 { 0 } else { t.max_pairs.max(n) };
         let trials = |phase: Phase, n: u32| f64::from(n) * self.phase_timeout(phase).as_secs_f64();
         let timed = trials(Phase::Install, t.install)
-            + trials(Phase::Measure, grown.max(t.measure))
-            + trials(Phase::Runtime, grown.max(t.runtime))
+            + trials(Phase::Measure, grown(t.measure))
+            + trials(Phase::Runtime, grown(t.runtime))
             + trials(Phase::Transport, t.transport)
             + trials(Phase::Ui, t.ui);
         let provision_and_teardown = 180.0;
@@ -475,6 +488,22 @@ impl Plan {
             out.extend(lens_keys(stem));
         }
         out
+    }
+
+    /// The pairs an adaptive run starts from: the most trials of a phase that grows
+    /// ([`GROWN`]) and records a metric of `gate` (a `.cpu` companion counts as its metric);
+    /// without such a phase, the most trials of either. A phase without gating metrics does not
+    /// stand in for the looks: its trials are its own.
+    pub fn gated_trials(&self, gate: &[String]) -> u32 {
+        let holds = |phase: Phase| {
+            let metrics = self.metrics_of_phase(phase);
+            gate.iter().any(|key| {
+                let stem = metric::MetricKey::stem_if(key, metric::Facet::Cpu).unwrap_or(key);
+                metrics.iter().any(|m| m == stem)
+            })
+        };
+        let gated = GROWN.into_iter().filter(|p| holds(*p)).map(|p| self.trials.of(p)).max();
+        gated.unwrap_or_else(|| GROWN.into_iter().map(|p| self.trials.of(p)).max().unwrap_or(0))
     }
 
     /// Metrics recorded by a phase, as the controller expects them.

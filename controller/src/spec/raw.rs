@@ -90,6 +90,8 @@ pub struct RawLens {
     pub seed: Option<Spanned<i64>>,
     /// Seconds one lens run may take.
     pub timeout_s: Option<Spanned<f64>>,
+    /// Trials of each side that run each lens step (default: as the noise profile needs).
+    pub runs: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

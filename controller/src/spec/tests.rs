@@ -22,10 +22,17 @@ fn errors(text: &str) -> Vec<String> {
 fn a_minimal_spec_gets_the_reference_defaults() {
     let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
     assert_eq!(plan.sandbox.image, "node:24-bookworm");
+    // Measure and runtime have nothing to do: no trials, so a run prints none and books no time.
     assert_eq!(
         (plan.trials.install, plan.trials.measure, plan.trials.runtime, plan.trials.failure_limit),
-        (3, 10, 10, 2)
+        (3, 0, 0, 2)
     );
+    // With something to do, ten trials each; `--trials` gives none to an empty phase either.
+    let full = format!(
+        "{MINIMAL}[measure]\nstartup = [\"p\"]\n[[runtime.command]]\nmetric = \"m\"\nrun = \"p\"\n[metrics.m]\ntitle = \"m\"\nunit = \"s\"\n"
+    );
+    let full = parse(Path::new("bench.toml"), &full).unwrap();
+    assert_eq!((full.trials.measure, full.trials.runtime, full.trials.max_pairs), (10, 10, 10));
     assert_eq!(
         (plan.cost.cpu_usd_per_hour, plan.cost.memory_usd_per_gb_hour, plan.cost.disk_usd_per_gb_hour),
         (0.05, 0.01, 0.001)
@@ -316,7 +323,7 @@ unit = "ms"
 
 #[test]
 fn adaptive_pairs_gates_and_the_rule() {
-    let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
+    let plan = parse(Path::new("bench.toml"), &format!("{MINIMAL}[measure]\nstartup = [\"p\"]\n")).unwrap();
     assert_eq!((plan.trials.max_pairs, plan.rule), (10, super::Rule::Paired));
     let spec = r#"name = "mini"
 [trials]
@@ -341,9 +348,9 @@ rule = "reference"
         .replace("rule = \"reference\"", "rule = \"vibes\"");
     let errors = errors(&bad);
     assert!(
-        errors
-            .iter()
-            .any(|e| e.contains(":5: trials.max_pairs: expected at least the measure and runtime trials (5), got 3")),
+        errors.iter().any(|e| e.contains(
+            ":5: trials.max_pairs: expected at least the trials of the phases that hold the gating metrics (5), got 3"
+        )),
         "{errors:?}"
     );
     assert!(
@@ -354,6 +361,31 @@ rule = "reference"
         errors.iter().any(|e| e.contains(":12: report.rule: expected \"paired\" or \"reference\", got \"vibes\"")),
         "{errors:?}"
     );
+}
+
+#[test]
+fn looks_are_planned_from_the_phases_that_hold_gating_metrics() {
+    // The eslint case: no [measure], three runtime trials gated, up to ten pairs. The empty
+    // measure phase has no trials, and no phantom ten stands in for the first look.
+    let runtime =
+        "[[runtime.command]]\nmetric = \"lint\"\nrun = \"eslint x.js\"\n[metrics.lint]\ntitle = \"l\"\nunit = \"s\"\n";
+    let spec = format!("name = \"m\"\n[trials]\nruntime = 3\nmax_pairs = 10\n[install]\ncommand = \"true\"\n{runtime}");
+    let plan = parse(Path::new("bench.toml"), &spec).unwrap();
+    assert_eq!(
+        (plan.trials.measure, plan.trials.runtime, plan.trials.gate.as_slice()),
+        (0, 3, ["lint".to_string()].as_slice())
+    );
+    assert_eq!((plan.gated_trials(&plan.trials.gate), plan.trials.max_pairs), (3, 10));
+    assert!(
+        describe(&plan).contains("adaptive: up to 10 pairs while any of lint is inconclusive"),
+        "{}",
+        describe(&plan)
+    );
+    // A measure phase with more trials but no gating metric does not raise the first look.
+    let measured =
+        spec.replace("runtime = 3", "measure = 10\nruntime = 3\ngate = [\"lint\"]") + "[measure]\nstartup = [\"p\"]\n";
+    let plan = parse(Path::new("bench.toml"), &measured).unwrap();
+    assert_eq!(plan.gated_trials(&plan.trials.gate), 3);
 }
 
 #[test]
@@ -447,9 +479,14 @@ unit = "s"
 #[test]
 fn the_expiry_covers_the_worst_case() {
     let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
-    // Provisioning and teardown, prepare's margin, then per side three installs at 240 s and
-    // ten measure and runtime trials, each with the controller's margin.
-    assert_eq!(plan.worst_case().as_secs(), 180 + 600 + 2 * (3 * 360 + 10 * 180 + 10 * 120));
+    // Provisioning and teardown, prepare's margin, then per side three installs at 240 s, each
+    // with the controller's margin (measure and runtime have nothing to do: no trials).
+    assert_eq!(plan.worst_case().as_secs(), 180 + 600 + 2 * (3 * 360));
+    // Ten measure trials each, with its margin, when the spec has a start to time.
+    let measured = format!("{MINIMAL}[measure]\nstartup = [\"p\"]\ntimeout_s = 1\nsettle_s = 0\n");
+    let measured = parse(Path::new("bench.toml"), &measured).unwrap();
+    // A trial: two starts of 1 s and the margin.
+    assert_eq!(measured.worst_case().as_secs(), 180 + 600 + 2 * (3 * 360 + 10 * 182));
     assert_eq!(plan.sandbox.ttl, default_ttl(plan.worst_case()));
     assert!(plan.sandbox.ttl >= plan.worst_case() + EXPIRY_MARGIN);
     assert_eq!(plan.sandbox.ttl.as_secs() % 60, 0);

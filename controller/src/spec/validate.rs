@@ -154,6 +154,13 @@ impl Validator<'_> {
         let transport = self.runtime(&raw.transport, Phase::Transport);
         let ui = self.runtime(&raw.ui, Phase::Ui);
         let mut trials = trials;
+        // A phase with nothing to record has no trials: it prints nothing and books no time.
+        if measure.startup.is_none() && !measure.footprint {
+            trials.measure = 0;
+        }
+        if interaction::is_empty(&runtime) {
+            trials.runtime = 0;
+        }
         if interaction::is_empty(&transport) {
             trials.transport = 0;
         }
@@ -218,6 +225,7 @@ impl Validator<'_> {
             max_metrics,
             min_floor,
             source_max_bytes: (source_max_mb * 1e6) as u64,
+            lens_runs: raw.lens.runs.as_ref().map(|_| self.count(&raw.lens.runs, "lens.runs", 1, 100, 1) as u32),
         };
         (plan.metrics, plan.definitions) = self.metric_definitions(&plan, &raw.metrics);
         (plan.trials.max_pairs, plan.trials.gate) = self.adaptive(&plan, &raw.trials);
@@ -266,10 +274,12 @@ impl Validator<'_> {
         })
     }
 
-    /// `trials.max_pairs` (at least the measure and runtime trials) and `trials.gate` (metrics the
-    /// plan records, or their `.cpu` companions).
+    /// `trials.gate` (metrics the plan records, or their `.cpu` companions) and
+    /// `trials.max_pairs` (at least the trials of the phases that hold a gating metric: the
+    /// pairs an adaptive run starts from, [`Plan::gated_trials`]).
     fn adaptive(&mut self, plan: &Plan, t: &RawTrials) -> (u32, Vec<String>) {
-        let initial = plan.trials.measure.max(plan.trials.runtime);
+        let gate = self.gate(plan, t);
+        let initial = plan.gated_trials(&gate);
         let max_pairs = self.count(&t.max_pairs, "trials.max_pairs", 1, 200, i64::from(initial)) as u32;
         if let Some(m) = &t.max_pairs
             && max_pairs < initial
@@ -277,14 +287,19 @@ impl Validator<'_> {
             self.error(
                 m,
                 "trials.max_pairs",
-                format!("expected at least the measure and runtime trials ({initial}), got {max_pairs}"),
+                format!("expected at least the trials of the phases that hold the gating metrics ({initial}), got {max_pairs}"),
             );
         }
+        (max_pairs.max(initial), gate)
+    }
+
+    /// `trials.gate`: the spec's, or the timed metrics of measure and runtime.
+    fn gate(&mut self, plan: &Plan, t: &RawTrials) -> Vec<String> {
         let known = |key: &str| {
             let stem = MetricKey::stem_if(key, Facet::Cpu).unwrap_or(key);
             plan.metrics.iter().any(|m| m.key == stem)
         };
-        let gate = match &t.gate {
+        match &t.gate {
             Some(keys) => {
                 for key in keys.get_ref().iter().filter(|k| !known(k)) {
                     self.error(keys, "trials.gate", format!("{key:?} is not a metric this spec records"));
@@ -309,8 +324,7 @@ impl Validator<'_> {
                 };
                 phases.into_iter().filter(|k| timed(k)).collect()
             }
-        };
-        (max_pairs, gate)
+        }
     }
 
     fn sandbox(&mut self, s: &RawSandbox) -> SandboxSettings {

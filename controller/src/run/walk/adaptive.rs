@@ -11,7 +11,7 @@ use sandbench_proto::metric::{Facet, MetricKey};
 use crate::report::{Report, Sequential};
 
 /// The phases that grow with the pairs.
-pub const GROWN: [Phase; 2] = [Phase::Measure, Phase::Runtime];
+pub use crate::spec::GROWN;
 
 /// An adaptive run's state: the report skeleton its looks are analysed on, and how far it went.
 pub struct Adaptive {
@@ -47,22 +47,39 @@ impl Adaptive {
 }
 
 /// How long one slot (one side's trial) of each phase took, from the stages walked so far:
-/// what growing a phase is expected to cost.
+/// what growing a phase is expected to cost. Slots that ran no lens step say it best (the pairs
+/// added run none); a stage's mean over all its slots stands in until there is one.
 #[derive(Debug, Default)]
-pub struct RoundTimes(Mutex<BTreeMap<Phase, Duration>>);
+pub struct RoundTimes {
+    stages: Mutex<BTreeMap<Phase, Duration>>,
+    /// Per phase: the time and number of slots walked without the lens.
+    plain: Mutex<BTreeMap<Phase, (Duration, u32)>>,
+}
 
 impl RoundTimes {
     /// Records a stage of `phase` whose longest lane ran `slots` slots in `took`.
     pub fn record(&self, phase: Phase, slots: usize, took: Duration) {
         if slots > 0 {
             let per = took / u32::try_from(slots).unwrap_or(u32::MAX);
-            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(phase, per);
+            self.stages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(phase, per);
         }
+    }
+
+    /// Records `slots` slots of `phase` that ran no lens step and took `took` in all (one after
+    /// the other, or a round of both sides at once).
+    pub fn record_plain(&self, phase: Phase, slots: u32, took: Duration) {
+        let mut plain = self.plain.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = plain.entry(phase).or_default();
+        *entry = (entry.0 + took, entry.1 + slots);
     }
 
     /// How long `rounds` rounds (a base and a head slot each) of `phase` are expected to take.
     pub fn rounds(&self, phase: Phase, rounds: u32) -> Duration {
-        let per = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&phase).copied();
+        let plain = self.plain.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&phase).copied();
+        let per = match plain {
+            Some((took, slots)) if slots > 0 => Some(took / slots),
+            _ => self.stages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&phase).copied(),
+        };
         per.unwrap_or_default() * 2 * rounds
     }
 }
@@ -87,4 +104,21 @@ pub fn phases_to_grow(
         })
         .filter_map(|name| trials.get(&name).filter(|n| **n < pairs).map(|n| (name, *n)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_rounds_are_timed_by_the_slots_that_ran_no_lens() {
+        let times = RoundTimes::default();
+        // A stage of six slots in 60 s, one of its trials slowed by the lens: 10 s a slot.
+        times.record(Phase::Runtime, 6, Duration::from_secs(60));
+        assert_eq!(times.rounds(Phase::Runtime, 2), Duration::from_secs(40));
+        // Its four slots without the lens took 8 s: what an added pair (no lens) costs.
+        times.record_plain(Phase::Runtime, 4, Duration::from_secs(8));
+        assert_eq!(times.rounds(Phase::Runtime, 2), Duration::from_secs(8));
+        assert_eq!(times.rounds(Phase::Measure, 2), Duration::ZERO, "nothing seen of measure");
+    }
 }

@@ -173,7 +173,11 @@ async fn run_slot(run: &Run, sides: &[SideRun], slot: &Slot) -> Result<Option<Tr
         return Ok(None);
     }
     let Some(side) = sides.iter().find(|s| s.pair == slot.pair && s.side == slot.side) else { return Ok(None) };
+    let began = std::time::Instant::now();
     let ran = trial(run, side, slot, false).await;
+    if !run.runs_lens(slot.phase, slot.trial) {
+        run.round_times.record_plain(slot.phase, 1, began.elapsed());
+    }
     Ok(Some(settle(run, side, slot, ran).await))
 }
 
@@ -187,7 +191,8 @@ async fn install_resumed(run: &Run, side: &SideRun) -> anyhow::Result<()> {
     // An adaptive run may grow measure and runtime: their slots up to max_pairs may come.
     if run.adaptive.is_some() {
         let t = &run.plan.trials;
-        for name in adaptive::GROWN {
+        // (A phase with nothing to do has no trials and never grows.)
+        for name in adaptive::GROWN.into_iter().filter(|p| t.of(*p) > 0) {
             stages.push(schedule::grow(name, t.of(name), t.max_pairs, run.opts.pairs as usize));
         }
     }

@@ -59,7 +59,12 @@ async fn round(run: &Run, sides: &[SideRun], lane: &[Slot], range: std::ops::Ran
             todo.push((i, side));
         }
     }
+    let began = std::time::Instant::now();
     let ran = together(run, slots, &todo).await;
+    // A round without the lens is what an added round costs (the sides' slots of it in all).
+    if let Some(first) = slots.first().filter(|s| !todo.is_empty() && !run.runs_lens(s.phase, s.trial)) {
+        run.round_times.record_plain(first.phase, todo.len() as u32, began.elapsed());
+    }
     for (&(i, side), ran) in todo.iter().zip(ran) {
         results[i] = Some(settle(run, side, &slots[i], ran).await);
     }

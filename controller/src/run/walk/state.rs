@@ -1,6 +1,7 @@
 //! A run being walked: what every layer of the walk reads (plan, station, engine, gates, the
 //! halt) and its own small methods. The layers above take it as `&Run`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -14,10 +15,11 @@ use super::super::display::Display;
 use super::super::engine::Engine;
 use super::super::gate::{Decision, Gates, Stop, TrialResult};
 use super::super::options::RunOptions;
-use super::super::schedule::{Side, Slot};
+use super::super::schedule::{self, Side, Slot};
 use super::adaptive::{Adaptive, RoundTimes};
 use super::side::lock;
 use crate::provision::{Resources, labels};
+use crate::report::lens_runs::LensRuns;
 use crate::spec::Plan;
 use crate::station::Station;
 
@@ -49,6 +51,8 @@ pub struct Run {
     pub started: std::time::Instant,
     /// The CPUs each pair's sandboxes are pinned to ([`cpusets`]).
     pub cpusets: Vec<Option<String>>,
+    /// How many trials of each side run each lens step (the report's, decided as the run began).
+    pub lens: Vec<LensRuns>,
 }
 
 impl Run {
@@ -94,6 +98,18 @@ impl Run {
     /// A slot completed by an earlier attempt: how it ended.
     pub fn done_before(&self, slot: &Slot) -> Option<TrialResult> {
         self.resumed.as_ref()?.accounting.result(slot)
+    }
+
+    /// The agent plan sent to `side` for trial `trial` of `phase`: its lens steps that do not
+    /// run in that trial ask for no lens ([`schedule::without_lens`]).
+    pub fn agent_plan(&self, side: Side, phase: Phase, trial: u32) -> Cow<'_, AgentPlan> {
+        let plan = &self.agent_plans[&side];
+        schedule::without_lens(plan, phase, trial, &self.lens).map_or(Cow::Borrowed(plan), Cow::Owned)
+    }
+
+    /// Whether trial `trial` of `phase` runs a lens step.
+    pub fn runs_lens(&self, phase: Phase, trial: u32) -> bool {
+        schedule::runs_lens(phase, trial, &self.lens)
     }
 
     /// A trial's step timeout: every step at its own timeout, plus room for the agent's work.

@@ -113,11 +113,11 @@ pub async fn wait_phase(
 ) -> anyhow::Result<(PhaseStatus, String, Vec<String>)> {
     let live = side.current().context("no sandbox")?;
     let id = live.sandbox.id.clone();
-    let plan = &run.agent_plans[&side.side];
+    let plan = run.agent_plan(side.side, name, trial);
     let hub = run.station.hub();
     let step = StepId::new(name, trial);
     let phase = async {
-        sandbox::start_phase(&hub, &id, plan, step, stepwise).await?;
+        sandbox::start_phase(&hub, &id, &plan, step, stepwise).await?;
         hub.wait_done(&id, &step.to_string(), timeout).await
     };
     tokio::pin!(phase);

@@ -322,7 +322,10 @@ unit = "KiB"
         );
         // Sizes are recorded in bytes, so KiB is a unit they convert to; latencies in seconds.
         let def = |k: &str| plan.metrics.iter().find(|d| d.key == k).unwrap().clone();
-        assert_eq!((def("state_bytes").scale, def("decide").scale), (1.0 / 1024.0, 1000.0));
+        assert_eq!((def("state_bytes").scale, def("decide.p99").scale), (1.0 / 1024.0, 1000.0));
+        // A distribution is judged by its facets, which inherit its definition, in place of it.
+        let keys: Vec<&str> = plan.metrics.iter().map(|d| d.key.as_str()).filter(|k| k.starts_with("decide")).collect();
+        assert_eq!(keys, ["decide.p50", "decide.p95", "decide.p99", "decide.max"]);
         assert_eq!(
             plan.agent.runtime.distributions(),
             [("decide".to_string(), Distribution { percentiles: vec![50, 95, 99], max: true })]

@@ -250,21 +250,29 @@ fn tree_size(listing: &[u8]) -> (u64, Option<(String, u64)>) {
     (total, largest)
 }
 
+/// A commit of a range, with its subject line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Commit {
+    pub commit: String,
+    /// Its subject line (the product's text).
+    pub subject: String,
+}
+
 /// The first-parent commits from `good` to `bad` of `repo`, both included, oldest first, each
 /// with its subject line: what `sandbench bisect` searches. `good` must be an ancestor of `bad`.
-pub async fn first_parents(repo: &Path, good: &str, bad: &str) -> anyhow::Result<Vec<crate::bisect::Commit>> {
+pub async fn first_parents(repo: &Path, good: &str, bad: &str) -> anyhow::Result<Vec<Commit>> {
     if git(repo, &["merge-base", "--is-ancestor", good, bad]).await.is_err() {
         bail!("{good} is not an ancestor of {bad} in {}: nothing to bisect between them", repo.display());
     }
     let out = git(repo, &["log", "--first-parent", "--reverse", "--format=%H %s", &format!("{good}..{bad}")]).await?;
     let subject = git(repo, &["log", "-1", "--format=%s", good]).await?;
-    let mut commits = vec![crate::bisect::Commit {
+    let mut commits = vec![Commit {
         commit: good.to_string(),
         subject: String::from_utf8_lossy(&subject).trim().into(),
     }];
     for line in String::from_utf8_lossy(&out).lines() {
         let (commit, subject) = line.split_once(' ').unwrap_or((line, ""));
-        commits.push(crate::bisect::Commit { commit: commit.to_string(), subject: subject.to_string() });
+        commits.push(Commit { commit: commit.to_string(), subject: subject.to_string() });
     }
     if commits.len() < 2 {
         bail!("{good} and {bad} are the same commit: nothing to bisect");

@@ -107,13 +107,8 @@ impl BisectOptions {
 /// A bisection's answer, in its directory.
 pub const BISECT_FILE: &str = "bisect.json";
 
-/// A commit of the range, good first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Commit {
-    pub commit: String,
-    /// Its subject line (the product's text).
-    pub subject: String,
-}
+/// A commit of the range, good first (it lives with the source code it is read from).
+pub use crate::source::Commit;
 
 /// One commit measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

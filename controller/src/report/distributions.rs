@@ -92,13 +92,16 @@ fn trials_of(report: &Report, plan: &Plan, key: &str) -> u32 {
     let script = stem.strip_prefix("script.").unwrap_or(stem).split('.').next().unwrap_or_default();
     let phase =
         Phase::ALL.into_iter().find(|p| plan.section(*p).is_some_and(|s| s.scripts.iter().any(|x| x.name == script)));
+    let recorded = [&report.base_side, &report.head_side]
+        .iter()
+        .map(|s| s.metrics.get(key).map_or(0, |v| v.iter().map(|x| x.trial).collect::<BTreeSet<u32>>().len()))
+        .max()
+        .unwrap_or(1) as u32;
     match phase {
-        Some(phase) => plan.trials.of(phase),
-        None => [&report.base_side, &report.head_side]
-            .iter()
-            .map(|s| s.metrics.get(key).map_or(0, |v| v.iter().map(|x| x.trial).collect::<BTreeSet<u32>>().len()))
-            .max()
-            .unwrap_or(1) as u32,
+        // A phase grown by adaptive looks ran more trials than planned, on both sides: as
+        // many as either side recorded (a side short of them is incomplete).
+        Some(phase) => plan.trials.of(phase).max(recorded),
+        None => recorded,
     }
 }
 
@@ -213,5 +216,23 @@ better = "higher"
         // Halved throughput, better higher: a regression.
         let ops = report.analyze().into_iter().find(|c| c.key == "store.memory.ops").unwrap();
         assert_eq!(ops.outcome(), crate::stats::Outcome::Regressed);
+    }
+
+    #[test]
+    fn a_key_only_a_run_names_expects_the_trials_its_grown_phase_ran() {
+        let plan = plan();
+        let planned = plan.trials.runtime;
+        let mut report = super::super::tests::one_metric(&[1.0; 10], &[1.0; 10]);
+        let values = |n: u32| (0..n).map(|t| sample(t, 0, 5e7)).collect::<Vec<_>>();
+        // Adaptive looks grew the runtime by two pairs, which both sides ran.
+        for side in [&mut report.base_side, &mut report.head_side] {
+            side.metrics.insert("script.store.memory.maxrss".into(), values(planned + 2));
+        }
+        define_recorded(&mut report, &plan);
+        assert_eq!(report.expected["script.store.memory.maxrss"], planned + 2);
+        // A side short of a trial the other ran is incomplete.
+        report.head_side.metrics.get_mut("script.store.memory.maxrss").unwrap().pop();
+        let rss = report.analyze().into_iter().find(|c| c.key == "script.store.memory.maxrss").unwrap();
+        assert_eq!(rss.outcome(), crate::stats::Outcome::Incomplete);
     }
 }

@@ -152,10 +152,10 @@ fn check_service_side(side: &Side, trials: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_a_a_records_every_request_and_calls_no_change() {
-    let repo = example_repo("service", 3, None);
+    let repo = example_repo("service", 5, None);
     let report = compare(repo.path(), "base").await;
     for side in [&report.base_side, &report.head_side] {
-        check_service_side(side, 3);
+        check_service_side(side, 5);
     }
     // The distributions are judged by their facets, in place of their stems; nothing is called.
     for key in ["decide.p50", "decide.p95", "decide.p99", "decide.max", "feedback.p50", "feedback.p99", "state_bytes"] {
@@ -180,10 +180,10 @@ async fn service_p99_three_times_slower_shows_in_the_slowest_requests_only() {
         assert_eq!(stalled.len(), text.len() + 2, "the service's STALL_EVERY and STALL_FACTOR changed");
         std::fs::write(&file, stalled).unwrap();
     };
-    let repo = example_repo("service", 3, Some(&stall));
+    let repo = example_repo("service", 5, Some(&stall));
     let report = compare(repo.path(), "head").await;
-    check_service_side(&report.base_side, 3);
-    check_service_side(&report.head_side, 3);
+    check_service_side(&report.base_side, 5);
+    check_service_side(&report.head_side, 5);
     let of = |side: &Side, key: &str, p: f64| median(per_trial(side, key).iter().map(|t| percentile(t, p)).collect());
     let ratio = |key: &str, p: f64| of(&report.head_side, key, p) / of(&report.base_side, key, p);
     let (p99, p50) = (ratio("decide", 0.99), ratio("decide", 0.5));

@@ -326,6 +326,18 @@ fn section_lines(out: &mut String, section: &Runtime) {
             let _ = writeln!(out, "    {}", lens_words("the script", &format!("script.{}", s.name)));
         }
     }
+    for b in &section.benches {
+        let read = b.results.as_ref().map_or_else(|| "its standard output".to_string(), |r| r.clone());
+        let _ = writeln!(
+            out,
+            "  bench {}: `{}` read as {} from {read}, each benchmark a key {}.<benchmark> (at most {})",
+            b.name,
+            b.step.run,
+            b.format,
+            b.stem(),
+            b.max_benchmarks
+        );
+    }
 }
 
 /// When a fixture runs.

@@ -63,6 +63,17 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
         if !judged {
             continue;
         }
+        if let Some(defined) = super::benches::define(report, plan, key) {
+            match defined {
+                Ok(def) => {
+                    let trials = trials_of(report, plan, key);
+                    report.expected.entry(key.clone()).or_insert(trials);
+                    added.push(def);
+                }
+                Err(why) => report.errors.push(format!("metric {key}: its definition is incomplete: {why}")),
+            }
+            continue;
+        }
         match plan.definitions.resolve(key, &report.metrics) {
             Ok(Some(def)) => {
                 let trials = trials_of(report, plan, key);
@@ -83,6 +94,8 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
         let all = report.metrics.drain(..).chain(added).collect();
         report.metrics = report_order(all);
     }
+    let missing = super::benches::missing(report, plan);
+    report.warnings.extend(missing);
 }
 
 /// The trials a key only a run named should have: its script's phase's (a matrix child's key
@@ -90,8 +103,13 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
 fn trials_of(report: &Report, plan: &Plan, key: &str) -> u32 {
     let stem = MetricKey::stem_of(key);
     let script = stem.strip_prefix("script.").unwrap_or(stem).split('.').next().unwrap_or_default();
-    let phase =
-        Phase::ALL.into_iter().find(|p| plan.section(*p).is_some_and(|s| s.scripts.iter().any(|x| x.name == script)));
+    let bench = super::benches::step_of(plan, key).map(|b| b.name.as_str());
+    let phase = Phase::ALL.into_iter().find(|p| {
+        plan.section(*p).is_some_and(|s| match bench {
+            Some(name) => s.benches.iter().any(|b| b.name == name),
+            None => s.scripts.iter().any(|x| x.name == script),
+        })
+    });
     match phase {
         Some(phase) => plan.trials.of(phase),
         None => [&report.base_side, &report.head_side]

@@ -56,7 +56,12 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
     let recorded: BTreeSet<String> =
         [&report.base_side, &report.head_side].iter().flat_map(|s| s.metrics.keys().cloned()).collect();
     let mut added = Vec::new();
+    let mut ignored: Vec<&str> = Vec::new();
     for key in recorded.iter().filter(|k| !listed.contains(*k)) {
+        if plan.definitions.ignored(key).is_some() {
+            ignored.push(key);
+            continue;
+        }
         let facet = MetricKey::facet_of(key);
         let judged = matches!(facet, Facet::Wall | Facet::Percentile(_) | Facet::Max)
             || (facet == Facet::MaxRss && peak_rss(key).is_some());
@@ -88,6 +93,20 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
                 ))
             }
             Err(why) => report.errors.push(format!("metric {key}: its definition is incomplete: {why}")),
+        }
+    }
+    if !ignored.is_empty() {
+        report.warnings.push(format!(
+            "not judged, as their [metrics] blocks say (ignore = true); their samples are kept in report.json: {}",
+            ignored.join(", ")
+        ));
+    }
+    // Keys only a run names join an adaptive run's gate when their block says `gate = true`.
+    if let Some(sequential) = report.sequential.as_mut() {
+        for def in added.iter().filter(|d| plan.definitions.gate_of(&d.key) == Some(true)) {
+            if !sequential.gate.contains(&def.key) {
+                sequential.gate.push(def.key.clone());
+            }
         }
     }
     if !added.is_empty() {

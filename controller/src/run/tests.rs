@@ -887,7 +887,7 @@ async fn a_metric_better_higher_that_halves_is_a_regression_from_the_terminal_to
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bench_steps_benchmarks_are_defined_by_their_unit_judged_each_way_and_a_vanished_one_named() {
     let text = crate::provision::fake::spec_text(
-        "install = 1\nruntime = 3",
+        "install = 1\nruntime = 3\nmax_pairs = 6",
         r#"[install]
 command = "true"
 
@@ -900,6 +900,12 @@ results = "results/tinybench.json"
 [metrics."bench.tinybench.*"]
 relative = 0.05
 group = "Suite {1}"
+
+[metrics."bench.tinybench.steady"]
+ignore = true
+
+[metrics."bench.tinybench.render"]
+gate = true
 "#,
     );
     let (_dir, plan, opts) = setup_spec(1, &text);
@@ -920,12 +926,20 @@ group = "Suite {1}"
         (parse.unit.as_str(), parse.better, parse.relative, parse.group.as_str()),
         ("ops/s", crate::stats::Better::Higher, 0.05, "Suite parse")
     );
+    // Its own block (the fewest `*`) over the defaults: the family does not reach it.
     let render = def("bench.tinybench.render");
-    assert_eq!((render.unit.as_str(), render.scale, render.better), ("ms", 1000.0, crate::stats::Better::Lower));
-    assert_eq!(def("bench.tinybench.steady").unit, "µs");
+    assert_eq!(
+        (render.unit.as_str(), render.scale, render.better, render.relative),
+        ("ms", 1000.0, crate::stats::Better::Lower, crate::report::benches::RELATIVE)
+    );
+    assert_eq!(report.sequential.as_ref().map(|s| s.gate.clone()), Some(vec!["bench.tinybench.render".to_string()]));
     assert_eq!(outcome(report, "bench.tinybench.parse"), Outcome::Regressed);
     assert_eq!(outcome(report, "bench.tinybench.render"), Outcome::Improved);
-    assert_eq!(outcome(report, "bench.tinybench.steady"), Outcome::NoClearChange);
+    // Ignored: recorded, kept, never judged, and the report says so.
+    assert!(report.metrics.iter().all(|d| d.key != "bench.tinybench.steady"));
+    assert_eq!(trials(report, true, "bench.tinybench.steady"), [0, 1, 2]);
+    let ignored = "not judged, as their [metrics] blocks say (ignore = true); their samples are kept in report.json: bench.tinybench.steady";
+    assert!(report.warnings.iter().any(|w| w == ignored), "{:?}", report.warnings);
     let changed: Vec<&str> = report
         .comparisons
         .iter()

@@ -101,3 +101,43 @@ fn two_bench_steps_of_a_section_cannot_share_a_name() {
         "{errors:#?}"
     );
 }
+
+#[test]
+fn a_block_can_ignore_a_metric_or_take_it_out_of_the_gate_and_an_ignored_one_cannot_gate() {
+    let text = r#"name = "g"
+[install]
+command = "true"
+[[runtime.command]]
+metric = "quick"
+run = "true"
+[[runtime.command]]
+metric = "noisy"
+run = "true"
+[[runtime.command]]
+metric = "slow"
+run = "true"
+[metrics.quick]
+title = "Quick"
+unit = "ms"
+gate = false
+[metrics.noisy]
+ignore = true
+[metrics.slow]
+title = "Slow"
+unit = "ms"
+"#;
+    let plan = parse(Path::new("bench.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+    let keys: Vec<&str> = plan.metrics.iter().map(|d| d.key.as_str()).collect();
+    assert_eq!(keys, ["install", "quick", "slow"]);
+    // The default gate is the timed metrics of measure and runtime, less `gate = false`.
+    assert_eq!(plan.trials.gate, ["slow"]);
+    let both = text.replace("[metrics.noisy]\nignore = true", "[metrics.noisy]\nignore = true\ngate = true");
+    let errors = errors(&both);
+    assert!(
+        errors.iter().any(|e| e.contains("bench.toml:19: metrics.noisy.gate: an ignored metric is never judged")),
+        "{errors:#?}"
+    );
+    // An exact block may wait for a benchmark only a run names.
+    let exact = format!("{BENCH}[metrics.\"bench.mitata.parse\"]\nrelative = 0.3\n");
+    assert!(parse(Path::new("bench.toml"), &exact).is_ok());
+}

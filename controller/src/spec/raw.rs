@@ -467,6 +467,11 @@ pub struct RawMetric {
     pub group: Option<String>,
     /// `"lower"` (the default) or `"higher"`.
     pub better: Option<Spanned<String>>,
+    /// Recorded but never judged (a benchmark too noisy to compare): no row, its samples kept.
+    pub ignore: Option<Spanned<bool>>,
+    /// Whether its verdict decides if an adaptive run adds pairs (`trials.gate` for the keys
+    /// a family matches, which may be named only by a run).
+    pub gate: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -129,6 +129,32 @@ pub fn missing(report: &Report, plan: &Plan) -> Vec<String> {
     lines
 }
 
+/// Each bench step's own failures, per side: its command failed, or its results were missing
+/// or refused (the agent's error on `bench.<name>`), once per side and cause, with its trials.
+pub fn failures(report: &Report, plan: &Plan) -> Vec<String> {
+    let steps = Phase::ALL.into_iter().filter_map(|p| plan.section(p)).flat_map(|s| &s.benches);
+    let mut lines = Vec::new();
+    for step in steps {
+        for (label, side) in [("base", &report.base_side), ("head", &report.head_side)] {
+            let mut causes: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+            for sample in side.metrics.get(&step.stem()).into_iter().flatten() {
+                if let Some(error) = &sample.error {
+                    causes.entry(error.as_str()).or_default().push(sample.trial);
+                }
+            }
+            for (cause, trials) in causes.into_iter().take(MAX_NAMED) {
+                let trials: Vec<String> = trials.iter().map(u32::to_string).collect();
+                lines.push(format!(
+                    "bench {} failed on the {label} side (trial {}): {cause}",
+                    step.name,
+                    trials.join(", ")
+                ));
+            }
+        }
+    }
+    lines
+}
+
 /// One benchmark's measures as the agent's details file holds them.
 #[derive(Deserialize)]
 struct Details {
@@ -219,6 +245,37 @@ mod tests {
         let bytes = default_def(&tiny, "bench.go.join.b_per_op", "bytes", Some(64.0));
         assert_eq!((bytes.unit.as_str(), bytes.better), ("bytes", Better::Lower));
         assert_eq!(default_def(&tiny, "k", "MB/s", None).better, Better::Higher);
+    }
+
+    #[test]
+    fn a_failed_step_is_an_error_naming_its_side_trials_and_cause_and_a_lost_benchmark_is_missing() {
+        let text = "name = \"b\"\n[install]\ncommand = \"true\"\n[[runtime.bench]]\nname = \"go\"\nrun = \"go test -bench .\"\nformat = \"go\"\n";
+        let plan = crate::spec::parse(Path::new("bench.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+        let mut report = crate::report::tests::example(crate::report::Status::Completed);
+        let value = |trial: u32| crate::report::Sample { trial, sample: 0, value: Some(1.0), error: None };
+        let failed = |trial: u32| crate::report::Sample {
+            trial,
+            sample: 0,
+            value: None,
+            error: Some("go test -bench output: no benchmark result line".into()),
+        };
+        report.head_side.metrics.insert("bench.go".into(), vec![failed(0), failed(2)]);
+        report.head_side.metrics.insert("bench.go.sort".into(), vec![value(1)]);
+        report.base_side.metrics.insert("bench.go.sort".into(), vec![value(0), value(1), value(2)]);
+        report.base_side.metrics.insert("bench.go.join".into(), vec![value(0)]);
+        assert_eq!(
+            failures(&report, &plan),
+            ["bench go failed on the head side (trial 0, 2): go test -bench output: no benchmark result line"]
+        );
+        assert_eq!(
+            missing(&report, &plan),
+            [
+                "bench go: benchmark bench.go.join is missing on the head side (the base side reported it): it is not compared"
+            ]
+        );
+        // A side whose step reported nothing at all is the failure above, not a list of every benchmark.
+        report.head_side.metrics.remove("bench.go.sort");
+        assert!(missing(&report, &plan).is_empty());
     }
 
     #[test]

@@ -115,6 +115,8 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
     }
     let missing = super::benches::missing(report, plan);
     report.warnings.extend(missing);
+    let failed = super::benches::failures(report, plan);
+    report.errors.extend(failed);
 }
 
 /// The trials a key only a run named should have: its script's phase's (a matrix child's key

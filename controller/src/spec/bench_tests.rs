@@ -55,6 +55,12 @@ fn bench_steps_fill_the_plan_and_check_lists_them() {
         "{described}"
     );
     assert!(described.contains("bench mitata: `node bench/mitata.mjs` read as mitata from its standard output"));
+    let family = format!("{BENCH}[metrics.\"bench.tinybench.*\"]\nrelative = 0.05\ngate = true\n");
+    let described = describe(&parse(Path::new("bench.toml"), &family).unwrap());
+    assert!(
+        described.contains("bench.tinybench.* → the benchmarks bench step tinybench's run names (gating)"),
+        "{described}"
+    );
 }
 
 #[test]

@@ -279,6 +279,39 @@ mod tests {
     }
 
     #[test]
+    fn a_family_overrides_what_it_names_and_a_unit_the_observed_one_cannot_become_is_refused() {
+        let text = r#"name = "b"
+[install]
+command = "true"
+[[runtime.bench]]
+name = "go"
+run = "go test -bench ."
+format = "go"
+[metrics."bench.go.*"]
+better = "higher"
+unit = "ms"
+[metrics."bench.go.*.b_per_op"]
+unit = "ms"
+"#;
+        let plan = crate::spec::parse(Path::new("bench.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+        let mut report = crate::report::tests::example(crate::report::Status::Completed);
+        let value = |v: f64| crate::report::Sample { trial: 0, sample: 0, value: Some(v), error: None };
+        for (key, unit, v) in [("bench.go.sort", "s", 2e-6), ("bench.go.join.b_per_op", "bytes", 64.0)] {
+            report.base_side.metrics.insert(key.into(), vec![value(v)]);
+            report.base_side.units.insert(key.into(), unit.into());
+        }
+        let sort = define(&report, &plan, "bench.go.sort").unwrap().unwrap();
+        assert_eq!(
+            (sort.title.as_str(), sort.unit.as_str(), sort.scale, sort.better, sort.relative),
+            ("go sort", "ms", 1000.0, Better::Higher, RELATIVE)
+        );
+        let bytes = define(&report, &plan, "bench.go.join.b_per_op").unwrap().unwrap_err();
+        assert!(bytes.contains("[metrics.\"bench.go.*.b_per_op\"] unit") && bytes.contains("a size"), "{bytes}");
+        // Not a bench step's key: another definition's business.
+        assert!(define(&report, &plan, "install").is_none() && define(&report, &plan, "bench.go").is_none());
+    }
+
+    #[test]
     fn the_details_files_say_which_estimate_each_key_is() {
         let dir = tempfile::tempdir().unwrap();
         let write = |id: &str, name: &str, text: &str| {

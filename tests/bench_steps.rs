@@ -1,10 +1,10 @@
-//! Bench steps end to end, on the agent's side (issue 34; the spec's `[[runtime.bench]]` comes
-//! with issue 33's metric families, so the steps are added to the agent's plan here): the
-//! examples' real suites — tinybench and mitata from npm, pytest-benchmark from PyPI, installed
-//! through the registry bridge with the network off — run in `node:24-bookworm`, each benchmark
-//! an observation in its format's unit, and a revision that makes `parse` twice as slow and
-//! `render` twice as fast seen on those benchmarks and only there (two trials a side, in the
-//! order base, head, head, base; the statistics that call it are issue 33's and the report's).
+//! Bench steps end to end: the examples' real suites — tinybench and mitata from npm,
+//! pytest-benchmark from PyPI, installed through the registry bridge with the network off — run
+//! in `node:24-bookworm`, each benchmark an observation in its format's unit, and a revision that
+//! makes `parse` twice as slow and `render` twice as fast seen on those benchmarks and only
+//! there. The first test drives the agent directly (its bench steps added to the agent's plan);
+//! the second is a whole `sandbench run` of a spec's `[[runtime.bench]]`, A/A and with the
+//! known change, judged by the report.
 
 mod support;
 
@@ -14,7 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sandbench::observations::store::{StoredBody, read_events};
+use sandbench::provision::{DockerProvisioner, labels};
+use sandbench::report::Report;
+use sandbench::run::{RunOptions, run};
 use sandbench::station::sandbox;
+use sandbench::stats::{Better, Outcome};
 use sandbench_proto::Phase;
 use sandbench_proto::plan::{AgentPlan, BenchStep, Step};
 use sandbench_proto::v1::PhaseStatus;
@@ -226,4 +230,109 @@ async fn real_suites_become_one_metric_per_benchmark_and_a_known_change_shows_on
     for step in ["tinybench", "mitata", "pytest"] {
         assert!(value(&base, &format!("bench.{step}.cpu"), "s") > 0.0);
     }
+}
+
+/// The tinybench suite of `examples/bench-node` as a spec's bench step in runtime: prepare
+/// installs tinybench (`npm ci`, through the registry bridge), the installation copies the
+/// suite into the benchmark user's home, and each runtime trial runs it there (about 1.6 s).
+/// Five trials a side: with three, the t interval of three log ratios (t = 4.30) on this
+/// shared 2-core machine once left `render`'s doubling inconclusive (+101 %, its interval
+/// reaching below the 10 % floor); five (t = 2.78) cost ten seconds more.
+const RUN_SPEC: &str = r#"name = "bench-run"
+[sandbox]
+image = "node:24-bookworm"
+network = "registries"
+[source]
+repository = "."
+[registries]
+npm = "https://registry.npmjs.org/"
+[trials]
+install = 1
+runtime = 5
+order = "abba"
+[prepare]
+timeout_s = 600
+commands = ["cd bench-node && npm ci --no-audit --no-fund"]
+[install]
+command = "cp -r /home/builder/source/bench-node ~/bench-node"
+[[runtime.bench]]
+name = "tinybench"
+run = "node bench/tinybench.mjs"
+cwd = "bench-node"
+env = { BENCH_TIME_MS = "300" }
+format = "tinybench"
+results = "results/tinybench.json"
+timeout_s = 300
+"#;
+
+/// `examples/bench-node` with [`RUN_SPEC`], tagged `base`; then `parse`'s rounds doubled and
+/// `render`'s halved, tagged `head`.
+fn run_repo() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bench-node");
+    std::fs::create_dir_all(repo.path().join("bench-node")).unwrap();
+    copy_tree(&example, &repo.path().join("bench-node"));
+    std::fs::write(repo.path().join("bench.toml"), RUN_SPEC).unwrap();
+    for args in ["init -q -b main", "add -A", "commit -q -m base", "tag base"] {
+        git(repo.path(), args);
+    }
+    let rounds = repo.path().join("bench-node/lib/rounds.json");
+    std::fs::write(&rounds, r#"{ "parse": 48, "render": 32, "checksum": 800 }"#).unwrap();
+    for args in ["commit -q -am head", "tag head"] {
+        git(repo.path(), args);
+    }
+    repo
+}
+
+/// `sandbench run` of `head` against `base`; no container of the run may be left.
+async fn compare(repo: &Path, head: &str) -> Report {
+    let out = tempfile::tempdir().unwrap();
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let options = RunOptions {
+        run_timeout: Duration::from_secs(1200),
+        ..RunOptions::new(repo.join("bench.toml"), "base", head, out.path())
+    };
+    let result = run(options, cancel).await.unwrap();
+    let run_id = result.dir.file_name().unwrap().to_string_lossy().to_string();
+    let provisioner = DockerProvisioner::connect(1).await.unwrap();
+    assert!(provisioner.list(Some((labels::RUN, &run_id))).await.unwrap().is_empty(), "containers left behind");
+    result.report
+}
+
+/// The three benchmarks' outcomes, after checking each is defined as tinybench gives it
+/// (throughput, better higher), measured in every trial, and noted as tinybench's estimate.
+fn outcomes(report: &Report) -> [Outcome; 3] {
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    ["parse", "render", "checksum"].map(|name| {
+        let key = format!("bench.tinybench.{name}");
+        let def = report.metrics.iter().find(|d| d.key == key).unwrap_or_else(|| panic!("no definition of {key}"));
+        assert_eq!((def.unit.as_str(), def.better), ("ops/s", Better::Higher), "{key}");
+        for side in [&report.base_side, &report.head_side] {
+            let trials: Vec<u32> = side.metrics[&key].iter().filter(|s| s.value.is_some()).map(|s| s.trial).collect();
+            assert_eq!(trials, [0, 1, 2, 3, 4], "{key}");
+        }
+        let row = report.comparisons.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no row of {key}"));
+        assert!(
+            row.notes.iter().any(|n| n.starts_with("each trial's value is tinybench's ")),
+            "{key}: {:?}",
+            row.notes
+        );
+        eprintln!("{key}: {:?} {:?} {:?}", row.comparison.outcome, row.comparison.relative, row.paired);
+        row.comparison.outcome
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_specs_bench_step_runs_whole_a_a_without_an_arrow_and_the_known_change_on_its_benchmarks() {
+    registries_answer().await;
+    let repo = run_repo();
+    let a_a = compare(repo.path(), "base").await;
+    for (name, got) in ["parse", "render", "checksum"].iter().zip(outcomes(&a_a)) {
+        assert!(!matches!(got, Outcome::Regressed | Outcome::Improved), "A/A {name}: {got:?}");
+    }
+    let changed = compare(repo.path(), "head").await;
+    let [parse, render, checksum] = outcomes(&changed);
+    // Throughput halved is a regression; doubled, an improvement; the rest is not called.
+    assert_eq!((parse, render), (Outcome::Regressed, Outcome::Improved));
+    assert!(!matches!(checksum, Outcome::Regressed | Outcome::Improved), "checksum: {checksum:?}");
 }

@@ -68,6 +68,7 @@ fn report() -> Report {
         bisections: Vec::new(),
         lens_runs: Vec::new(),
         trend: Vec::new(),
+        estimates: Default::default(),
     }
 }
 

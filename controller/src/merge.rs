@@ -208,11 +208,17 @@ pub fn merged_report(shards: &[Loaded], run_id: &str) -> Report {
                 let owned = samples.iter().filter(|s| tag.owns(s.trial)).cloned();
                 to.metrics.entry(key.clone()).or_default().extend(owned);
             }
+            for (key, unit) in &from.units {
+                to.units.entry(key.clone()).or_insert_with(|| unit.clone());
+            }
             to.cpus.extend(from.cpus.iter().map(|c| {
                 let mut c = c.clone();
                 c.sandbox = format!("{} (shard {tag})", c.sandbox);
                 c
             }));
+        }
+        for (key, note) in &r.estimates {
+            report.estimates.entry(key.clone()).or_insert_with(|| note.clone());
         }
         let cpu = |r: &Report| r.base_side.facts.get("cpu").cloned().unwrap_or_default();
         if cpu(r) != cpu(&shards[0].report) {

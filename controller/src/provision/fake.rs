@@ -50,6 +50,8 @@ pub enum Answer {
     DieOf(LostCause),
     /// The phase takes this long before it answers.
     Delay(Duration),
+    /// No observation of this metric (a benchmark the revision no longer has).
+    Omit(String),
     /// The engine becomes unreachable for this long as the phase starts (a restart): the
     /// sandbox survives it (live-restore) and answers once it is back, or dies with it.
     EngineOutage { down: Duration, survive: bool },
@@ -133,6 +135,15 @@ impl Script {
         script
     }
 
+    /// Also observes `key` in `phase`, in `unit`, about `value` raw units in trial 0 (as a bench
+    /// step's run names its benchmarks, which the plan does not list).
+    pub fn observe(mut self, phase: &str, key: &str, unit: &str, value: f64) -> Script {
+        let metrics = self.metrics.entry(phase.to_string()).or_default();
+        let raw_per_display = value / synthetic(metrics.len(), 0, 1.0);
+        metrics.push(ScriptMetric { key: key.to_string(), unit: unit.to_string(), raw_per_display, once: false });
+        self
+    }
+
     /// Adds a rule for `role` (a side or one sandbox's role) in `phase`, one trial or all.
     pub fn on(mut self, role: &str, phase: &str, trial: Option<u32>, answer: Answer) -> Script {
         self.rules.push(Rule { role: role.to_string(), phase: phase.to_string(), trial, answer });
@@ -143,6 +154,7 @@ impl Script {
     pub fn answer(&self, role: &str, phase: &str, trial: u32) -> PhaseAnswer {
         let mut factor = 1.0;
         let mut values = BTreeMap::new();
+        let mut omitted = BTreeSet::new();
         let mut answer = PhaseAnswer {
             observations: Vec::new(),
             error: None,
@@ -168,6 +180,9 @@ impl Script {
                     answer.lost = Some(cause.clone());
                 }
                 Answer::Delay(d) => answer.delay += *d,
+                Answer::Omit(metric) => {
+                    omitted.insert(metric.as_str());
+                }
                 Answer::EngineOutage { down, survive } => {
                     answer.outage = Some(*down);
                     if *survive {
@@ -180,7 +195,7 @@ impl Script {
         }
         let metrics = self.metrics.get(phase).map(Vec::as_slice).unwrap_or_default();
         for (index, m) in metrics.iter().enumerate() {
-            if m.once && trial != 0 {
+            if (m.once && trial != 0) || omitted.contains(m.key.as_str()) {
                 continue;
             }
             // A lens count is deterministic: the same in every trial.

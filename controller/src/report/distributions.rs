@@ -56,11 +56,27 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
     let recorded: BTreeSet<String> =
         [&report.base_side, &report.head_side].iter().flat_map(|s| s.metrics.keys().cloned()).collect();
     let mut added = Vec::new();
+    let mut ignored: Vec<&str> = Vec::new();
     for key in recorded.iter().filter(|k| !listed.contains(*k)) {
+        if plan.definitions.ignored(key).is_some() {
+            ignored.push(key);
+            continue;
+        }
         let facet = MetricKey::facet_of(key);
         let judged = matches!(facet, Facet::Wall | Facet::Percentile(_) | Facet::Max)
             || (facet == Facet::MaxRss && peak_rss(key).is_some());
         if !judged {
+            continue;
+        }
+        if let Some(defined) = super::benches::define(report, plan, key) {
+            match defined {
+                Ok(def) => {
+                    let trials = trials_of(report, plan, key);
+                    report.expected.entry(key.clone()).or_insert(trials);
+                    added.push(def);
+                }
+                Err(why) => report.errors.push(format!("metric {key}: its definition is incomplete: {why}")),
+            }
             continue;
         }
         match plan.definitions.resolve(key, &report.metrics) {
@@ -79,10 +95,28 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
             Err(why) => report.errors.push(format!("metric {key}: its definition is incomplete: {why}")),
         }
     }
+    if !ignored.is_empty() {
+        report.warnings.push(format!(
+            "not judged, as their [metrics] blocks say (ignore = true); their samples are kept in report.json: {}",
+            ignored.join(", ")
+        ));
+    }
+    // Keys only a run names join an adaptive run's gate when their block says `gate = true`.
+    if let Some(sequential) = report.sequential.as_mut() {
+        for def in added.iter().filter(|d| plan.definitions.gate_of(&d.key) == Some(true)) {
+            if !sequential.gate.contains(&def.key) {
+                sequential.gate.push(def.key.clone());
+            }
+        }
+    }
     if !added.is_empty() {
         let all = report.metrics.drain(..).chain(added).collect();
         report.metrics = report_order(all);
     }
+    let missing = super::benches::missing(report, plan);
+    report.warnings.extend(missing);
+    let failed = super::benches::failures(report, plan);
+    report.errors.extend(failed);
 }
 
 /// The trials a key only a run named should have: its script's phase's (a matrix child's key
@@ -90,8 +124,13 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
 fn trials_of(report: &Report, plan: &Plan, key: &str) -> u32 {
     let stem = MetricKey::stem_of(key);
     let script = stem.strip_prefix("script.").unwrap_or(stem).split('.').next().unwrap_or_default();
-    let phase =
-        Phase::ALL.into_iter().find(|p| plan.section(*p).is_some_and(|s| s.scripts.iter().any(|x| x.name == script)));
+    let bench = super::benches::step_of(plan, key).map(|b| b.name.as_str());
+    let phase = Phase::ALL.into_iter().find(|p| {
+        plan.section(*p).is_some_and(|s| match bench {
+            Some(name) => s.benches.iter().any(|b| b.name == name),
+            None => s.scripts.iter().any(|x| x.name == script),
+        })
+    });
     let recorded = [&report.base_side, &report.head_side]
         .iter()
         .map(|s| s.metrics.get(key).map_or(0, |v| v.iter().map(|x| x.trial).collect::<BTreeSet<u32>>().len()))

@@ -8,6 +8,7 @@
 //! every rendering shows that one. A run merged from shards is analysed blocked by shard
 //! (`blocks`): a machine's constant speed factor widens no spread.
 
+pub mod benches;
 mod blocks;
 pub mod comment;
 #[cfg(test)]
@@ -140,6 +141,10 @@ pub struct Sample {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Side {
     pub metrics: BTreeMap<String, Vec<Sample>>,
+    /// The unit each key a bench step's run named was observed in (`s`, `ops/s`, …): its
+    /// definition's unit and direction come from it ([`benches`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub units: BTreeMap<String, String>,
     /// Kernel, CPU model, OS and tool versions of the sandbox.
     pub facts: BTreeMap<String, String>,
     /// The CPUs each sandbox of this side was given, as the engine holds them.
@@ -273,6 +278,10 @@ pub struct Report {
     /// ledger holds one (`crate::history::compare`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trend: Vec<trend::Standing>,
+    /// Which of its framework's estimates each bench key's trial value is, as its row's note
+    /// ([`benches::estimates`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub estimates: BTreeMap<String, String>,
 }
 
 /// A bisection of `run --bisect`, as the report shows it.
@@ -493,6 +502,7 @@ impl Report {
             }
         }
         out.notes.extend(block_note);
+        out.notes.extend(self.estimates.get(&def.key).cloned());
         // Every rule decides on the increase; a metric that is better higher names it the other
         // way round, in one place, so every view of the outcome follows.
         out.comparison.outcome = def.better.orient_outcome(out.comparison.outcome);

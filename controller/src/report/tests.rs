@@ -120,6 +120,7 @@ pub(super) fn example(status: Status) -> Report {
         bisections: Vec::new(),
         lens_runs: Vec::new(),
         trend: Vec::new(),
+        estimates: Default::default(),
     }
 }
 

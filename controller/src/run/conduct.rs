@@ -142,6 +142,7 @@ fn settle_report(
     finish(report, finished, disk.into_iter().chain(notes).collect(), dir);
     report::distributions::define_recorded(report, plan);
     report.sandboxes.splice(0..0, earlier);
+    report.estimates = report::benches::estimates(dir, &report.sandboxes);
     reason
 }
 

@@ -67,7 +67,7 @@ pub fn collect(
     if log.exists() {
         for event in crate::observations::store::events(&log)? {
             let event = event?;
-            let (Some(&which), StoredBody::Observation { command_id, metric, trial, value, error, sample, .. }) =
+            let (Some(&which), StoredBody::Observation { command_id, metric, trial, value, error, sample, unit }) =
                 (side_of_id.get(&event.sandbox), event.body)
             else {
                 continue;
@@ -88,6 +88,9 @@ pub fn collect(
                     names.insert(metric);
                 }
                 continue;
+            }
+            if !unit.is_empty() && metric.starts_with(sandbench_proto::plan::BenchStep::PREFIX) {
+                side.units.entry(metric.clone()).or_insert(unit);
             }
             let samples = side.metrics.entry(metric.clone()).or_default();
             let slot = measured_in.entry((which, metric, trial)).or_insert_with(|| event.sandbox.clone());
@@ -269,6 +272,7 @@ pub fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Re
         bisections: Vec::new(),
         lens_runs: Vec::new(),
         trend: Vec::new(),
+        estimates: Default::default(),
     }
 }
 

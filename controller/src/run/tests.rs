@@ -879,3 +879,78 @@ async fn a_metric_better_higher_that_halves_is_a_regression_from_the_terminal_to
         );
     }
 }
+
+/// A whole run on the fake with a bench step (issue 34): the benchmarks its run names are
+/// defined from the unit observed — ops/s better higher, seconds lower — with the spec's family
+/// over them; a rate that halves is a regression and a time that halves an improvement, only
+/// there; a benchmark the head no longer reports is named as missing, never dropped silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bench_steps_benchmarks_are_defined_by_their_unit_judged_each_way_and_a_vanished_one_named() {
+    let text = crate::provision::fake::spec_text(
+        "install = 1\nruntime = 3\nmax_pairs = 6",
+        r#"[install]
+command = "true"
+
+[[runtime.bench]]
+name = "tinybench"
+run = "node bench/tinybench.mjs"
+format = "tinybench"
+results = "results/tinybench.json"
+
+[metrics."bench.tinybench.*"]
+relative = 0.05
+group = "Suite {1}"
+
+[metrics."bench.tinybench.steady"]
+ignore = true
+
+[metrics."bench.tinybench.render"]
+gate = true
+"#,
+    );
+    let (_dir, plan, opts) = setup_spec(1, &text);
+    let script = Script::for_plan(&plan)
+        .observe("runtime", "bench.tinybench.parse", "ops/s", 1000.0)
+        .observe("runtime", "bench.tinybench.render", "s", 2e-3)
+        .observe("runtime", "bench.tinybench.steady", "s", 5e-6)
+        .observe("runtime", "bench.tinybench.gone", "s", 1e-3)
+        .on("head", "runtime", None, Answer::Value("bench.tinybench.parse".into(), 500.0))
+        .on("head", "runtime", None, Answer::Value("bench.tinybench.render".into(), 1e-3))
+        .on("head", "runtime", None, Answer::Omit("bench.tinybench.gone".into()));
+    let result = run_fake(opts, Arc::new(FakeProvisioner::new(script)), not_canceled()).await;
+    let report = &result.report;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let def = |key: &str| report.metrics.iter().find(|d| d.key == key).unwrap_or_else(|| panic!("no {key}"));
+    let parse = def("bench.tinybench.parse");
+    assert_eq!(
+        (parse.unit.as_str(), parse.better, parse.relative, parse.group.as_str()),
+        ("ops/s", crate::stats::Better::Higher, 0.05, "Suite parse")
+    );
+    // Its own block (the fewest `*`) over the defaults: the family does not reach it.
+    let render = def("bench.tinybench.render");
+    assert_eq!(
+        (render.unit.as_str(), render.scale, render.better, render.relative),
+        ("ms", 1000.0, crate::stats::Better::Lower, crate::report::benches::RELATIVE)
+    );
+    assert_eq!(report.sequential.as_ref().map(|s| s.gate.clone()), Some(vec!["bench.tinybench.render".to_string()]));
+    assert_eq!(outcome(report, "bench.tinybench.parse"), Outcome::Regressed);
+    assert_eq!(outcome(report, "bench.tinybench.render"), Outcome::Improved);
+    // Ignored: recorded, kept, never judged, and the report says so.
+    assert!(report.metrics.iter().all(|d| d.key != "bench.tinybench.steady"));
+    assert_eq!(trials(report, true, "bench.tinybench.steady"), [0, 1, 2]);
+    let ignored = "not judged, as their [metrics] blocks say (ignore = true); their samples are kept in report.json: bench.tinybench.steady";
+    assert!(report.warnings.iter().any(|w| w == ignored), "{:?}", report.warnings);
+    let changed: Vec<&str> = report
+        .comparisons
+        .iter()
+        .filter(|c| matches!(c.outcome(), Outcome::Regressed | Outcome::Improved))
+        .map(|c| c.key.as_str())
+        .collect();
+    assert_eq!(changed, ["bench.tinybench.parse", "bench.tinybench.render"]);
+    let missing =
+        "bench tinybench: benchmark bench.tinybench.gone is missing on the head side (the base side reported it)";
+    assert!(report.warnings.iter().any(|w| w.contains(missing)), "{:?}", report.warnings);
+    assert_eq!(trials(report, false, "bench.tinybench.gone"), [0, 1, 2]);
+    let md = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    assert!(md.contains("bench.tinybench.gone is missing on the head side"), "{md}");
+}

@@ -220,7 +220,9 @@ fn metrics(out: &mut String, plan: &Plan) {
 /// Each family with the keys it defines in this plan (or that it waits for the keys a run
 /// names), and each distribution with the facets judged in its place.
 fn expansions(out: &mut String, plan: &Plan) {
-    let families: Vec<_> = plan.definitions.blocks.iter().filter(|b| b.is_pattern()).collect();
+    // Families, and exact blocks that wait for a benchmark a bench step's run names.
+    let waiting = |key: &str| crate::report::benches::step_of(plan, key).is_some();
+    let families: Vec<_> = plan.definitions.blocks.iter().filter(|b| b.is_pattern() || waiting(&b.key)).collect();
     if !families.is_empty() {
         let _ = writeln!(
             out,
@@ -236,7 +238,25 @@ families ({}):",
             .filter(|m| plan.definitions.block_of(&m.key).is_some_and(|(b, _)| b.key == family.key))
             .map(|m| m.key.as_str())
             .collect();
-        let named = if keys.is_empty() {
+        // A family under a bench step's stem waits for the benchmarks its run names.
+        let bench = sandbench_proto::Phase::ALL
+            .into_iter()
+            .filter_map(|p| plan.section(p))
+            .flat_map(|s| &s.benches)
+            .find(|b| family.key.starts_with(&format!("{}.", b.stem())) && family.key.len() > b.stem().len() + 1);
+        let mut flags: Vec<&str> = Vec::new();
+        if family.ignore {
+            flags.push("ignored");
+        }
+        match family.gate {
+            Some(true) => flags.push("gating"),
+            Some(false) => flags.push("not gating"),
+            None => {}
+        }
+        let flags = if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) };
+        let named = if let (true, Some(b)) = (keys.is_empty(), bench) {
+            format!("the benchmarks bench step {}'s run names{flags}", b.name)
+        } else if keys.is_empty() {
             "no key of the spec yet: defines the keys a run's scripts name".to_string()
         } else {
             keys.join(", ")
@@ -325,6 +345,18 @@ fn section_lines(out: &mut String, section: &Runtime) {
         if s.instructions {
             let _ = writeln!(out, "    {}", lens_words("the script", &format!("script.{}", s.name)));
         }
+    }
+    for b in &section.benches {
+        let read = b.results.as_ref().map_or_else(|| "its standard output".to_string(), |r| r.clone());
+        let _ = writeln!(
+            out,
+            "  bench {}: `{}` read as {} from {read}, each benchmark a key {}.<benchmark> (at most {})",
+            b.name,
+            b.step.run,
+            b.format,
+            b.stem(),
+            b.max_benchmarks
+        );
     }
 }
 

@@ -88,6 +88,11 @@ const KEYS: &[&str] = &[
     "matrix",
     "distributions",
     "max_samples",
+    "format",
+    "results",
+    "max_benchmarks",
+    "instructions",
+    "ignore",
 ];
 
 const SECTIONS: &[&str] = &[
@@ -104,7 +109,9 @@ const SECTIONS: &[&str] = &[
     "[[runtime.scenario.step]]",
     "[[runtime.command]]",
     "[[runtime.script]]",
+    "[[runtime.bench]]",
     "[metrics.x]",
+    "[metrics.\"bench.x.*\"]",
     "[cost]",
     "[report]",
 ];

@@ -37,7 +37,10 @@ impl Plan {
 
 /// Whether a section has anything to run.
 pub(super) fn is_empty(section: &Runtime) -> bool {
-    section.scenarios.is_empty() && section.commands.is_empty() && section.scripts.is_empty()
+    section.scenarios.is_empty()
+        && section.commands.is_empty()
+        && section.scripts.is_empty()
+        && section.benches.is_empty()
 }
 
 /// The longest one trial of a section takes when every step runs to its timeout.
@@ -85,6 +88,7 @@ pub(super) fn section_limit_s(section: &Runtime) -> f64 {
                 children * s.step.timeout_s + s.fixture.as_ref().map_or(0.0, |f| f.timeout_s)
             })
             .sum::<f64>()
+        + section.benches.iter().map(|b| b.step.timeout_s).sum::<f64>()
 }
 
 /// A harness file's text: a relative path that stays inside the spec's folder once links are

@@ -190,6 +190,11 @@ impl Validator<'_> {
         let mut defs: Vec<MetricDef> = Vec::new();
         let mut used: BTreeSet<String> = BTreeSet::new();
         for key in &produced {
+            if definitions.ignored(key).is_some() {
+                // Recorded, never judged: no definition, so no row.
+                used.insert(key.clone());
+                continue;
+            }
             let Some(def) = self.define(plan, &definitions, key, &defs) else { continue };
             used.insert(key.clone());
             match distribution_of(plan, key) {
@@ -209,7 +214,11 @@ impl Validator<'_> {
                 }
             }
         }
-        for block in definitions.blocks.iter().filter(|b| !b.is_pattern() && !used.contains(&b.key)) {
+        // A bench step's benchmarks are named by its run only: an exact block may wait for one.
+        let of_bench = |key: &str| crate::report::benches::step_of(plan, key).is_some();
+        for block in
+            definitions.blocks.iter().filter(|b| !b.is_pattern() && !used.contains(&b.key) && !of_bench(&b.key))
+        {
             self.error_at(block.line, &format!("metrics.{}", block.key), "defined, but no phase records it");
         }
         (report_order(defs), definitions)
@@ -278,7 +287,12 @@ impl Validator<'_> {
                     .map(|_| self.non_negative(&m.relative, &format!("{field}.relative"), 10.0, 0.2)),
                 group: m.group.clone(),
                 better: m.better.as_ref().map(|b| self.better(b, &field)),
+                ignore: m.ignore.as_ref().is_some_and(|i| *i.get_ref()),
+                gate: m.gate.as_ref().map(|g| *g.get_ref()),
             };
+            if let (true, Some(gate)) = (block.ignore, m.gate.as_ref().filter(|g| *g.get_ref())) {
+                self.error(gate, &format!("{field}.gate"), "an ignored metric is never judged, so it cannot gate");
+            }
             if block.highest_placeholder() > block.stars() {
                 let why = format!("uses {{{}}} but the key has {} `*`", block.highest_placeholder(), block.stars());
                 self.error(r, &field, why);

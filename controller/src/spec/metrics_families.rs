@@ -33,6 +33,10 @@ pub struct Block {
     pub relative: Option<f64>,
     pub group: Option<String>,
     pub better: Option<Better>,
+    /// `ignore = true`: the keys it matches are recorded, never judged.
+    pub ignore: bool,
+    /// `gate = true | false`: the keys it matches do or do not decide an adaptive run's pairs.
+    pub gate: Option<bool>,
 }
 
 /// A spec's blocks, for resolving keys at `check` and at run time.
@@ -64,6 +68,8 @@ impl Block {
             relative: None,
             group: None,
             better: None,
+            ignore: false,
+            gate: None,
         }
     }
 
@@ -148,6 +154,16 @@ impl Definitions {
     /// `*` (ties are refused at `check`: the first written wins), with what its `*` matched.
     pub fn block_of<'k>(&self, key: &'k str) -> Option<(&Block, Vec<&'k str>)> {
         self.blocks.iter().filter_map(|b| b.captures(key).map(|c| (b, c))).min_by_key(|(b, _)| b.stars())
+    }
+
+    /// Whether the block that defines `key` says `ignore = true`, and that block's key.
+    pub fn ignored(&self, key: &str) -> Option<&str> {
+        self.block_of(key).filter(|(b, _)| b.ignore).map(|(b, _)| b.key.as_str())
+    }
+
+    /// What the block that defines `key` says of gating (`gate = true | false`), if anything.
+    pub fn gate_of(&self, key: &str) -> Option<bool> {
+        self.block_of(key).and_then(|(b, _)| b.gate)
     }
 
     /// The definition of `key`: its block over its base (built-in, peak RSS, or inherited from

@@ -2,6 +2,8 @@
 //! error names the file, the line and the field, and says what was expected; all errors are
 //! reported at once.
 
+#[cfg(test)]
+mod bench_tests;
 mod bounds;
 mod describe;
 mod expect;

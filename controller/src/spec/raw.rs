@@ -280,6 +280,9 @@ pub struct RawRuntime {
     pub command: Vec<Spanned<RawRepeated>>,
     #[serde(default)]
     pub script: Vec<Spanned<RawScript>>,
+    /// Benchmark frameworks' suites whose results file (or output) becomes metrics.
+    #[serde(default)]
+    pub bench: Vec<Spanned<RawBench>>,
     /// `RESULT` lines taken from one run of a script; the rest are dropped with a warning.
     pub max_results_per_script: Option<Spanned<i64>>,
 }
@@ -393,6 +396,25 @@ pub struct RawRepeated {
     pub max: Option<Spanned<bool>>,
 }
 
+/// `[[runtime.bench]]`: a framework's suite and where its results are.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBench {
+    pub name: Spanned<String>,
+    pub run: Spanned<String>,
+    pub cwd: Option<Spanned<String>>,
+    /// A name of `sandbench_adapters::Format` (`tinybench`, `pytest-benchmark`, …).
+    pub format: Spanned<String>,
+    /// The results file (criterion: its folder); none: the command's standard output.
+    pub results: Option<Spanned<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub timeout_s: Option<Spanned<f64>>,
+    pub max_benchmarks: Option<Spanned<i64>>,
+    /// The instruction lens on a bench step: refused for now.
+    pub instructions: Option<Spanned<bool>>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawScript {
@@ -445,6 +467,11 @@ pub struct RawMetric {
     pub group: Option<String>,
     /// `"lower"` (the default) or `"higher"`.
     pub better: Option<Spanned<String>>,
+    /// Recorded but never judged (a benchmark too noisy to compare): no row, its samples kept.
+    pub ignore: Option<Spanned<bool>>,
+    /// Whether its verdict decides if an adaptive run adds pairs (`trials.gate` for the keys
+    /// a family matches, which may be named only by a run).
+    pub gate: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

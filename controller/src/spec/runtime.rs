@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use sandbench_proto::plan::{Aggregate, Channel, RepeatedCommand, Runtime, Scenario, ScenarioStep, Script, Step};
+use sandbench_adapters::Format;
+use sandbench_proto::plan::{
+    Aggregate, BenchStep, Channel, RepeatedCommand, Runtime, Scenario, ScenarioStep, Script, Step,
+};
 use toml::Spanned;
 
 use super::bounds;
@@ -25,6 +28,16 @@ impl Validator<'_> {
             MAX_RESULTS_PER_SCRIPT,
             i64::from(sandbench_proto::plan::DEFAULT_MAX_RESULTS),
         ) as u32;
+        for (n, b) in raw.bench.iter().enumerate() {
+            let name = b.get_ref().name.get_ref();
+            if raw.bench[..n].iter().any(|earlier| earlier.get_ref().name.get_ref() == name) {
+                self.error(
+                    &b.get_ref().name,
+                    &format!("{section}.bench[{n}].name"),
+                    format!("another bench step of this section is named {name:?}: their keys would clash"),
+                );
+            }
+        }
         Runtime {
             scenarios: raw
                 .scenario
@@ -44,8 +57,12 @@ impl Validator<'_> {
                 .enumerate()
                 .map(|(n, s)| self.script(&format!("{section}.script[{n}]"), s.get_ref(), max_results))
                 .collect(),
-            // `[[runtime.bench]]` comes with the metric families of issue 33.
-            benches: Vec::new(),
+            benches: raw
+                .bench
+                .iter()
+                .enumerate()
+                .map(|(n, b)| self.bench(&format!("{section}.bench[{n}]"), b))
+                .collect(),
         }
     }
 
@@ -159,6 +176,72 @@ impl Validator<'_> {
             prepare,
             instructions: r.instructions,
             distribution,
+        }
+    }
+
+    /// `[[<section>.bench]]`: its name a key segment (its keys are `bench.<name>.<benchmark>`,
+    /// named by the run), its format one the adapters read, its results a path under its
+    /// folder or the home (criterion's a folder, so never standard output).
+    fn bench(&mut self, field: &str, spanned: &Spanned<RawBench>) -> BenchStep {
+        let r = spanned.get_ref();
+        let name = r.name.get_ref();
+        let segment = !name.is_empty()
+            && name.len() <= 64
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !segment {
+            self.error(
+                &r.name,
+                &format!("{field}.name"),
+                format!("expected a key segment of 1 to 64 lowercase letters, digits and '_' (its keys are bench.<name>.<benchmark>), got {name:?}"),
+            );
+        }
+        if r.run.get_ref().trim().is_empty() {
+            self.error(&r.run, &format!("{field}.run"), "expected the command line that runs the suite");
+        }
+        let format = match r.format.get_ref().parse::<Format>() {
+            Ok(format) => Some(format),
+            Err(why) => {
+                self.error(&r.format, &format!("{field}.format"), why);
+                None
+            }
+        };
+        let cwd = self.bounded_opt(&r.cwd, &format!("{field}.cwd"), bounds::cwd);
+        let results = self.bounded_opt(&r.results, &format!("{field}.results"), bounds::cwd);
+        if let (Some(format), None) = (format, &results)
+            && format.is_directory()
+        {
+            self.error(
+                &r.format,
+                &format!("{field}.results"),
+                format!(
+                    "{} writes a folder, not standard output: expected `results = \"target/criterion\"` (its folder)",
+                    format.name()
+                ),
+            );
+        }
+        let line = self.line(spanned.span().start);
+        self.environment(&r.env, &format!("{field}.env"), line);
+        let timeout_s = self.number(&r.timeout_s, &format!("{field}.timeout_s"), 0.0, 86_400.0, 600.0);
+        let max_benchmarks = self.count(
+            &r.max_benchmarks,
+            &format!("{field}.max_benchmarks"),
+            1,
+            sandbench_adapters::MAX_BENCHMARKS as i64,
+            i64::from(sandbench_proto::plan::DEFAULT_MAX_RESULTS),
+        ) as u32;
+        if let Some(lens) = r.instructions.as_ref().filter(|i| *i.get_ref()) {
+            self.error(
+                lens,
+                &format!("{field}.instructions"),
+                "the instruction lens on a bench step is not supported yet: leave `instructions` out",
+            );
+        }
+        BenchStep {
+            name: name.clone(),
+            step: Step { run: r.run.get_ref().clone(), cwd, timeout_s, env: r.env.clone() },
+            format: format.map_or_else(|| r.format.get_ref().clone(), |f| f.name().to_string()),
+            results,
+            max_benchmarks,
         }
     }
 

@@ -322,7 +322,11 @@ impl Validator<'_> {
                         .iter()
                         .any(|m| &m.key == key && matches!(m.unit.as_str(), "s" | "ms" | "us" | "µs" | "ns"))
                 };
-                phases.into_iter().filter(|k| timed(k)).collect()
+                // A block's `gate = false` takes its keys out; `gate = true` puts a key in that
+                // is not timed (ignored keys have no definition, so they never are).
+                let gated = |key: &String| plan.definitions.gate_of(key).unwrap_or_else(|| timed(key));
+                let known = |key: &String| plan.metrics.iter().any(|m| &m.key == key);
+                phases.into_iter().filter(|k| known(k) && gated(k)).collect()
             }
         }
     }

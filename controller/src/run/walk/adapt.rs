@@ -108,6 +108,9 @@ fn look_at(run: &Run, skeleton: &Report, sequential: &Sequential, sides: &[SideR
     report.base_side = data.remove(&Side::Base).unwrap_or_default();
     report.head_side = data.remove(&Side::Head).unwrap_or_default();
     report.sequential = Some(sequential.clone());
+    // Keys only a run names (a bench step's benchmarks) get their definitions, and those a
+    // block gates join the gate.
+    crate::report::distributions::define_recorded(&mut report, &run.plan);
     Ok(report.next_look(sequential.look as usize).unwrap_or(Next::Decided))
 }
 

@@ -266,10 +266,8 @@ pub async fn first_parents(repo: &Path, good: &str, bad: &str) -> anyhow::Result
     }
     let out = git(repo, &["log", "--first-parent", "--reverse", "--format=%H %s", &format!("{good}..{bad}")]).await?;
     let subject = git(repo, &["log", "-1", "--format=%s", good]).await?;
-    let mut commits = vec![Commit {
-        commit: good.to_string(),
-        subject: String::from_utf8_lossy(&subject).trim().into(),
-    }];
+    let mut commits =
+        vec![Commit { commit: good.to_string(), subject: String::from_utf8_lossy(&subject).trim().into() }];
     for line in String::from_utf8_lossy(&out).lines() {
         let (commit, subject) = line.split_once(' ').unwrap_or((line, ""));
         commits.push(Commit { commit: commit.to_string(), subject: subject.to_string() });

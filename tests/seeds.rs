@@ -202,11 +202,16 @@ async fn service_p99_three_times_slower_shows_in_the_slowest_requests_only() {
     // The feedback requests and the state file did not change.
     let feedback = ratio("feedback", 0.5);
     assert!(feedback < 1.4, "{feedback}");
-    // Called on the decisions' p99 (and their slowest, the same stalls), regressed, and only there.
+    // Called on the decisions' p99 (and their slowest, the same stalls), regressed, and only in
+    // the decisions' tail: the p95 (the 13th slowest of 256, past the 6 stalled) may follow, as
+    // the requests right after a stall run on cold caches; the median, the feedback and the
+    // state file are not called.
     let called = called(&report);
     assert!(called.contains(&("decide.p99".to_string(), Outcome::Regressed)), "{called:?}");
     assert!(
-        called.iter().all(|(k, o)| ["decide.p99", "decide.max"].contains(&k.as_str()) && *o == Outcome::Regressed),
+        called
+            .iter()
+            .all(|(k, o)| ["decide.p95", "decide.p99", "decide.max"].contains(&k.as_str()) && *o == Outcome::Regressed),
         "{called:?}"
     );
 }

@@ -475,7 +475,7 @@ fn finish(report: &mut Report, finished: Finished, notes: Vec<String>, dir: &Pat
 fn grow_report(report: &mut Report, plan: &Plan, adapted: &Adapted) {
     report.sequential = Some(adapted.sequential.clone());
     for (name, trials) in &adapted.trials {
-        for key in plan.metrics_of_phase(*name) {
+        for key in plan.metrics_of_phase(*name).into_iter().chain(plan.peak_rss_keys(*name)) {
             // The footprint is taken once; the lens runs in none of the pairs added.
             let lens = sandbench_proto::metric::MetricKey::facet_of(&key).is_lens();
             if key != sandbench_proto::metric::DISK && !lens {

@@ -47,6 +47,12 @@ fn bench_steps_fill_the_plan_and_check_lists_them() {
     // A section with only bench steps has trials, and its worst case counts their timeouts.
     assert_eq!(plan.trials.runtime, 10);
     assert!(plan.agent_plan("c0ffee").runtime.benches == *benches);
+    // The runtime records its steps' benchmarks (keys only a run names), not their companions'
+    // steps elsewhere: an adaptive look grows the runtime for an undecided benchmark.
+    assert!(
+        plan.records(Phase::Runtime, "bench.tinybench.parse") && !plan.records(Phase::Measure, "bench.tinybench.parse")
+    );
+    assert!(plan.records(Phase::Runtime, "bench.mitata.render.p99") && !plan.records(Phase::Runtime, "bench.other.x"));
     let described = describe(&plan);
     assert!(
         described.contains(

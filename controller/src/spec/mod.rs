@@ -26,7 +26,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbench_proto::plan::{AgentPlan, Source};
+use sandbench_proto::plan::{AgentPlan, BenchStep, Source};
 use sandbench_proto::{Phase, metric};
 use serde::{Deserialize, Serialize};
 
@@ -497,15 +497,39 @@ impl Plan {
     /// without such a phase, the most trials of either. A phase without gating metrics does not
     /// stand in for the looks: its trials are its own.
     pub fn gated_trials(&self, gate: &[String]) -> u32 {
-        let holds = |phase: Phase| {
-            let metrics = self.metrics_of_phase(phase);
-            gate.iter().any(|key| {
-                let stem = metric::MetricKey::stem_if(key, metric::Facet::Cpu).unwrap_or(key);
-                metrics.iter().any(|m| m == stem)
-            })
-        };
+        let holds = |phase: Phase| gate.iter().any(|key| self.records(phase, key));
         let gated = GROWN.into_iter().filter(|p| holds(*p)).map(|p| self.trials.of(p)).max();
         gated.unwrap_or_else(|| GROWN.into_iter().map(|p| self.trials.of(p)).max().unwrap_or(0))
+    }
+
+    /// The bench step (of any section) whose run names `key`, when a judged figure of one does
+    /// (`bench.<name>.<benchmark>`, not the step's own companions).
+    pub fn bench_step_of(&self, key: &str) -> Option<&BenchStep> {
+        use metric::{Facet, MetricKey};
+        if !matches!(MetricKey::facet_of(key), Facet::Wall | Facet::Percentile(_) | Facet::Max) {
+            return None;
+        }
+        Phase::ALL
+            .into_iter()
+            .filter_map(|p| self.section(p))
+            .flat_map(|s| &s.benches)
+            .find(|b| key.strip_prefix(&b.stem()).is_some_and(|rest| rest.len() > 1 && rest.starts_with('.')))
+    }
+
+    /// Whether `phase` records `key`: one of its metrics or a facet of one (a companion such as
+    /// `.cpu`, a distribution's `.p99` or `.max`), a script's judged peak RSS, or a key only a
+    /// run names, under one of its bench steps (`bench.<name>.…`) or scripts (a matrix child's
+    /// `<script>.…`).
+    pub fn records(&self, phase: Phase, key: &str) -> bool {
+        let stem = metric::MetricKey::stem_of(key);
+        if self.metrics_of_phase(phase).iter().any(|m| m == key || m == stem)
+            || self.peak_rss_keys(phase).iter().any(|m| m == key)
+        {
+            return true;
+        }
+        let Some(section) = self.section(phase) else { return false };
+        let under = |prefix: &str| key.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.'));
+        section.benches.iter().any(|b| under(&b.stem())) || section.scripts.iter().any(|s| under(&s.name))
     }
 
     /// Metrics recorded by a phase, as the controller expects them.

@@ -316,7 +316,12 @@ impl Validator<'_> {
             None => {
                 // Not transport's or ui's: more pairs grow measure and runtime only, the others
                 // keep their trial counts, so their verdicts would never settle by waiting.
-                let phases = [plan.metrics_of_phase(Phase::Measure), plan.metrics_of_phase(Phase::Runtime)].concat();
+                // A distribution's facets (`.p50`, `.max`) stand for it; companions (`.cpu`) do not.
+                let judged = |key: &String| {
+                    matches!(MetricKey::facet_of(key), Facet::Wall | Facet::Percentile(_) | Facet::Max)
+                        && [Phase::Measure, Phase::Runtime].into_iter().any(|p| plan.records(p, key))
+                };
+                let phases: Vec<String> = plan.metrics.iter().map(|m| m.key.clone()).filter(judged).collect();
                 let timed = |key: &String| {
                     plan.metrics
                         .iter()

@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sandbench_proto::Phase;
-use sandbench_proto::metric::{Facet, MetricKey};
 
 use crate::report::{Report, Sequential};
 
@@ -85,7 +84,8 @@ impl RoundTimes {
 }
 
 /// The phases to grow to `pairs` trials for the `undecided` metrics: those of [`GROWN`] that
-/// record one of them (a `.cpu` companion counts as its metric) and have fewer trials, with
+/// record one of them ([`crate::spec::Plan::records`]: a facet counts as its metric, a bench
+/// step's benchmark as its step's) and have fewer trials, with
 /// their current count.
 pub fn phases_to_grow(
     plan: &crate::spec::Plan,
@@ -95,13 +95,7 @@ pub fn phases_to_grow(
 ) -> Vec<(Phase, u32)> {
     GROWN
         .into_iter()
-        .filter(|name| {
-            let metrics = plan.metrics_of_phase(*name);
-            undecided.iter().any(|key| {
-                let stem = MetricKey::stem_if(key, Facet::Cpu).unwrap_or(key);
-                metrics.iter().any(|m| m == stem)
-            })
-        })
+        .filter(|name| undecided.iter().any(|key| plan.records(*name, key)))
         .filter_map(|name| trials.get(&name).filter(|n| **n < pairs).map(|n| (name, *n)))
         .collect()
 }
@@ -109,6 +103,17 @@ pub fn phases_to_grow(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_undecided_benchmark_or_facet_grows_the_phase_that_records_it() {
+        let text = "name = \"b\"\n[install]\ncommand = \"true\"\n[[runtime.bench]]\nname = \"go\"\nrun = \"go test -bench .\"\nformat = \"go\"\n[[runtime.command]]\nmetric = \"rt\"\nrun = \"true\"\nrepeat = 5\npercentiles = [50, 99]\n[metrics.rt]\ntitle = \"Rt\"\nunit = \"s\"\n";
+        let plan = crate::spec::parse(std::path::Path::new("bench.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+        let trials: BTreeMap<Phase, u32> = [(Phase::Runtime, 3)].into_iter().collect();
+        for key in ["bench.go.sort", "rt.p99"] {
+            assert_eq!(phases_to_grow(&plan, &trials, &[key.to_string()], 6), [(Phase::Runtime, 3)], "{key}");
+        }
+        assert_eq!(phases_to_grow(&plan, &trials, &["bench.other.sort".to_string()], 6), []);
+    }
 
     #[test]
     fn added_rounds_are_timed_by_the_slots_that_ran_no_lens() {

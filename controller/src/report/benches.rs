@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use sandbench_proto::Phase;
-use sandbench_proto::metric::{Facet, MetricKey};
+use sandbench_proto::metric::MetricKey;
 use sandbench_proto::plan::BenchStep;
 use serde::Deserialize;
 
@@ -29,18 +29,6 @@ const MAX_FILES: usize = 2000;
 const MAX_FILE_BYTES: u64 = 16 << 20;
 /// Missing benchmarks named one by one; the rest are counted.
 const MAX_NAMED: usize = 20;
-
-/// The bench step (of any section) whose run names `key`, when a judged figure of one does.
-pub fn step_of<'p>(plan: &'p Plan, key: &str) -> Option<&'p BenchStep> {
-    if !matches!(MetricKey::facet_of(key), Facet::Wall | Facet::Percentile(_) | Facet::Max) {
-        return None;
-    }
-    Phase::ALL
-        .into_iter()
-        .filter_map(|p| plan.section(p))
-        .flat_map(|s| &s.benches)
-        .find(|b| key.strip_prefix(&b.stem()).is_some_and(|rest| rest.len() > 1 && rest.starts_with('.')))
-}
 
 /// The definition of a bench key before any block: titled by its step and benchmark, in the
 /// unit observed (a time shown in the unit that suits `typical`, its median in seconds), its
@@ -75,7 +63,7 @@ pub fn default_def(step: &BenchStep, key: &str, observed: &str, typical: Option<
 /// How `key` (a bench step's) is defined: None when it is no bench key; Err when a block of the
 /// spec matches it but cannot define it (a unit the observed one does not convert to).
 pub fn define(report: &Report, plan: &Plan, key: &str) -> Option<Result<MetricDef, String>> {
-    let step = step_of(plan, key)?;
+    let step = plan.bench_step_of(key)?;
     let sides = [&report.base_side, &report.head_side];
     let observed = sides.iter().find_map(|s| s.units.get(key)).map_or("", String::as_str);
     let values: Vec<f64> =
@@ -101,15 +89,20 @@ pub fn define(report: &Report, plan: &Plan, key: &str) -> Option<Result<MetricDe
 /// (so a side whose step never ran is not a list of every benchmark), named as missing.
 pub fn missing(report: &Report, plan: &Plan) -> Vec<String> {
     let (base, head) = (&report.base_side, &report.head_side);
+    // A benchmark's key, not the step's own companions (`bench.<name>.cpu`, …), which the
+    // agent records whether or not the results could be read.
+    let benchmark = |step: &BenchStep, key: &str| {
+        key.strip_prefix(step.stem().as_str()).is_some_and(|rest| rest.starts_with('.'))
+            && MetricKey::stem_of(key) != step.stem()
+    };
     let ran = |side: &super::Side, step: &BenchStep| {
-        let prefix = format!("{}.", step.stem());
-        side.metrics.iter().any(|(k, v)| k.starts_with(&prefix) && v.iter().any(|s| s.value.is_some()))
+        side.metrics.iter().any(|(k, v)| benchmark(step, k) && v.iter().any(|s| s.value.is_some()))
     };
     let mut lines = Vec::new();
     let mut more = 0usize;
     for (has, lacks, (has_label, lacks_label)) in [(base, head, ("base", "head")), (head, base, ("head", "base"))] {
         for key in has.metrics.keys().filter(|k| !lacks.metrics.contains_key(*k)) {
-            let Some(step) = step_of(plan, key) else { continue };
+            let Some(step) = plan.bench_step_of(key).filter(|step| benchmark(step, key)) else { continue };
             if !ran(lacks, step) {
                 continue;
             }
@@ -276,6 +269,11 @@ mod tests {
         // A side whose step reported nothing at all is the failure above, not a list of every benchmark.
         report.head_side.metrics.remove("bench.go.sort");
         assert!(missing(&report, &plan).is_empty());
+        // The step's own companions, recorded whether or not its results were read, do not
+        // make a side whose results were refused one that ran.
+        report.head_side.metrics.insert("bench.go.cpu".into(), vec![value(0)]);
+        report.base_side.metrics.insert("bench.go.maxrss".into(), vec![value(0)]);
+        assert!(missing(&report, &plan).is_empty(), "{:?}", missing(&report, &plan));
     }
 
     #[test]

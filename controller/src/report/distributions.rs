@@ -124,7 +124,7 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
 fn trials_of(report: &Report, plan: &Plan, key: &str) -> u32 {
     let stem = MetricKey::stem_of(key);
     let script = stem.strip_prefix("script.").unwrap_or(stem).split('.').next().unwrap_or_default();
-    let bench = super::benches::step_of(plan, key).map(|b| b.name.as_str());
+    let bench = plan.bench_step_of(key).map(|b| b.name.as_str());
     let phase = Phase::ALL.into_iter().find(|p| {
         plan.section(*p).is_some_and(|s| match bench {
             Some(name) => s.benches.iter().any(|b| b.name == name),

@@ -221,7 +221,7 @@ fn metrics(out: &mut String, plan: &Plan) {
 /// names), and each distribution with the facets judged in its place.
 fn expansions(out: &mut String, plan: &Plan) {
     // Families, and exact blocks that wait for a benchmark a bench step's run names.
-    let waiting = |key: &str| crate::report::benches::step_of(plan, key).is_some();
+    let waiting = |key: &str| plan.bench_step_of(key).is_some();
     let families: Vec<_> = plan.definitions.blocks.iter().filter(|b| b.is_pattern() || waiting(&b.key)).collect();
     if !families.is_empty() {
         let _ = writeln!(

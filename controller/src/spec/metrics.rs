@@ -204,6 +204,10 @@ impl Validator<'_> {
                     let stem = [def];
                     for facet in facets {
                         let facet_key = MetricKey::new(key.as_str(), facet).to_string();
+                        if definitions.ignored(&facet_key).is_some() {
+                            used.insert(facet_key);
+                            continue;
+                        }
                         match definitions.resolve(&facet_key, &stem) {
                             Ok(Some(d)) => defs.push(self.reconcile_unit(d, plan.observed_unit(key), &definitions)),
                             Ok(None) => {}
@@ -215,7 +219,7 @@ impl Validator<'_> {
             }
         }
         // A bench step's benchmarks are named by its run only: an exact block may wait for one.
-        let of_bench = |key: &str| crate::report::benches::step_of(plan, key).is_some();
+        let of_bench = |key: &str| plan.bench_step_of(key).is_some();
         for block in
             definitions.blocks.iter().filter(|b| !b.is_pattern() && !used.contains(&b.key) && !of_bench(&b.key))
         {

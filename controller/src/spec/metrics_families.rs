@@ -158,7 +158,16 @@ impl Definitions {
 
     /// Whether the block that defines `key` says `ignore = true`, and that block's key.
     pub fn ignored(&self, key: &str) -> Option<&str> {
-        self.block_of(key).filter(|(b, _)| b.ignore).map(|(b, _)| b.key.as_str())
+        match self.block_of(key) {
+            Some((b, _)) => b.ignore.then_some(b.key.as_str()),
+            // A facet with no block of its own (a distribution's `.p99`, a companion) goes
+            // with its stem.
+            None => {
+                let stem = MetricKey::stem_of(key);
+                let (b, _) = self.block_of(stem).filter(|_| stem != key)?;
+                b.ignore.then_some(b.key.as_str())
+            }
+        }
     }
 
     /// What the block that defines `key` says of gating (`gate = true | false`), if anything.

@@ -330,8 +330,20 @@ unit = "KiB"
             plan.agent.runtime.distributions(),
             [("decide".to_string(), Distribution { percentiles: vec![50, 95, 99], max: true })]
         );
+        // Its facets gate an adaptive run by default, and the runtime records them.
+        assert!(["decide.p50", "decide.p99", "decide.max"].iter().all(|k| plan.trials.gate.contains(&k.to_string())));
+        assert!(!plan.trials.gate.iter().any(|k| k == "decide" || k.ends_with(".cpu")), "{:?}", plan.trials.gate);
+        assert!(plan.records(sandbench_proto::Phase::Runtime, "decide.p99"));
         // The plan tells the controller, which reduces each trial's samples.
         assert_eq!(plan.agent.distributions.keys().collect::<Vec<_>>(), ["decide"]);
+        // `ignore = true` on the distribution's block reaches its facets; on one facet's, that one.
+        let keys = |text: &str| -> Vec<String> {
+            let plan = parse(Path::new("bench.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+            plan.metrics.iter().map(|d| d.key.clone()).filter(|k| k.starts_with("decide")).collect()
+        };
+        assert_eq!(keys(&SERVICE.replace("[metrics.decide]\n", "[metrics.decide]\nignore = true\n")), [] as [&str; 0]);
+        let one = format!("{SERVICE}\n[metrics.\"decide.p99\"]\nignore = true\n");
+        assert_eq!(keys(&one), ["decide.p50", "decide.p95", "decide.max"]);
         // The default protocol is unchanged: a ready event "ready", no id field.
         let plain = SERVICE.replace("id_field = \"requestId\"\n", "");
         let plain = plain.replace("kind = \"batch\"", "kind = \"request\"\nrepeat = 2").replace("count = 256\n", "");

@@ -604,7 +604,7 @@ fn paired_method(report: &Report) -> Vec<String> {
     vec![
         REFERENCE_METHOD[0].to_string(),
         order.to_string(),
-        "Medians shown. Each verdict comes from the pairs (trial t of base with trial t of head): the Hodges–Lehmann estimate of head/base − 1 and its interval (exact Wilcoxon from 6 pairs, t on log ratios for 3–5), against a floor: regressed when the whole interval is above +floor, improved when below −floor, no change when inside ±floor, inconclusive otherwise. Metrics with fewer than 3 pairs compare medians with the floor widened by both spreads.".to_string(),
+        "Medians shown. Each verdict comes from the pairs (trial t of base with trial t of head): the Hodges–Lehmann estimate of head/base − 1 and its interval (exact Wilcoxon from 6 pairs, t on log ratios for 3–5), against a floor: regressed when the whole interval is above +floor, improved when below −floor (the other way round for a metric better higher), no change when inside ±floor, inconclusive otherwise. Metrics with fewer than 3 pairs compare medians with the floor widened by both spreads.".to_string(),
         floors,
         looks,
         "The minimum detectable effect (MDE) is the change this run would call regressed with 80% power. \"Smallest change this run could see\": the change it tells apart from none with 80% power, (1 + MDE)/(1 + floor) − 1, which shrinks as 1/√pairs; the pairs that would bring it to the floor are pairs·(ln(1 + it)/ln(1 + floor))². A metric with a failed sample is incomplete.".to_string(),

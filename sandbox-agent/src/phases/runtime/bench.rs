@@ -238,31 +238,12 @@ fn record(ctx: &PhaseContext, trial: u32, bench: &BenchStep, format: Format, ben
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use sandbench_proto::plan::{BenchStep, Step};
     use sandbench_proto::v1::{event, observation};
     use tokio::sync::mpsc;
 
+    use super::super::tests::context;
     use super::*;
-    use crate::context::OutputCap;
-
-    fn context(state_dir: &Path) -> (PhaseContext, mpsc::Receiver<event::Body>) {
-        let (tx, rx) = mpsc::channel(4096);
-        let ctx = PhaseContext {
-            command_id: "c".into(),
-            trial: 0,
-            plan: Vec::new(),
-            resume_observations: 0,
-            cancel: Default::default(),
-            emit: tx,
-            state_dir: state_dir.to_path_buf(),
-            held: Default::default(),
-            output: Mutex::new(OutputCap::new(1 << 20)),
-            turns: Default::default(),
-        };
-        (ctx, rx)
-    }
 
     fn step(name: &str, max_benchmarks: u32) -> BenchStep {
         BenchStep {

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use sandbench_proto::Phase;
-use sandbench_proto::metric::MetricKey;
 use sandbench_proto::plan::BenchStep;
 use serde::Deserialize;
 
@@ -89,20 +88,18 @@ pub fn define(report: &Report, plan: &Plan, key: &str) -> Option<Result<MetricDe
 /// (so a side whose step never ran is not a list of every benchmark), named as missing.
 pub fn missing(report: &Report, plan: &Plan) -> Vec<String> {
     let (base, head) = (&report.base_side, &report.head_side);
-    // A benchmark's key, not the step's own companions (`bench.<name>.cpu`, …), which the
-    // agent records whether or not the results could be read.
-    let benchmark = |step: &BenchStep, key: &str| {
-        key.strip_prefix(step.stem().as_str()).is_some_and(|rest| rest.starts_with('.'))
-            && MetricKey::stem_of(key) != step.stem()
-    };
+    // A benchmark's key (`Plan::bench_step_of`), not the step's own companions
+    // (`bench.<name>.cpu`, …), which the agent records whether or not the results could be read.
     let ran = |side: &super::Side, step: &BenchStep| {
-        side.metrics.iter().any(|(k, v)| benchmark(step, k) && v.iter().any(|s| s.value.is_some()))
+        side.metrics.iter().any(|(k, v)| {
+            plan.bench_step_of(k).is_some_and(|s| s.name == step.name) && v.iter().any(|s| s.value.is_some())
+        })
     };
     let mut lines = Vec::new();
     let mut more = 0usize;
     for (has, lacks, (has_label, lacks_label)) in [(base, head, ("base", "head")), (head, base, ("head", "base"))] {
         for key in has.metrics.keys().filter(|k| !lacks.metrics.contains_key(*k)) {
-            let Some(step) = plan.bench_step_of(key).filter(|step| benchmark(step, key)) else { continue };
+            let Some(step) = plan.bench_step_of(key) else { continue };
             if !ran(lacks, step) {
                 continue;
             }

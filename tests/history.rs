@@ -4,17 +4,19 @@
 //! sleeps for as long as the product's `lib/pause.txt` says: 0.20 s, then 0.26 s — a wall-time
 //! step that a loaded machine does not blur). Every 4th commit is recorded — by compare runs (0
 //! against 4, then 8 against 12), which keep their base and head in the ledger's history at
-//! their end: `sandbench record` and `--backfill` are not there yet. The second run's comment
+//! their end. The second run's comment
 //! sets its slower `pause` against main's recorded values (above the band). `sandbench history
 //! --bisect` then finds both change points — the count's between commits 4 and 8, bisected over
 //! the lens to commit 6; the pause's between 8 and 12 — writes history.json, .md and .html, and
-//! leaves no sandbox behind.
+//! leaves no sandbox behind. A second test records commits by `sandbench record` (one
+//! revision, then a backfill of every 4th commit, run twice: the second records nothing).
 
 mod support;
 
 use std::path::Path;
 use std::time::Duration;
 
+use sandbench::history::record::{Fate, RecordOptions, Recorded, Revisions};
 use sandbench::history::series::Kind;
 use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::trend::Against;
@@ -243,4 +245,96 @@ async fn every_fourth_commit_recorded_both_change_points_are_found_and_the_count
         run.starts_with("history-") || run == first.report.run_id || run == second.report.run_id
     };
     assert!(!left.iter().any(|c| ours(&c)), "{left:?}");
+}
+
+async fn record(spec: &Path, revisions: Revisions, out: &Path, ledger: &Path) -> Recorded {
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let options = RecordOptions {
+        spec: spec.to_path_buf(),
+        revisions,
+        out: out.to_path_buf(),
+        ledger: ledger.to_path_buf(),
+        budget_usd: None,
+        agent: None,
+        dead_man: sandbench::observations::server::DEFAULT_DEAD_MAN,
+        run_timeout: Duration::from_secs(900),
+    };
+    let mut heard = Vec::new();
+    let mut hear = |line: &str| heard.push(line.to_string());
+    let recorded = sandbench::history::record::record(options, cancel, &mut hear);
+    let recorded = tokio::time::timeout(Duration::from_secs(1500), recorded).await.unwrap().unwrap();
+    assert!(!heard.is_empty(), "progress is told");
+    recorded
+}
+
+/// `sandbench record`: commit 4 by `--rev`, then `--backfill c4..c12 --every 4` (commits 8 and
+/// 12), each in one sandbox with its lens step once; the history finds the count's step between
+/// commits 4 and 8 in them, and their wall time is a series of its own setting (measured
+/// alone). The same backfill again records nothing: it goes on where it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_one_revision_and_a_backfill_keep_every_nth_commit_once() {
+    let _agent = support::agent();
+    let repo = support::demo_repo(|repo| {
+        std::fs::write(repo.join("bench.toml"), SPEC).unwrap();
+        std::fs::write(repo.join("lib/pause.txt"), "0.20\n").unwrap();
+        support::less_work(repo);
+    });
+    let path = repo.path();
+    support::git(path, "tag c0");
+    commits(path);
+    let spec = path.join("bench.toml");
+    let out = tempfile::tempdir().unwrap();
+    let ledger = out.path().join("ledger.sqlite");
+
+    let one = record(&spec, Revisions::One("c4".into()), out.path(), &ledger).await;
+    let [(rev, Fate::Recorded { dir, status })] = one.commits.as_slice() else { panic!("{one:?}") };
+    assert_eq!((rev.as_str(), *status), ("c4", sandbench::report::Status::Completed), "{one:?}");
+    let report = sandbench::run::rerender(dir).unwrap();
+    assert!(report.record && report.sandboxes.len() == 1, "{:?}", report.sandboxes);
+    assert_eq!(report.lens.as_ref().map(|l| l.runs), Some(1), "work counted once");
+
+    let backfill = Revisions::backfill("c4..c12", 4).unwrap();
+    let filled = record(&spec, backfill.clone(), out.path(), &ledger).await;
+    assert!(filled.complete(), "{filled:?}");
+    let picked: Vec<&str> = filled.commits.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(picked.len(), 2, "{filled:?}");
+    let kept = sandbench::cost::ledger::Ledger::open(&ledger).unwrap();
+    let records = sandbench::history::store::Records::on(&kept).unwrap().of_spec("history").unwrap();
+    let subjects: Vec<&str> = records.iter().map(|r| r.commit.subject.as_str()).collect();
+    assert_eq!(subjects, ["commit 4", "commit 8", "commit 12"], "oldest first, with their subjects");
+    assert!(records.iter().all(|r| r.origin == "record" && r.setting.ends_with(", alone")), "{records:?}");
+    let runs = kept.runs(None).unwrap().len();
+
+    // Again: every commit is there already; no sandbox, no ledger entry.
+    let again = record(&spec, backfill, out.path(), &ledger).await;
+    assert!(again.commits.iter().all(|(_, f)| *f == Fate::Already) && again.complete(), "{again:?}");
+    assert_eq!(kept.runs(None).unwrap().len(), runs);
+
+    // The history: the count steps between commits 4 and 8; the pause is a series measured alone.
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let options = sandbench::history::command::HistoryOptions {
+        spec: spec.clone(),
+        out: Some(out.path().join("history")),
+        rev: Some("c15".into()),
+        bisect: false,
+        budget_usd: None,
+        ledger: ledger.clone(),
+        agent: None,
+        dead_man: sandbench::observations::server::DEFAULT_DEAD_MAN,
+    };
+    let written = sandbench::history::command::history(options, cancel).await.unwrap();
+    let h = &written.history;
+    let count = h.metrics.iter().find(|m| m.key == "work.instructions").expect("the count's series");
+    assert_eq!(count.change_points.len(), 1, "{:?}", count.change_points);
+    let step = &count.change_points[0];
+    let subjects: Vec<&str> = h.commits.iter().map(|c| c.subject.as_str()).collect();
+    assert_eq!((subjects[step.before_at], subjects[step.after_at], step.unrecorded), ("commit 4", "commit 8", Some(3)));
+    let pause = h.metrics.iter().find(|m| m.key == "pause").expect("the pause's series");
+    assert!(pause.setting.as_deref().is_some_and(|s| s.ends_with("alone")), "{pause:?}");
+
+    let docker = DockerProvisioner::connect(1).await.unwrap();
+    let left = docker.list(None).await.unwrap();
+    let ours: Vec<_> =
+        left.iter().filter(|c| c.labels.get(labels::RUN).is_some_and(|r| r.contains(&report.run_id[..8]))).collect();
+    assert!(ours.is_empty(), "{ours:?}");
 }

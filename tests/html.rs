@@ -69,6 +69,7 @@ fn report() -> Report {
         lens_runs: Vec::new(),
         trend: Vec::new(),
         estimates: Default::default(),
+        record: false,
     }
 }
 

@@ -894,17 +894,8 @@ async fn a_run_that_did_not_finish_ends_with_a_failed_status_and_comment() {
 /// succeed, posts the failure with `ci --failed`.
 #[test]
 fn the_example_workflow_concludes_a_run_that_did_not_publish() {
-    let workflow =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/github/bench.yml")).unwrap();
-    let start = workflow.find("\n  conclude:\n").expect("a conclude job");
-    let body = &workflow[start + 1..];
-    // To the next job (a line of two spaces and a name).
-    let end = body
-        .match_indices("\n  ")
-        .map(|(i, _)| i)
-        .find(|&i| body[i + 3..].starts_with(|c: char| c.is_ascii_alphabetic()))
-        .unwrap_or(body.len());
-    let job = &body[..end];
+    let workflow = example_workflow();
+    let job = job_of(&workflow, "conclude");
     let needs = job.lines().find(|l| l.trim_start().starts_with("needs:")).expect("needs");
     for other in ["gate", "bench", "merge", "publish"] {
         assert!(needs.contains(other), "{needs}");
@@ -913,4 +904,36 @@ fn the_example_workflow_concludes_a_run_that_did_not_publish() {
     assert!(condition.contains("always()") && condition.contains("needs.publish.result != 'success'"), "{condition}");
     assert!(job.contains("ci \"$SPEC\" --failed"), "{job}");
     assert!(job.contains("statuses: write") && job.contains("pull-requests: write"), "{job}");
+}
+
+/// The example workflow's text.
+fn example_workflow() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/github/bench.yml")).unwrap()
+}
+
+/// The job `name` of a workflow, to the next job (a line of two spaces and a name).
+fn job_of<'a>(workflow: &'a str, name: &str) -> &'a str {
+    let start = workflow.find(&format!("\n  {name}:\n")).unwrap_or_else(|| panic!("a {name} job"));
+    let body = &workflow[start + 1..];
+    let end = body
+        .match_indices("\n  ")
+        .map(|(i, _)| i)
+        .find(|&i| body[i + 3..].starts_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(body.len());
+    &body[..end]
+}
+
+/// Main's history in the example workflow: on a push only (no pull request's code), the pushed
+/// commits recorded one sandbox each (`record`, a backfill from the head before the push),
+/// one recording at a time, with no token that writes.
+#[test]
+fn the_example_workflow_records_the_pushed_commits_of_main_one_recording_at_a_time() {
+    let workflow = example_workflow();
+    let job = job_of(&workflow, "history");
+    let condition = job.lines().find(|l| l.trim_start().starts_with("if:")).expect("if");
+    assert!(condition.contains("github.event_name == 'push'"), "{condition}");
+    assert!(job.contains("record \"$SPEC\" --backfill \"$BEFORE..HEAD\""), "{job}");
+    assert!(job.contains("record \"$SPEC\" --rev HEAD") && !job.contains(" run \"$SPEC\""), "{job}");
+    assert!(job.contains("group: sandbench-history") && job.contains("cancel-in-progress: false"), "{job}");
+    assert!(!job.contains(": write"), "{job}");
 }

@@ -112,6 +112,41 @@ pub enum Command {
     /// Main's history from the ledger: every metric by commit, its change points (history.md),
     /// a trend page (history.html) and the data (history.json).
     History(HistoryArgs),
+    /// Measure one revision (or every Nth first-parent commit of a range) in one sandbox and keep
+    /// its values in the ledger's history, for `sandbench history`.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Record(RecordArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("what").required(true).args(["rev", "backfill"]))]
+pub struct RecordArgs {
+    /// The bench spec (TOML).
+    pub spec: std::path::PathBuf,
+    /// The revision to record.
+    #[arg(long)]
+    pub rev: Option<String>,
+    /// Record the first-parent commits after A up to B (A..B), every --every'th counted back
+    /// from B; commits recorded before (this spec, image and machine) are not recorded again.
+    #[arg(long, value_name = "A..B")]
+    pub backfill: Option<String>,
+    /// With --backfill: record every Nth commit.
+    #[arg(long, default_value_t = 1, requires = "backfill")]
+    pub every: u32,
+    /// USD the records may spend together (default: the spec's budget_usd, for each record).
+    #[arg(long)]
+    pub budget: Option<f64>,
+    /// Stop one record after this many minutes.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_minutes: f64,
+    /// Where the records' run directories go.
+    #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
+    pub out: std::path::PathBuf,
+    /// The sandbox-agent executable to ship (default: beside this one).
+    #[arg(long, env = crate::agent_binary::AGENT_ENV)]
+    pub agent: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub dead_man: DeadMan,
 }
 
 #[derive(Debug, clap::Args)]
@@ -293,6 +328,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Publish(args) => crate::publish::command(args).await,
         Command::Ci(args) => crate::publish::ci::command(*args, ledger_path, cancel_on_signals()).await,
         Command::Merge(args) => crate::merge::command(args, &ledger_path),
+        Command::Record(args) => record(args, ledger_path).await,
         Command::Bisect(args) => {
             let mut options = match &args.resume {
                 Some(dir) => crate::bisect::BisectOptions::resume(dir)?,
@@ -374,6 +410,57 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
     };
     let result = crate::run::run(options, cancel_rx).await?;
     Ok(print_result(&result))
+}
+
+/// `sandbench record`: the records' progress on stderr, one line per commit on stdout
+/// (`<commit> recorded <run dir>`, `already recorded`, `failed <run dir>: <why>`, `not reached`);
+/// 0 when every commit asked for is recorded, 3 when some are not, 4 when canceled.
+async fn record(args: RecordArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
+    use crate::history::record::{Fate, RecordOptions, Revisions};
+    let revisions = match (args.rev, args.backfill) {
+        (Some(rev), None) => Revisions::One(rev),
+        (None, Some(range)) => Revisions::backfill(&range, args.every)?,
+        _ => anyhow::bail!("give one of --rev and --backfill"),
+    };
+    let options = RecordOptions {
+        spec: args.spec,
+        revisions,
+        out: args.out,
+        ledger,
+        budget_usd: args.budget,
+        agent: args.agent,
+        dead_man: args.dead_man.window,
+        run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
+    };
+    let recorded =
+        crate::history::record::record(options, cancel_on_signals(), &mut |line| eprintln!("{line}")).await?;
+    for (commit, fate) in &recorded.commits {
+        let commit = crate::sanitize::terminal(commit);
+        match fate {
+            Fate::Recorded { dir, status } => println!("{commit} recorded {} ({})", dir.display(), status.as_str()),
+            Fate::Already => println!("{commit} already recorded"),
+            Fate::Failed { dir, status, why } => {
+                println!("{commit} {} {}: {}", status.as_str(), dir.display(), crate::sanitize::terminal(why))
+            }
+        }
+    }
+    for commit in &recorded.not_reached {
+        println!("{} not reached", crate::sanitize::terminal(commit));
+    }
+    if let Some(why) = &recorded.stopped {
+        eprintln!("stopped by {why}: run the same command again to go on");
+    }
+    eprintln!("the records cost {:.4} USD", recorded.spent_usd);
+    let none = recorded.commits.iter().all(|(_, fate)| matches!(fate, Fate::Failed { .. }));
+    Ok(if recorded.canceled() {
+        ExitCode::from(exit::CANCELED)
+    } else if recorded.complete() {
+        ExitCode::SUCCESS
+    } else if none && recorded.not_reached.is_empty() {
+        ExitCode::from(exit::FAILED)
+    } else {
+        ExitCode::from(exit::PARTIAL)
+    })
 }
 
 /// Prints where a run's reports are; its exit status.

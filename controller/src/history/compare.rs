@@ -25,6 +25,9 @@ use crate::report::{Report, Status, decide, lens, noise::NoiseProfile, runs};
 use crate::spec::{MetricDef, Plan, SourceSettings};
 use crate::stats::Outcome;
 
+/// The origin of a record's values in the history (a compare run's are `base` and `head`).
+pub const ORIGIN_RECORD: &str = "record";
+
 /// Main's recent recorded commits a head is set against.
 pub const RECENT: usize = 5;
 /// How far back the base's first-parent line is read.
@@ -41,7 +44,7 @@ pub async fn at_run_end(ledger: &Ledger, plan: &Plan, report: &mut Report) -> an
         SourceSettings::Local { repository } => Some(repository.as_path()),
         _ => None,
     };
-    if let Some(repo) = repository {
+    if let Some(repo) = repository.filter(|_| !report.record) {
         let line = crate::source::first_parent_line(repo, &report.base.commit, LINE_LIMIT).await?;
         let kept = records.of_spec(&plan.name)?;
         let noise = |image: &str| {
@@ -50,7 +53,9 @@ pub async fn at_run_end(ledger: &Ledger, plan: &Plan, report: &mut Report) -> an
         };
         report.trend = standings(&kept, &line, report, &setting(report), &noise);
     }
-    for side in [Side::Base, Side::Head] {
+    // A record measured its revision as base alone.
+    let sides: &[Side] = if report.record { &[Side::Base] } else { &[Side::Base, Side::Head] };
+    for &side in sides {
         let record = record(plan, report, side, repository).await?;
         if !record.values.is_empty() {
             records.keep(&record)?;
@@ -60,11 +65,13 @@ pub async fn at_run_end(ledger: &Ledger, plan: &Plan, report: &mut Report) -> an
 }
 
 /// What wall time depends on beside the machine: the sandbox's CPUs and memory, and how the
-/// trials were taken (two sandboxes at once in a duet, one at a time otherwise).
+/// trials were taken (two sandboxes at once in a duet, one at a time otherwise, one sandbox
+/// alone in a record).
 pub fn setting(report: &Report) -> String {
     let cpus = report.resources.cpus;
     let gib = report.resources.memory_bytes as f64 / (1u64 << 30) as f64;
-    format!("{cpus} CPU{}, {gib} GiB, {}", if cpus == 1.0 { "" } else { "s" }, report.order.as_str())
+    let taken = if report.record { "alone" } else { report.order.as_str() };
+    format!("{cpus} CPU{}, {gib} GiB, {taken}", if cpus == 1.0 { "" } else { "s" })
 }
 
 /// The record of one side of the run: its commit, every metric's trial values (the median of each
@@ -104,10 +111,12 @@ async fn record(plan: &Plan, report: &Report, side: Side, repository: Option<&Pa
             });
         }
     }
+    // A record's origin says so; a compare run's, which side.
+    let origin = if report.record { ORIGIN_RECORD } else { side.as_str() };
     Ok(Record {
-        record_id: format!("{}/{}", report.run_id, side.as_str()),
+        record_id: format!("{}/{origin}", report.run_id),
         run_id: report.run_id.clone(),
-        origin: side.as_str().to_string(),
+        origin: origin.to_string(),
         spec: plan.name.clone(),
         repository: repository.map(|r| r.display().to_string()).unwrap_or_default(),
         commit: CommitInfo { commit: revision.commit.clone(), committed_at, subject },

@@ -1,7 +1,8 @@
 //! Main's history: every metric over commits, its change points, and a trend page.
 //!
 //! Compare runs keep their base and head in the ledger's history at their end ([`compare`],
-//! which also sets where a pull request's head stands against main's recent values);
+//! which also sets where a pull request's head stands against main's recent values), and
+//! `sandbench record` keeps one revision, or every Nth commit of a range ([`record`]);
 //! `sandbench history SPEC` ([`command`]) reads them back ([`store`]), arranges them as series
 //! along the branch's first-parent line ([`series`]), finds their change points
 //! ([`analysis`], with `crate::stats::change_points`), bisects the lens's change points between
@@ -9,12 +10,14 @@
 //! ([`markdown`]) and `history.html` ([`html`]).
 //!
 //! Layers, each using only those above it: `store`; `series` (pure); `analysis` (pure);
-//! `markdown` and `html` (pure); `compare`; `command`.
+//! `markdown` and `html` (pure); `compare`; `command`;
+//! `record`.
 
 pub mod analysis;
 pub mod command;
 pub mod compare;
 pub mod html;
 pub mod markdown;
+pub mod record;
 pub mod series;
 pub mod store;

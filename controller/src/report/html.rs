@@ -34,7 +34,7 @@ const MAX_SPAN: f64 = 3.0;
 
 /// Untrusted text made inert in HTML text and quoted attributes, without escape sequences or
 /// control characters.
-fn esc(text: &str) -> String {
+pub(crate) fn esc(text: &str) -> String {
     crate::sanitize::terminal(text)
         .replace('&', "&amp;")
         .replace('<', "&lt;")

@@ -55,6 +55,8 @@ pub enum Basis {
     NotDeterministic,
     /// No profile (or too few pairs in it) says either.
     Uncalibrated,
+    /// A record (`sandbench record`): each step once.
+    Record,
 }
 
 impl LensRuns {
@@ -66,6 +68,7 @@ impl LensRuns {
     /// The note beside the step's counts in the report.
     pub fn note(&self) -> String {
         let counted = match self.runs {
+            1 if self.basis == Basis::Record => "counted once".to_string(),
             1 => "counted once a side".to_string(),
             n => format!("counted in the first {n} trials of each side"),
         };
@@ -83,6 +86,29 @@ pub fn plan(plan: &Plan, a_a: bool, noise: Option<&NoiseProfile>) -> Vec<LensRun
             plan.lens_stems_of_phase(phase)
                 .into_iter()
                 .map(move |stem| decide(&stem, phase, planned, plan.lens_runs, a_a, noise))
+        })
+        .collect()
+}
+
+/// Every lens step of `plan` in a record of one revision: once (its phase permitting), unless
+/// `[lens] runs` asks for more. A record keeps counts for the history, where a count is set
+/// against the next recorded commit's; one run is what a deterministic step needs, and a step
+/// that is not shows it there as a change point beyond its floor.
+pub fn record(plan: &Plan) -> Vec<LensRuns> {
+    Phase::TIMED
+        .into_iter()
+        .flat_map(|phase| {
+            let planned = plan.trials.of(phase);
+            plan.lens_stems_of_phase(phase).into_iter().map(move |stem| match plan.lens_runs {
+                Some(_) => decide(&stem, phase, planned, plan.lens_runs, false, None),
+                None => LensRuns {
+                    stem,
+                    phase,
+                    runs: 1.min(planned),
+                    basis: Basis::Record,
+                    why: "a record counts each lens step once".to_string(),
+                },
+            })
         })
         .collect()
 }

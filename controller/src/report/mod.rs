@@ -28,6 +28,7 @@ pub mod markdown;
 pub mod noise;
 #[cfg(test)]
 mod noise_tests;
+pub mod record;
 pub mod runs;
 pub mod summary;
 #[cfg(test)]
@@ -282,6 +283,11 @@ pub struct Report {
     /// ([`benches::estimates`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub estimates: BTreeMap<String, String>,
+    /// A record of one revision (`sandbench record`): one sandbox, the base side only (head
+    /// names the same commit and measures nothing), kept in the ledger's history; nothing is
+    /// compared ([`record`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record: bool,
 }
 
 /// A bisection of `run --bisect`, as the report shows it.
@@ -402,7 +408,8 @@ impl Report {
     /// and noise profile) and expects as many samples of their counts.
     pub fn plan_lens(&mut self, plan: &crate::spec::Plan) {
         let a_a = self.base.commit == self.head.commit;
-        self.lens_runs = lens_runs::plan(plan, a_a, self.noise.as_ref());
+        self.lens_runs =
+            if self.record { lens_runs::record(plan) } else { lens_runs::plan(plan, a_a, self.noise.as_ref()) };
         for runs in &self.lens_runs {
             for facet in Facet::LENS {
                 self.expected.insert(MetricKey::new(&runs.stem, facet).to_string(), runs.runs);
@@ -588,7 +595,9 @@ impl Report {
         self.errors.is_empty()
             && self.metrics.iter().all(|def| {
                 let expected = self.expected_trials(&def.key);
-                [&self.base_side, &self.head_side].iter().all(|side| {
+                let sides: &[&Side] =
+                    if self.record { &[&self.base_side] } else { &[&self.base_side, &self.head_side] };
+                sides.iter().all(|side| {
                     let got = values(side.metrics.get(&def.key));
                     got.len() == expected.len() && expected.iter().all(|t| got.iter().any(|(x, _)| x == t))
                 })

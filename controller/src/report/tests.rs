@@ -121,6 +121,7 @@ pub(super) fn example(status: Status) -> Report {
         lens_runs: Vec::new(),
         trend: Vec::new(),
         estimates: Default::default(),
+        record: false,
     }
 }
 

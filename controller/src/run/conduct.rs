@@ -102,7 +102,7 @@ pub(super) async fn conduct(
         settle_ledger(ledger, &plan, &mut report).await;
     }
     write_reports(&dir, &mut report)?;
-    if base.commit == head.commit && report.status == Status::Completed {
+    if base.commit == head.commit && report.status == Status::Completed && !report.record {
         keep_a_a(&report, &dir, ledger.as_ref(), &display)?;
     }
     let mut ending = story::ending(&report, reason.as_deref(), &dir);
@@ -170,15 +170,19 @@ fn announce(
     resumed: Option<&Resumed>,
     notes: &[String],
 ) {
-    display.line(&format!(
-        "run {}: {} — base {} ({}) vs head {} ({})",
-        report.run_id,
-        plan.name,
-        base.rev,
-        short(&base.commit),
-        head.rev,
-        short(&head.commit)
-    ));
+    if report.record {
+        display.line(&format!("record {}: {} at {} ({})", report.run_id, plan.name, base.rev, short(&base.commit)));
+    } else {
+        display.line(&format!(
+            "run {}: {} — base {} ({}) vs head {} ({})",
+            report.run_id,
+            plan.name,
+            base.rev,
+            short(&base.commit),
+            head.rev,
+            short(&head.commit)
+        ));
+    }
     if let Some(resumed) = resumed {
         let stages = schedule::build_for(&plan.timed_phases(), opts.pairs as usize, opts.shard);
         let total: usize = stages.iter().flat_map(|s| &s.lanes).map(Vec::len).sum();
@@ -364,6 +368,13 @@ pub(super) fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Resul
         bail!("--pairs must be from 1 to 8, got {}", opts.pairs);
     }
     plan.trials.order = plan.trials.order.resolve(opts.pairs, plan.duet_cpus_here().is_ok());
+    if opts.record {
+        if opts.pairs > 1 || opts.shard.is_some() {
+            bail!("a record measures one revision in one sandbox: it takes neither --pairs nor --shard");
+        }
+        // One sandbox: no other side to interleave or share the machine with.
+        plan.trials.order = crate::spec::Order::Abba;
+    }
     if plan.trials.order == crate::spec::Order::Duet && opts.pairs > 1 {
         bail!(
             "{}: trials.order = \"duet\" runs one pair at a time, its two sandboxes on CPUs of their own; --pairs {} \

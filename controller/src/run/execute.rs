@@ -97,13 +97,15 @@ pub(super) async fn execute(
         resumed: resumed.cloned(),
         engine,
         notes: Mutex::new(Vec::new()),
-        adaptive: Adaptive::new(skeleton, plan, opts.shard.is_some()),
+        // A shard sees only its share, a record has nothing to compare: neither adds pairs.
+        adaptive: Adaptive::new(skeleton, plan, opts.shard.is_some() || opts.record),
         round_times: Default::default(),
         started: Instant::now(),
         cpusets: cpusets(pairs),
         lens: skeleton.lens_runs.clone(),
     };
-    let mut sides = SideRun::all(pairs, resumed.map_or(1, |r| r.attempt));
+    let wanted: &[Side] = if opts.record { &[Side::Base] } else { &Side::BOTH };
+    let mut sides = SideRun::all(pairs, wanted, resumed.map_or(1, |r| r.attempt));
     let watchers = watch_for_stops(&run, &sides, cancel);
     let stop = walk::drive(&run, &mut sides).await;
     for watcher in watchers {

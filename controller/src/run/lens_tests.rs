@@ -134,3 +134,61 @@ async fn lens_runs_in_the_spec_overrides_the_profile_and_the_calibration() {
     assert!(result.report.lens_runs.iter().all(|r| r.basis == Basis::Asked), "{:?}", result.report.lens_runs);
     assert_eq!(trials(&result.report, false, "work.cycles"), [0, 1]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_measures_one_revision_in_one_sandbox_counts_its_lens_steps_once_and_keeps_it_in_the_history() {
+    let (dir, plan, opts) = setup_spec(1, &lens_spec(""));
+    let ledger = dir.path().join("ledger.sqlite");
+    let record = RunOptions {
+        head: opts.base.clone(),
+        ledger: Some(ledger.clone()),
+        noise_from_ledger: true,
+        record: true,
+        ..opts
+    };
+    let (result, runs) = run_counting(record, Script::for_plan(&plan), "20260101-000000-rec").await;
+    // One sandbox, base alone: each lens step once, the planned trials and no pair added though
+    // `work` would gate an adaptive compare run.
+    assert_eq!(lens_trials(&runs), ["base cold 0", "base work 0"]);
+    let report = &result.report;
+    assert!(report.record);
+    assert_eq!(report.sandboxes.len(), 1, "{:?}", report.sandboxes);
+    assert_eq!(trials(report, false, "work"), [0, 1, 2, 3]);
+    assert_eq!(trials(report, false, "work.instructions"), [0]);
+    assert!(report.head_side.metrics.is_empty() && report.comparisons.is_empty() && report.sequential.is_none());
+    assert!(report.lens_runs.iter().all(|r| r.basis == Basis::Record && r.runs == 1), "{:?}", report.lens_runs);
+    assert!(
+        result.ending.iter().any(|l| l.starts_with("recorded ") && l.contains("instructions: 4 metrics, 4 values"))
+    );
+    // No A/A noise profile from a record, though its two revisions are the same.
+    assert!(!result.dir.join("noise.json").exists());
+    let kept = crate::cost::ledger::Ledger::open(&ledger).unwrap();
+    let machine = crate::cost::ledger::this_machine();
+    assert!(kept.noise_profiles(&plan.name, &plan.sandbox.image, &machine).unwrap().is_empty());
+    // Its values in the history, as a record measured alone.
+    let records = crate::history::store::Records::on(&kept).unwrap().of_spec(&plan.name).unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!((record.origin.as_str(), record.record_id.as_str()), ("record", "20260101-000000-rec/record"));
+    assert!(record.setting.ends_with(", alone"), "{}", record.setting);
+    let count = |key: &str| record.values.iter().filter(|v| v.metric == key).count();
+    assert_eq!((count("work"), count("work.instructions"), count("cold.cycles")), (4, 1, 1));
+    // Its report is the table of its values, and it is not resumed.
+    let markdown = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
+    assert!(markdown.contains("— record completed") && markdown.contains("| Work (`work`) | wall | 4 |"), "{markdown}");
+    let html = std::fs::read_to_string(result.dir.join("report.html")).unwrap();
+    assert!(html.contains("<td>Work (<code>work</code>)</td><td>wall</td><td>4</td>"), "{html}");
+    let resume = crate::run::resume::ResumeOptions {
+        dir: result.dir.clone(),
+        spec: None,
+        base: None,
+        head: None,
+        agent: None,
+        shipping: crate::provision::AgentShipping::Bind,
+        ledger: None,
+        engine_wait: std::time::Duration::from_secs(1),
+        dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
+    };
+    let refused = crate::run::resume::check(&resume).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(refused.contains("is a record of one revision"), "{refused}");
+}

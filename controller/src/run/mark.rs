@@ -145,6 +145,8 @@ impl Mark {
             force_valgrind: false,
             bisect: self.bisect,
             require_disk_bound: self.require_disk_bound.clone(),
+            // A record is not resumed (`resume::check` refuses it).
+            record: false,
         }
     }
 }

@@ -113,6 +113,7 @@ pub async fn run_on(
     Mark::new(&opts, &run_id, &base, &head, plan.hourly_usd()).write(&dir)?;
     let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
     report.noise = noise;
+    report.record = opts.record;
     // How often each lens step runs, from the profile just found (a resume keeps the report's).
     report.plan_lens(&plan);
     let start = Start { plan, notes, dir, report, base, head, resumed: None, earlier: Vec::new() };

@@ -43,6 +43,10 @@ pub struct RunOptions {
     /// The run refuses to start, and no sandbox is made, unless the engine bounds each
     /// sandbox's disk (`disk_gb`); the text says why it is required (`ci` for a fork's head).
     pub require_disk_bound: Option<String>,
+    /// A record of one revision (`sandbench record`, base and head naming it): one sandbox
+    /// measures it, its lens steps once, no pairs added, and the ledger's history keeps its
+    /// values (see [`crate::history::record`]).
+    pub record: bool,
 }
 
 impl RunOptions {
@@ -78,6 +82,7 @@ impl RunOptions {
             force_valgrind: false,
             bisect: false,
             require_disk_bound: None,
+            record: false,
         }
     }
 }

@@ -273,12 +273,14 @@ pub fn skeleton(plan: &Plan, run_id: &str, base: Revision, head: Revision) -> Re
         lens_runs: Vec::new(),
         trend: Vec::new(),
         estimates: Default::default(),
+        record: false,
     }
 }
 
 /// Writes `report.json`, `report.md` and `report.html` (atomically each).
 pub fn write_reports(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
-    report.comparisons = report.analyze();
+    // A record compares nothing.
+    report.comparisons = if report.record { Vec::new() } else { report.analyze() };
     let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
         let tmp = dir.join(format!("{name}.tmp"));
         std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
@@ -288,8 +290,13 @@ pub fn write_reports(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
     // Escaped so that `cat report.json` on a terminal obeys nothing a sandbox wrote into it.
     let json = serde_json::to_string_pretty(report)?;
     write("report.json", format!("{}\n", crate::sanitize::json(&json)).as_bytes())?;
-    write("report.md", report::markdown::render(report).as_bytes())?;
-    write("report.html", report::html::render(report).as_bytes())?;
+    let (markdown, html) = if report.record {
+        (report::record::markdown(report), report::record::html(report))
+    } else {
+        (report::markdown::render(report), report::html::render(report))
+    };
+    write("report.md", markdown.as_bytes())?;
+    write("report.html", html.as_bytes())?;
     Ok(())
 }
 

@@ -55,6 +55,13 @@ pub fn check(opts: &ResumeOptions) -> anyhow::Result<(Mark, Report)> {
         );
     };
     let report = read_report(dir)?;
+    if report.record {
+        bail!(
+            "cannot resume {}: it is a record of one revision (sandbench record), which is not resumed; record the \
+             revision again (a --backfill goes on from the commits it recorded)",
+            dir.display()
+        );
+    }
     match report.status {
         Status::Running | Status::Abandoned => {}
         Status::Completed => {

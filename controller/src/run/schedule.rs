@@ -78,6 +78,19 @@ fn lane(name: Phase, trials: &[u32], pair: usize, pairs: usize) -> Vec<Slot> {
         .collect()
 }
 
+/// `stages` with the slots of `side` only (a record measures one revision, as base).
+pub fn only(stages: Vec<Stage>, side: Side) -> Vec<Stage> {
+    stages
+        .into_iter()
+        .map(|mut stage| {
+            for lane in &mut stage.lanes {
+                lane.retain(|slot| slot.side == side);
+            }
+            stage
+        })
+        .collect()
+}
+
 /// Whether trial `trial` of `phase` runs a step under the lens.
 pub fn runs_lens(phase: Phase, trial: u32, lens: &[LensRuns]) -> bool {
     lens.iter().any(|r| r.phase == phase && r.runs_in(trial))

@@ -27,7 +27,11 @@ pub fn ending(report: &Report, reason: Option<&str>, dir: &Path) -> Vec<String> 
         }
         (_, None) => format!("run {id} {status}"),
     }];
-    lines.extend(crate::report::summary::terminal(report));
+    if report.record {
+        lines.extend(crate::report::record::terminal(report));
+    } else {
+        lines.extend(crate::report::summary::terminal(report));
+    }
     lines.push(format!("reports in {}", dir.display()));
     lines
 }

@@ -52,7 +52,10 @@ pub async fn drive(run: &Run, sides: &mut [SideRun]) -> Option<Stop> {
     if let Some(stop) = prepare(run, sides).await {
         return Some(stop);
     }
-    let stages = schedule::build_for(&run.plan.timed_phases(), run.opts.pairs as usize, run.opts.shard);
+    let mut stages = schedule::build_for(&run.plan.timed_phases(), run.opts.pairs as usize, run.opts.shard);
+    if run.opts.record {
+        stages = schedule::only(stages, schedule::Side::Base);
+    }
     for stage in &stages {
         if let Some(stop) = walk_stage(run, sides, stage).await {
             return Some(stop);
@@ -87,7 +90,8 @@ async fn walk_stage(run: &Run, sides: &[SideRun], stage: &schedule::Stage) -> Op
 
 /// Creates every sandbox concurrently and waits for their agents.
 async fn provision(run: &Run, sides: &mut [SideRun]) -> Option<Stop> {
-    run.display.line(&format!("provisioning {} sandboxes", sides.len()));
+    let n = sides.len();
+    run.display.line(&format!("provisioning {n} sandbox{}", if n == 1 { "" } else { "es" }));
     let launches = sides.iter().map(|side| async move {
         let request = run.sandbox_request(&side.label, side.placement)?;
         run.station.launch(request, Duration::from_secs(120)).await

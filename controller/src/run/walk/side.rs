@@ -44,11 +44,12 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl SideRun {
-    /// Both sides of every pair, each with its sandbox's role in this attempt.
-    pub fn all(pairs: usize, attempt: u32) -> Vec<SideRun> {
+    /// The `wanted` sides (both, or base alone in a record) of every pair, each with its
+    /// sandbox's role in this attempt.
+    pub fn all(pairs: usize, wanted: &[Side], attempt: u32) -> Vec<SideRun> {
         (0..pairs)
             .flat_map(|pair| {
-                Side::BOTH.map(|side| SideRun {
+                wanted.iter().map(move |&side| SideRun {
                     side,
                     label: role(&label(side, pair, pairs), attempt),
                     pair,

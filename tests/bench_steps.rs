@@ -52,6 +52,7 @@ fn benches() -> Vec<BenchStep> {
         format: format.into(),
         results: results.map(str::to_string),
         max_benchmarks: 1000,
+        instructions: false,
     };
     vec![
         step(

@@ -1,6 +1,7 @@
 //! The instruction lens end to end in Docker: a copy of the demo whose head does 1 % more rounds
 //! of `demo work` (more instructions, not more time), two trials a side. The lens counts the
-//! work and the cold start under callgrind in the image the run derives with valgrind; a step
+//! work, the cold start and a bench step's whole suite under callgrind in the image the run
+//! derives with valgrind; a step
 //! whose binary valgrind cannot load fails its lens metrics with valgrind's reason and keeps its
 //! wall time.
 
@@ -70,6 +71,15 @@ instructions = true
 [[runtime.command]]
 metric = "fixed_address"
 run = "cp ~/.local/lib/node_modules/demo-cli/bin/fixed-address \"$TMPDIR/fa\" && chmod +x \"$TMPDIR/fa\" && \"$TMPDIR/fa\""
+instructions = true
+
+# A bench step whose suite is `demo work` (Bencher Metric Format on its standard output): the
+# lens counts its whole suite.
+[[runtime.bench]]
+name = "demo"
+run = "demo work >/dev/null && echo '{\"work\": {\"latency\": {\"value\": 1.0}}}'"
+cwd = "~/workspace"
+format = "bmf"
 instructions = true
 
 [metrics.work]
@@ -159,7 +169,14 @@ async fn the_lens_counts_the_same_twice_sees_one_percent_and_says_what_valgrind_
     let report = &result.report;
     // Deterministic: the two trials of each side agree within 0.05 %.
     for side in ["base", "head"] {
-        for key in ["work.instructions", "work.cycles", "cold.instructions", "cold.cycles"] {
+        for key in [
+            "work.instructions",
+            "work.cycles",
+            "cold.instructions",
+            "cold.cycles",
+            "bench.demo.instructions",
+            "bench.demo.cycles",
+        ] {
             let v = values(report, side, key);
             assert_eq!(v.len(), 2, "{side} {key}: {:?}", errors(report, side, key));
             assert!(spread(&v) < 0.0005, "{side} {key} differs by {:.4} %: {v:?}", 100.0 * spread(&v));
@@ -179,6 +196,13 @@ async fn the_lens_counts_the_same_twice_sees_one_percent_and_says_what_valgrind_
     let estimate = work.paired.estimate.unwrap();
     assert!((0.005..0.015).contains(&estimate), "work.instructions {estimate}");
     assert_eq!(outcome(report, "cold.instructions"), Outcome::NoClearChange);
+    // The bench step's whole suite (`demo work` and an echo): about 1 % more too, while the
+    // benchmark it reports stands as it was.
+    assert_eq!(outcome(report, "bench.demo.instructions"), Outcome::Regressed);
+    let suite = report.comparisons.iter().find(|c| c.key == "bench.demo.instructions").unwrap();
+    let estimate = suite.paired.estimate.unwrap();
+    assert!((0.004..0.015).contains(&estimate), "bench.demo.instructions {estimate}");
+    assert_eq!(values(report, "head", "bench.demo.work").len(), 2, "the benchmark's own values stand");
     // The program valgrind cannot load: its lens metrics fail with valgrind's reason, its wall
     // time stands.
     for side in ["base", "head"] {

@@ -535,12 +535,14 @@ impl Target {
             let script_of =
                 |name: &str, metrics: &[String]| format!("script.{name}") == *stem || metrics.iter().any(|m| m == stem);
             let is_script = section.scripts.iter().any(|s| script_of(&s.name, &s.metrics));
-            if is_command || is_script {
+            // A bench step's suite, counted whole.
+            let is_bench = section.benches.iter().any(|b| &b.stem() == stem);
+            if is_command || is_script || is_bench {
                 *section = Runtime {
                     scenarios: Vec::new(),
                     commands: section.commands.iter().filter(|c| &c.metric == stem).cloned().collect(),
                     scripts: section.scripts.iter().filter(|s| script_of(&s.name, &s.metrics)).cloned().collect(),
-                    benches: Vec::new(),
+                    benches: section.benches.iter().filter(|b| &b.stem() == stem).cloned().collect(),
                 };
             }
         }

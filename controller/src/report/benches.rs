@@ -214,6 +214,7 @@ mod tests {
             format: "tinybench".into(),
             results: None,
             max_benchmarks: 10,
+            instructions: false,
         }
     }
 

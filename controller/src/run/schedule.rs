@@ -121,6 +121,9 @@ pub fn without_lens(plan: &AgentPlan, phase: Phase, trial: u32, lens: &[LensRuns
     for script in section.scripts.iter_mut().filter(|s| off.contains(&format!("script.{}", s.name).as_str())) {
         script.instructions = false;
     }
+    for bench in section.benches.iter_mut().filter(|b| off.contains(&b.stem().as_str())) {
+        bench.instructions = false;
+    }
     Some(plan)
 }
 

@@ -96,11 +96,35 @@ instructions = true
         "bench.toml:9: runtime.bench[0].max_benchmarks: expected a whole number from 1 to 10000, got 0",
         "bench.toml:13: runtime.bench[1].results: criterion writes a folder, not standard output",
         "bench.toml:14: runtime.bench[1].env.1BAD: expected a variable name",
-        "bench.toml:15: runtime.bench[1].instructions: the instruction lens on a bench step is not supported yet",
     ];
     for e in expect {
         assert!(errors.iter().any(|got| got.contains(e)), "missing {e:?} in {errors:#?}");
     }
+}
+
+/// `instructions = true` on a bench step: its whole suite once more under the lens, counted as
+/// `bench.<name>.instructions` and `.cycles` (defined in the step's group), which the trials
+/// that run no lens turn off.
+#[test]
+fn the_lens_on_a_bench_step_counts_its_whole_suite() {
+    let text = BENCH.replace("format = \"mitata\"\n", "format = \"mitata\"\ninstructions = true\n");
+    let plan = parse(Path::new("bench.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let benches = &plan.agent.runtime.benches;
+    assert_eq!((benches[0].instructions, benches[1].instructions), (false, true));
+    assert_eq!(plan.lens_stems_of_phase(Phase::Runtime), ["bench.mitata"]);
+    assert!(plan.uses_instruction_lens() && plan.needs_valgrind());
+    let keys = plan.metrics_of_phase(Phase::Runtime);
+    assert_eq!(keys, ["bench.mitata.instructions", "bench.mitata.cycles"]);
+    let def = plan.metrics.iter().find(|d| d.key == "bench.mitata.instructions").expect("defined");
+    assert_eq!(
+        (def.title.as_str(), def.group.as_str()),
+        ("Bench suite mitata, whole (instructions)", "Benchmarks (mitata)")
+    );
+    assert!(describe(&plan).contains("+ the suite once more under the instruction lens (see lens runs) → bench.mitata.instructions, bench.mitata.cycles (the whole suite's counts)"));
+    let runs = [crate::report::lens_runs::decide("bench.mitata", Phase::Runtime, 10, Some(1), false, None)];
+    let later = crate::run::schedule::without_lens(&plan.agent_plan("c0ffee"), Phase::Runtime, 1, &runs).unwrap();
+    assert!(!later.runtime.benches[1].instructions, "no lens in a trial past its runs");
+    assert!(crate::run::schedule::without_lens(&plan.agent_plan("c0ffee"), Phase::Runtime, 0, &runs).is_none());
 }
 
 #[test]

@@ -357,6 +357,9 @@ fn section_lines(out: &mut String, section: &Runtime) {
             b.stem(),
             b.max_benchmarks
         );
+        if b.instructions {
+            let _ = writeln!(out, "    {} (the whole suite's counts)", lens_words("the suite", &b.stem()));
+        }
     }
 }
 

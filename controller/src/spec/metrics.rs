@@ -147,11 +147,15 @@ fn lens_def(plan: &Plan, stem: &str, facet: Facet, defs: &[MetricDef]) -> Metric
             let group = first.and_then(|m| defs.iter().find(|d| d.key == m).map(|d| d.group.clone()));
             (format!("Script {name}"), group.unwrap_or_else(|| "Product script".into()))
         }
-        None => defs
-            .iter()
-            .find(|d| d.key == stem)
-            .map(|d| (d.title.clone(), d.group.clone()))
-            .unwrap_or_else(|| (stem.to_string(), "CLI".into())),
+        None => match stem.strip_prefix(sandbench_proto::plan::BenchStep::PREFIX) {
+            // A bench step's suite, whole: in its benchmarks' group.
+            Some(name) => (format!("Bench suite {name}, whole"), format!("Benchmarks ({name})")),
+            None => defs
+                .iter()
+                .find(|d| d.key == stem)
+                .map(|d| (d.title.clone(), d.group.clone()))
+                .unwrap_or_else(|| (stem.to_string(), "CLI".into())),
+        },
     };
     let what = if facet == Facet::Cycles { "cycles" } else { "instructions" };
     MetricDef {

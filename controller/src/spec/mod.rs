@@ -333,7 +333,7 @@ impl Plan {
 
     /// Whether the run's sandboxes need valgrind (the instruction lens): then every sandbox of
     /// the run, wall-time trials and lens alike, runs the image derived from the spec's with
-    /// valgrind (`provision::valgrind`).
+    /// valgrind (`provision::docker::valgrind`).
     pub fn needs_valgrind(&self) -> bool {
         self.uses_instruction_lens()
     }
@@ -448,7 +448,7 @@ impl Plan {
     }
 
     /// The steps of `phase` that run under the instruction lens, by the stem of their lens
-    /// metrics (`cold`, a command's metric, `script.<name>`).
+    /// metrics (`cold`, a command's metric, `script.<name>`, a bench step's `bench.<name>`).
     pub fn lens_stems_of_phase(&self, phase: Phase) -> Vec<String> {
         let a = &self.agent;
         match phase {
@@ -457,7 +457,8 @@ impl Plan {
             _ => self.section(phase).map_or_else(Vec::new, |s| {
                 let commands = s.commands.iter().filter(|c| c.instructions).map(|c| c.metric.clone());
                 let scripts = s.scripts.iter().filter(|s| s.instructions).map(|s| format!("script.{}", s.name));
-                commands.chain(scripts).collect()
+                let benches = s.benches.iter().filter(|b| b.instructions).map(BenchStep::stem);
+                commands.chain(scripts).chain(benches).collect()
             }),
         }
     }

@@ -229,19 +229,13 @@ impl Validator<'_> {
             sandbench_adapters::MAX_BENCHMARKS as i64,
             i64::from(sandbench_proto::plan::DEFAULT_MAX_RESULTS),
         ) as u32;
-        if let Some(lens) = r.instructions.as_ref().filter(|i| *i.get_ref()) {
-            self.error(
-                lens,
-                &format!("{field}.instructions"),
-                "the instruction lens on a bench step is not supported yet: leave `instructions` out",
-            );
-        }
         BenchStep {
             name: name.clone(),
             step: Step { run: r.run.get_ref().clone(), cwd, timeout_s, env: r.env.clone() },
             format: format.map_or_else(|| r.format.get_ref().clone(), |f| f.name().to_string()),
             results,
             max_benchmarks,
+            instructions: r.instructions.as_ref().is_some_and(|i| *i.get_ref()),
         }
     }
 

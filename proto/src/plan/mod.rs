@@ -452,6 +452,10 @@ pub struct BenchStep {
     /// Benchmarks taken from one run; the agent drops the rest and says how many.
     #[serde(default = "default_max_results")]
     pub max_benchmarks: u32,
+    /// After the timed runs, the whole suite runs once more under the instruction lens:
+    /// `bench.<name>.instructions` and `.cycles` count the suite, not each benchmark.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub instructions: bool,
 }
 
 impl BenchStep {

@@ -1,5 +1,6 @@
 //! The instruction lens in the phases ([`crate::probes::lens`]): after a section's timed work, each
-//! command and script that asks for it (`instructions = true`) runs once more under callgrind,
+//! command, script and bench step (its whole suite) that asks for it (`instructions = true`) runs
+//! once more under callgrind,
 //! and after the measure phase's starts the cold start does. Each records `<key>.instructions`
 //! and `<key>.cycles` for the trial, and its profile as the file `lens/<key>-<trial>.json`. A lens
 //! run that fails is an error on those two metrics only: the timed ones stand.
@@ -45,6 +46,27 @@ pub fn section(ctx: &PhaseContext, plan: &AgentPlan, section: &Runtime, user: &U
             ctx,
             user,
             &script_stem(&script.name),
+            trial,
+            |lens| lens.run_command(&step.run, &cwd, &mut |stream, chunk| ctx.log(stream, chunk)),
+            plan,
+            &env,
+        );
+    }
+    bench(ctx, plan, section, user, base, trial);
+}
+
+/// Runs a bench step's whole suite once more under the lens: `bench.<name>.instructions` and
+/// `.cycles` count the suite (its results file, written again, is not read: the timed run's
+/// were).
+fn bench(ctx: &PhaseContext, plan: &AgentPlan, section: &Runtime, user: &User, base: &Path, trial: u32) {
+    for bench in section.benches.iter().filter(|b| b.instructions) {
+        let step = &bench.step;
+        let cwd = step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
+        let env = common::user_env(user, &plan.env, &step.env);
+        counted(
+            ctx,
+            user,
+            &bench.stem(),
             trial,
             |lens| lens.run_command(&step.run, &cwd, &mut |stream, chunk| ctx.log(stream, chunk)),
             plan,

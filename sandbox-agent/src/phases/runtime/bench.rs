@@ -252,6 +252,7 @@ mod tests {
             format: "go".into(),
             results: None,
             max_benchmarks,
+            instructions: false,
         }
     }
 

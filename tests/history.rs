@@ -16,9 +16,9 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use sandbench::history::record::{Fate, RecordOptions, Recorded, Revisions};
 use sandbench::history::series::Kind;
 use sandbench::provision::{DockerProvisioner, labels};
+use sandbench::record::{Fate, RecordOptions, Recorded, Revisions};
 use sandbench::report::trend::Against;
 
 const SPEC: &str = r##"name = "history"
@@ -261,7 +261,7 @@ async fn record(spec: &Path, revisions: Revisions, out: &Path, ledger: &Path) ->
     };
     let mut heard = Vec::new();
     let mut hear = |line: &str| heard.push(line.to_string());
-    let recorded = sandbench::history::record::record(options, cancel, &mut hear);
+    let recorded = sandbench::record::record(options, cancel, &mut hear);
     let recorded = tokio::time::timeout(Duration::from_secs(1500), recorded).await.unwrap().unwrap();
     assert!(!heard.is_empty(), "progress is told");
     recorded
@@ -332,9 +332,18 @@ async fn records_of_one_revision_and_a_backfill_keep_every_nth_commit_once() {
     let pause = h.metrics.iter().find(|m| m.key == "pause").expect("the pause's series");
     assert!(pause.setting.as_deref().is_some_and(|s| s.ends_with("alone")), "{pause:?}");
 
+    let ids: Vec<String> = one
+        .commits
+        .iter()
+        .chain(&filled.commits)
+        .filter_map(|(_, fate)| match fate {
+            Fate::Recorded { dir, .. } => Some(dir.file_name().unwrap().to_string_lossy().to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), 3);
     let docker = DockerProvisioner::connect(1).await.unwrap();
     let left = docker.list(None).await.unwrap();
-    let ours: Vec<_> =
-        left.iter().filter(|c| c.labels.get(labels::RUN).is_some_and(|r| r.contains(&report.run_id[..8]))).collect();
+    let ours: Vec<_> = left.iter().filter(|c| c.labels.get(labels::RUN).is_some_and(|r| ids.contains(r))).collect();
     assert!(ours.is_empty(), "{ours:?}");
 }

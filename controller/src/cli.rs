@@ -416,7 +416,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
 /// (`<commit> recorded <run dir>`, `already recorded`, `failed <run dir>: <why>`, `not reached`);
 /// 0 when every commit asked for is recorded, 3 when some are not, 4 when canceled.
 async fn record(args: RecordArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
-    use crate::history::record::{Fate, RecordOptions, Revisions};
+    use crate::record::{Fate, RecordOptions, Revisions};
     let revisions = match (args.rev, args.backfill) {
         (Some(rev), None) => Revisions::One(rev),
         (None, Some(range)) => Revisions::backfill(&range, args.every)?,
@@ -432,8 +432,7 @@ async fn record(args: RecordArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         dead_man: args.dead_man.window,
         run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
     };
-    let recorded =
-        crate::history::record::record(options, cancel_on_signals(), &mut |line| eprintln!("{line}")).await?;
+    let recorded = crate::record::record(options, cancel_on_signals(), &mut |line| eprintln!("{line}")).await?;
     for (commit, fate) in &recorded.commits {
         let commit = crate::sanitize::terminal(commit);
         match fate {

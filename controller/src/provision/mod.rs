@@ -9,7 +9,6 @@ pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod lost;
-pub mod valgrind;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,11 +18,11 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
 pub use docker::DockerProvisioner;
+pub use docker::valgrind::{self, ValgrindError, ValgrindProbe};
 pub use error::ProvisionError;
 #[cfg(any(test, feature = "fake"))]
 pub use fake::FakeProvisioner;
 pub use lost::{Lost, LostCause};
-pub use valgrind::{ValgrindError, ValgrindProbe};
 
 /// What orchestration (run, debug, bench) needs from where sandboxes live. Every sandbox is named
 /// by its id ([`SandboxRequest::sandbox_id`]); an absent sandbox is not an error for `running`

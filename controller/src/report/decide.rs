@@ -30,9 +30,7 @@ pub const FLOOR_CAP: f64 = 0.5;
 /// A noise profile's floor is never below this unless the spec says otherwise
 /// (`[report] min_floor`): timer and scheduler resolution.
 pub const PROFILE_FLOOR_MIN: f64 = crate::spec::DEFAULT_MIN_FLOOR;
-/// Pairs a noise profile needs of a metric before its floor is used: with fewer, a spread is
-/// itself noise.
-pub const MIN_PROFILE_PAIRS: usize = 10;
+pub use super::noise::MIN_PROFILE_PAIRS;
 
 /// A metric's floor, where it came from, and what a reader should know about it.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,8 +12,11 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::Report;
-use super::decide::MIN_PROFILE_PAIRS;
 use crate::stats::{self, Paired, pool};
+
+/// Pairs a noise profile needs of a metric before its floor is used: with fewer, a spread is
+/// itself noise.
+pub const MIN_PROFILE_PAIRS: usize = 10;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NoiseProfile {

@@ -45,7 +45,7 @@ pub struct RunOptions {
     pub require_disk_bound: Option<String>,
     /// A record of one revision (`sandbench record`, base and head naming it): one sandbox
     /// measures it, its lens steps once, no pairs added, and the ledger's history keeps its
-    /// values (see [`crate::history::record`]).
+    /// values (see [`crate::record`]).
     pub record: bool,
 }
 

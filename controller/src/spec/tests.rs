@@ -715,7 +715,7 @@ fn harness_files_stay_inside_the_spec_folder() {
 #[test]
 fn the_output_kept_per_command_is_the_specs_within_bounds() {
     let plan = parse(Path::new("bench.toml"), MINIMAL).unwrap();
-    assert_eq!(plan.sandbox.output_cap_bytes, crate::observations::intake::DEFAULT_OUTPUT_CAP_BYTES);
+    assert_eq!(plan.sandbox.output_cap_bytes, sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES);
     let small = MINIMAL.replace("[install]", "[sandbox]\noutput_kb = 256\n[install]");
     assert_eq!(parse(Path::new("bench.toml"), &small).unwrap().sandbox.output_cap_bytes, 256 * 1024);
     for bad in ["0", "3", "65537", "-1"] {

@@ -347,7 +347,7 @@ impl Validator<'_> {
         let memory_gb = self.number(&s.memory_gb, "sandbox.memory_gb", 0.0, 512.0, 4.0);
         let disk_gb = self.number(&s.disk_gb, "sandbox.disk_gb", 0.0, 10_000.0, 20.0);
         let pids_limit = self.count(&s.pids, "sandbox.pids", 16, 1_000_000, 4096);
-        let default_kb = (crate::observations::intake::DEFAULT_OUTPUT_CAP_BYTES / 1024) as i64;
+        let default_kb = (sandbench_proto::DEFAULT_OUTPUT_CAP_BYTES / 1024) as i64;
         let output_kb = self.count(&s.output_kb, "sandbox.output_kb", 4, 64 * 1024, default_kb);
         let ttl_minutes = self.number(&s.ttl_minutes, "sandbox.ttl_minutes", 0.0, 7.0 * 24.0 * 60.0, 30.0);
         if let Some(cpuset) = &s.cpuset

@@ -20,9 +20,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::sync::watch;
 
-use super::compare::ORIGIN_RECORD;
-use super::store::Records;
 use crate::cost::ledger::{Ledger, this_machine};
+use crate::history::compare::ORIGIN_RECORD;
+use crate::history::store::Records;
 use crate::report::Status;
 use crate::run::{RunOptions, RunResult};
 use crate::spec::SourceSettings;
@@ -157,20 +157,7 @@ pub async fn record(
             }
         }
         let remaining = opts.budget_usd.map(|b| b - out.spent_usd);
-        let stop = if *cancel.borrow() {
-            Some("canceled".to_string())
-        } else {
-            match (remaining, last_cost) {
-                (Some(left), Some(cost)) if cost > left => Some(format!(
-                    "the budget: {} USD of {} spent, and a record costs about {}",
-                    usd(out.spent_usd),
-                    usd(opts.budget_usd.unwrap_or_default()),
-                    usd(cost)
-                )),
-                _ => None,
-            }
-        };
-        if let Some(why) = stop {
+        if let Some(why) = stop_before(*cancel.borrow(), opts.budget_usd, out.spent_usd, last_cost) {
             out.not_reached = commits[at..].to_vec();
             out.stopped = Some(why);
             break;
@@ -203,6 +190,24 @@ pub async fn record(
         }
     }
     Ok(out)
+}
+
+/// Why no further record starts: a cancel, or a budget that the next record, costed as the last
+/// one (`last_cost`), would pass after `spent`. The first record always starts (its own run is
+/// halted at the budget).
+fn stop_before(canceled: bool, budget: Option<f64>, spent: f64, last_cost: Option<f64>) -> Option<String> {
+    if canceled {
+        return Some("canceled".to_string());
+    }
+    match (budget, last_cost) {
+        (Some(budget), Some(cost)) if spent + cost > budget => Some(format!(
+            "the budget: {} USD of {} spent, and a record costs about {}",
+            usd(spent),
+            usd(budget),
+            usd(cost)
+        )),
+        _ => None,
+    }
 }
 
 /// A record's run options: `rev` on both sides, measured as base alone.
@@ -272,6 +277,16 @@ mod tests {
         assert_eq!(pick(&commits(3), 1), ["c1", "c2", "c3"]);
         assert_eq!(pick(&commits(3), 10), ["c3"]);
         assert!(pick(&[], 2).is_empty());
+    }
+
+    #[test]
+    fn no_record_starts_that_the_budget_would_not_cover_nor_after_a_cancel() {
+        assert_eq!(stop_before(false, Some(0.01), 0.0, None), None, "the first always starts");
+        assert_eq!(stop_before(false, Some(0.01), 0.004, Some(0.004)), None);
+        let why = stop_before(false, Some(0.01), 0.008, Some(0.004)).unwrap();
+        assert_eq!(why, "the budget: 0.0080 USD of 0.0100 spent, and a record costs about 0.0040");
+        assert_eq!(stop_before(false, None, 5.0, Some(5.0)), None, "no budget");
+        assert_eq!(stop_before(true, None, 0.0, None).as_deref(), Some("canceled"));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! Negotiates the API version (Docker 20.10 / API 1.41 and current engines), honours
 //! `DOCKER_HOST`, bounds concurrent creates, and reaps expired or orphaned sandboxes.
 
+pub mod valgrind;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -980,11 +982,11 @@ impl Provisioner for DockerProvisioner {
         image: &'a str,
         progress: &'a mut (dyn FnMut(&str) + Send),
     ) -> BoxFuture<'a, Result<String, super::ValgrindError>> {
-        Box::pin(super::valgrind::ensure(self, image, progress))
+        Box::pin(valgrind::ensure(self, image, progress))
     }
 
     fn probe_valgrind<'a>(&'a self, image: &'a str) -> BoxFuture<'a, super::ValgrindProbe> {
-        Box::pin(super::valgrind::probe(self, image))
+        Box::pin(valgrind::probe(self, image))
     }
 
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, ProvisionError>> {

@@ -1,0 +1,153 @@
+//! The check that the crate is a one-way stack: each top-level module uses only the modules
+//! listed above it in the "Layers" list of `lib.rs`. It reads the sources: every `crate::…`
+//! path outside comments and test modules is an edge. The helpers here read a folder's list and
+//! its paths for `run/layers.rs` too.
+
+use std::path::{Path, PathBuf};
+
+/// The modules of a folder's "Layers" list, bottom first (`mod.rs` last).
+pub(crate) fn layers(mod_rs: &str) -> Vec<String> {
+    let section = mod_rs.split("//! # Layers").nth(1).unwrap_or_default();
+    section
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("//!"))
+        .filter_map(|l| l.strip_prefix("//! - `"))
+        .filter_map(|l| l.split('`').next())
+        .map(|name| name.trim_end_matches(".rs").to_string())
+        .collect()
+}
+
+/// The code of a file without its comments and its test modules.
+pub(crate) fn code(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim() == "#[cfg(test)]" && lines.peek().is_some_and(|l| l.trim_start().starts_with("mod ")) {
+            // A test module runs to the end of its file here (the folder's habit).
+            if lines.peek().is_some_and(|l| l.trim_end().ends_with('{')) {
+                break;
+            }
+            lines.next();
+            continue;
+        }
+        let line = line.split("//").next().unwrap_or_default();
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The first segment of each path a `use` tree starting at `rest` names (`{a, b::c}` → a, b).
+fn first_segments(rest: &str) -> Vec<String> {
+    if let Some(inner) = rest.strip_prefix('{') {
+        let mut depth = 0;
+        let mut items = vec![String::new()];
+        for c in inner.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => break,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(String::new());
+                    continue;
+                }
+                _ => {}
+            }
+            if let Some(last) = items.last_mut() {
+                last.push(c);
+            }
+        }
+        return items.iter().filter_map(|i| word(i.trim())).collect();
+    }
+    word(rest).into_iter().collect()
+}
+
+fn word(text: &str) -> Option<String> {
+    let w: String = text.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!w.is_empty()).then_some(w)
+}
+
+/// What `code` names through `prefix` (`super::`, `crate::run::`…).
+pub(crate) fn named(code: &str, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(found) = code[at..].find(prefix) {
+        let start = at + found;
+        let before = code[..start].chars().last();
+        at = start + prefix.len();
+        // `super::super::x` is not `super::x`.
+        if before.is_some_and(|c| c == ':' || c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &code[at..];
+        if prefix.ends_with("super::") && rest.starts_with("super::") {
+            continue;
+        }
+        out.extend(first_segments(rest));
+    }
+    out
+}
+
+/// Every `.rs` file under `path` (a file, or a folder walked whole), test modules left out: the
+/// files named as tests (`tests.rs`, `*_tests.rs`, `fuzz.rs`) and this check's own.
+fn sources(path: &Path) -> Vec<PathBuf> {
+    if path.is_file() {
+        return vec![path.to_path_buf()];
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(path).unwrap().flatten() {
+        let p = entry.path();
+        let stem = p.file_stem().unwrap_or_default().to_string_lossy().to_string();
+        if p.is_dir() {
+            out.extend(sources(&p));
+        } else if p.extension().is_some_and(|e| e == "rs")
+            && !(stem == "tests" || stem.ends_with("_tests") || stem == "fuzz" || stem == "layers")
+        {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_crate_is_one_way() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let order = layers(&lib);
+    let declared: Vec<String> =
+        lib.lines().filter_map(|l| l.strip_prefix("pub mod ")).map(|l| l.trim_end_matches(';').to_string()).collect();
+    let mut bad = Vec::new();
+    for name in &declared {
+        let Some(mine) = order.iter().position(|m| m == name) else {
+            bad.push(format!("{name} is not in lib.rs's Layers list"));
+            continue;
+        };
+        let folder = src.join(name);
+        let path = if folder.is_dir() { folder } else { src.join(format!("{name}.rs")) };
+        for file in sources(&path) {
+            let code = code(&std::fs::read_to_string(&file).unwrap());
+            for used in named(&code, "crate::") {
+                match order.iter().position(|m| *m == used) {
+                    // Its own paths, and those of the modules above it.
+                    Some(theirs) if theirs <= mine => {}
+                    Some(_) => bad.push(format!("{}: {name} uses {used}, listed below it", file.display())),
+                    // `crate::` before a macro or a name of lib.rs itself.
+                    None => {}
+                }
+            }
+        }
+    }
+    assert!(order.len() == declared.len(), "{order:?} against {declared:?}");
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn the_check_sees_an_edge_going_up() {
+    let code = code("use super::{a, b::{c, d}};\n// super::x\nuse super::super::e::f;\nlet g = crate::run::h::i;\n");
+    assert_eq!(named(&code, "super::"), ["a", "b"]);
+    assert_eq!(named(&code, "super::super::"), ["e"]);
+    assert_eq!(named(&code, "crate::run::"), ["h"]);
+    assert_eq!(named(&code, "crate::"), ["run"]);
+    assert_eq!(layers("//! # Layers\n//!\n//! - `a`: x.\n//! - `mod.rs` (this): y.\n"), ["a", "mod"]);
+}

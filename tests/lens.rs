@@ -11,6 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use sandbench::cost::ledger::Ledger;
+use sandbench::observations::store::{StoredBody, StoredEvent};
 use sandbench::provision::{DockerProvisioner, labels};
 use sandbench::report::Report;
 use sandbench::report::lens_runs::Basis;
@@ -203,6 +204,26 @@ async fn the_lens_counts_the_same_twice_sees_one_percent_and_says_what_valgrind_
     let estimate = suite.paired.estimate.unwrap();
     assert!((0.004..0.015).contains(&estimate), "bench.demo.instructions {estimate}");
     assert_eq!(values(report, "head", "bench.demo.work").len(), 2, "the benchmark's own values stand");
+    // Two CPUs a sandbox on this 2-CPU machine: the runs are interleaved, and each trial's lens
+    // runs go on both sides at once once neither side has a timed run left (each side's first
+    // count comes before the other's last).
+    let text = std::fs::read_to_string(result.dir.join("observations.jsonl")).unwrap();
+    let events: Vec<StoredEvent> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    for trial in 0..2 {
+        let command = format!("runtime-{trial}");
+        let counted = |side: &str| -> Vec<u64> {
+            let of = |e: &&StoredEvent| {
+                matches!(&e.body, StoredBody::Observation { command_id, metric, .. }
+                    if *command_id == command && metric.ends_with(".instructions"))
+            };
+            events.iter().filter(of).filter(|e| e.sandbox.ends_with(side)).map(|e| e.unix_ms).collect()
+        };
+        let (base, head) = (counted("-base"), counted("-head"));
+        assert!(base.len() >= 2 && head.len() >= 2, "{command}: {base:?} {head:?}");
+        let span = |v: &[u64]| (*v.iter().min().unwrap(), *v.iter().max().unwrap());
+        let ((base_first, base_last), (head_first, head_last)) = (span(&base), span(&head));
+        assert!(base_first < head_last && head_first < base_last, "{command}: {base:?} {head:?}");
+    }
     // The program valgrind cannot load: its lens metrics fail with valgrind's reason, its wall
     // time stands.
     for side in ["base", "head"] {

@@ -45,9 +45,17 @@ async fn an_interleaved_run_takes_single_runs_in_turn_and_pairs_every_one() {
     let side = |sandbox: &str| if sandbox.ends_with("-base") { "base" } else { "head" };
     // Per command (measure-0, runtime-1, …): the segments each side ended, in the order they did.
     let mut ended: BTreeMap<String, Vec<(u64, &str, u32)>> = BTreeMap::new();
+    // Per command: when each side's timed part ended before an untimed rest (the lens).
+    let mut rested: BTreeMap<String, Vec<(u64, &str)>> = BTreeMap::new();
     for e in &events {
-        if let StoredBody::Yielded { command_id, index } = &e.body {
-            ended.entry(command_id.clone()).or_default().push((e.unix_ms, side(&e.sandbox), *index));
+        match &e.body {
+            StoredBody::Yielded { command_id, index, untimed: false } => {
+                ended.entry(command_id.clone()).or_default().push((e.unix_ms, side(&e.sandbox), *index));
+            }
+            StoredBody::Yielded { command_id, untimed: true, .. } => {
+                rested.entry(command_id.clone()).or_default().push((e.unix_ms, side(&e.sandbox)));
+            }
+            _ => {}
         }
     }
     // Two trials, and a third when the adaptive pairs add one.
@@ -57,6 +65,8 @@ async fn an_interleaved_run_takes_single_runs_in_turn_and_pairs_every_one() {
         // Measure: the cold start is a segment, then the warm start ends the command.
         let measure = &ended[&format!("measure-{trial}")];
         assert_eq!(measure.len(), 2, "one yield a side: {measure:?}");
+        // The tests' demo runs no lens: no command has an untimed rest (tests/lens.rs has them).
+        assert!(rested.is_empty(), "{rested:?}");
         // Runtime: `demo work` yields after each of its 5 runs on both sides.
         let mut runtime = ended[&format!("runtime-{trial}")].clone();
         for s in ["base", "head"] {

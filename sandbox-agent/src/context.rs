@@ -238,7 +238,21 @@ impl PhaseContext {
             return true;
         }
         let index = self.turns.end_segment();
-        let yielded = PhaseYielded { command_id: self.command_id.clone(), index };
+        let yielded = PhaseYielded { command_id: self.command_id.clone(), index, untimed_rest: false };
+        self.emit(event::Body::Yielded(yielded)) && self.turns.wait(index + 1, &self.cancel)
+    }
+
+    /// Ends the timed part of a stepwise command before an untimed rest (the lens, the
+    /// footprint) and waits for the turn of that rest, which the controller grants to every
+    /// sandbox of the round at once when none has a timed segment left: one side's lens never
+    /// runs beside the other's timed runs, and the two sides' lens runs go at once. False when
+    /// canceled first; true at once when not stepwise.
+    pub fn untimed_turn(&self) -> bool {
+        if !self.turns.stepwise() {
+            return true;
+        }
+        let index = self.turns.end_segment();
+        let yielded = PhaseYielded { command_id: self.command_id.clone(), index, untimed_rest: true };
         self.emit(event::Body::Yielded(yielded)) && self.turns.wait(index + 1, &self.cancel)
     }
 }

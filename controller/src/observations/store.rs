@@ -60,10 +60,13 @@ pub enum StoredBody {
         phase: String,
         trial: u32,
     },
-    /// A stepwise command ended its segment `index` (from 1) and waits for its next turn.
+    /// A stepwise command ended its segment `index` (from 1) and waits for its next turn; with
+    /// `untimed`, nothing timed follows in it.
     Yielded {
         command_id: String,
         index: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        untimed: bool,
     },
     PhaseDone {
         command_id: String,

@@ -883,7 +883,10 @@ impl FakeAgent {
     }
 
     /// A stepwise command's segments, each at its turn, said in the timeline as it begins and
-    /// followed by its `PhaseYielded` but the last (whose end is the command's).
+    /// followed by its `PhaseYielded` but the last (whose end is the command's). Where the plan
+    /// sent asks for the lens, as the real agent, an untimed rest follows at a turn of its own
+    /// (its last timed segment's yield says so): the timeline says when the rest begins and
+    /// ends, some milliseconds later.
     async fn segments(
         &mut self,
         command_id: &str,
@@ -892,7 +895,9 @@ impl FakeAgent {
         inbound: &mut Inbound,
     ) -> anyhow::Result<()> {
         let mut granted = self.granted.get(command_id).copied().unwrap_or(0);
-        for index in 1..=FAKE_SEGMENTS {
+        let rest = !lens::asked(&run.plan, run.phase.parse::<Phase>().ok()).is_empty();
+        let last = if rest { FAKE_SEGMENTS + 1 } else { FAKE_SEGMENTS };
+        for index in 1..=last {
             while granted < index {
                 let Some(msg) = inbound.message().await? else { bail!("the controller closed the stream") };
                 if let Some(controller_message::Body::Command(cmd)) = msg.body
@@ -902,10 +907,17 @@ impl FakeAgent {
                     granted = granted.max(turn.index);
                 }
             }
-            let entry = format!("{} {} {} {index}", self.request.role, run.phase, run.trial);
-            self.timeline.lock().unwrap_or_else(PoisonError::into_inner).push(entry);
-            if index < FAKE_SEGMENTS {
-                let yielded = PhaseYielded { command_id: command_id.to_string(), index };
+            let at = |what: String| format!("{} {} {} {what}", self.request.role, run.phase, run.trial);
+            if index > FAKE_SEGMENTS {
+                self.timeline.lock().unwrap_or_else(PoisonError::into_inner).push(at("rest begins".into()));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                self.timeline.lock().unwrap_or_else(PoisonError::into_inner).push(at("rest ends".into()));
+                continue;
+            }
+            self.timeline.lock().unwrap_or_else(PoisonError::into_inner).push(at(index.to_string()));
+            if index < last {
+                let untimed_rest = index == FAKE_SEGMENTS;
+                let yielded = PhaseYielded { command_id: command_id.to_string(), index, untimed_rest };
                 self.send(tx, vec![event::Body::Yielded(yielded)]).await?;
             }
         }

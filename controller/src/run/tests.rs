@@ -662,6 +662,39 @@ async fn an_interleaved_run_alternates_single_runs_between_the_sides_abba() {
     assert_eq!(result.report.order, crate::spec::Order::Interleaved);
 }
 
+/// The untimed rest of an interleaved trial (the lens runs, the footprint) waits until neither
+/// side has a timed run left, then both sides' rests go at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interleaved_trials_lens_runs_on_both_sides_at_once_after_every_timed_run() {
+    let text = spec_with("install = 1\nmeasure = 2\nruntime = 2\norder = \"interleaved\"")
+        .replace("footprint = true", "footprint = true\ninstructions = true")
+        .replace("aggregate = \"mean\"", "aggregate = \"mean\"\ninstructions = true");
+    let (_dir, plan, opts) = setup_spec(1, &text);
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let result = run_fake(opts, fake.clone(), not_canceled()).await;
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", result.report.errors);
+    // No profile: the lens runs in both trials of each side.
+    assert_eq!(trials(&result.report, true, "git_status.instructions"), [0, 1]);
+    assert_eq!(trials(&result.report, false, "cold.cycles"), [0, 1]);
+    let timeline = fake.timeline();
+    for phase in ["measure", "runtime"] {
+        let timed = segments(&fake, phase);
+        let of = |t: u32| timed.iter().filter(|(trial, _)| *trial == t).map(|(_, s)| s.as_str()).collect::<Vec<_>>();
+        assert_eq!(of(0), ["base 1", "head 1", "head 2", "base 2", "base 3", "head 3"], "{phase}");
+        for trial in 0..2 {
+            let at = |role: &str, what: &str| {
+                let entry = format!("{role} {phase} {trial} {what}");
+                timeline.iter().position(|e| *e == entry).unwrap_or_else(|| panic!("no {entry}: {timeline:?}"))
+            };
+            let last_timed = at("base", "3").max(at("head", "3"));
+            let begins = [at("base", "rest begins"), at("head", "rest begins")];
+            let ends = [at("base", "rest ends"), at("head", "rest ends")];
+            assert!(begins.iter().all(|b| *b > last_timed), "{phase} {trial}: {timeline:?}");
+            assert!(begins.iter().max() < ends.iter().min(), "{phase} {trial}: the rests at once: {timeline:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duet_runs_both_sides_at_once_on_cpus_of_their_own_swapped_every_other_trial() {
     let text = spec_with("install = 1\nmeasure = 2\nruntime = 1\norder = \"duet\"").replace("cpus = 2", "cpus = 1");

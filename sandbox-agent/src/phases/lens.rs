@@ -21,6 +21,14 @@ fn script_stem(name: &str) -> String {
     format!("script.{name}")
 }
 
+/// Whether a step of the section asks for the lens (in this trial: the plan sent with a trial
+/// that runs no lens asks for none).
+pub fn asks(section: &Runtime) -> bool {
+    section.commands.iter().any(|c| c.instructions)
+        || section.scripts.iter().any(|s| s.instructions)
+        || section.benches.iter().any(|b| b.instructions)
+}
+
 /// Runs the lens over the section's commands and scripts that ask for it.
 pub fn section(ctx: &PhaseContext, plan: &AgentPlan, section: &Runtime, user: &User, base: &Path, trial: u32) {
     for repeated in section.commands.iter().filter(|c| c.instructions) {

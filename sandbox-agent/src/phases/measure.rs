@@ -39,6 +39,11 @@ pub fn run(ctx: &PhaseContext, plan: &AgentPlan, trial: u32) -> anyhow::Result<(
     let cleanup = common::hygiene(&user);
     ctx.release(cleanup.as_ref().err());
     cold_ok &= cleanup.is_ok();
+    // The untimed rest (the footprint, the cold start's lens) at a turn of its own.
+    let lens = plan.measure.instructions && plan.measure.startup.is_some();
+    if lens && !ctx.untimed_turn() {
+        return result.and(cleanup);
+    }
     if trial == 0 && plan.measure.footprint && (cold_ok || plan.measure.startup.is_none()) {
         let footprint = state
             .home_before_install_bytes

@@ -129,6 +129,8 @@ pub struct AgentStatus {
     pub observation_errors: HashMap<String, Vec<String>>,
     /// The last segment each stepwise command said it ended (`PhaseYielded`).
     pub yielded: HashMap<String, u32>,
+    /// The segment after which a stepwise command's rest is untimed (`untimed_rest`).
+    pub untimed: HashMap<String, u32>,
 }
 
 /// What the run directory keeps of a registered sandbox besides its token (in the hub's token
@@ -633,7 +635,9 @@ impl Hub {
                         failed_observations.push((command_id.clone(), format!("{metric}: {error}")));
                     }
                 }
-                StoredBody::Yielded { command_id, index } => yielded.push((command_id.clone(), *index)),
+                StoredBody::Yielded { command_id, index, untimed } => {
+                    yielded.push((command_id.clone(), *index, *untimed))
+                }
                 StoredBody::PhaseDone { command_id, status, error } => finished.push((
                     command_id.clone(),
                     PhaseOutcome { status: status_from_name(status), error: error.clone() },
@@ -662,7 +666,10 @@ impl Hub {
             s.persisted_seq = new_seq;
             s.observations += observations;
             s.done.extend(finished);
-            for (command_id, index) in yielded {
+            for (command_id, index, untimed) in yielded {
+                if untimed {
+                    s.untimed.insert(command_id.clone(), index);
+                }
                 let last = s.yielded.entry(command_id).or_default();
                 *last = (*last).max(index);
             }
@@ -1091,7 +1098,9 @@ fn to_stored(body: event::Body) -> StoredBody {
         event::Body::PhaseStarted(p) => {
             StoredBody::PhaseStarted { command_id: name(p.command_id), phase: name(p.phase), trial: p.trial }
         }
-        event::Body::Yielded(y) => StoredBody::Yielded { command_id: name(y.command_id), index: y.index },
+        event::Body::Yielded(y) => {
+            StoredBody::Yielded { command_id: name(y.command_id), index: y.index, untimed: y.untimed_rest }
+        }
         event::Body::PhaseDone(d) => StoredBody::PhaseDone {
             status: status_name(d.status()).to_string(),
             command_id: name(d.command_id),

@@ -24,7 +24,8 @@ pub fn asked(plan: &[u8], phase: Option<Phase>) -> Vec<String> {
     };
     let commands = section.commands.iter().filter(|c| c.instructions).map(|c| c.metric.clone());
     let scripts = section.scripts.iter().filter(|s| s.instructions).map(|s| format!("script.{}", s.name));
-    commands.chain(scripts).collect()
+    let benches = section.benches.iter().filter(|b| b.instructions).map(|b| b.stem());
+    commands.chain(scripts).chain(benches).collect()
 }
 
 /// The profile file of one lens run of `stem` in `trial`, as the agent sends it.

@@ -114,7 +114,10 @@ struct Target {
     command: StepId,
 }
 
-/// The turns, in order (see the module's text), until every target's trial has ended.
+/// The turns, in order (see the module's text), until every target's trial has ended. A
+/// target whose last segment ended before an untimed rest (the lens, the footprint) waits until
+/// every other has too; then their rests are granted at once, interleaved or not: nothing
+/// timed runs beside them.
 async fn conduct(hub: &Hub, targets: &[Target], duet: bool, mut ended: watch::Receiver<Vec<bool>>) {
     let mut next = vec![1u32; targets.len()];
     for step in 0usize.. {
@@ -123,7 +126,16 @@ async fn conduct(hub: &Hub, targets: &[Target], duet: bool, mut ended: watch::Re
         } else {
             (0..targets.len()).rev().collect()
         };
-        let groups: Vec<Vec<usize>> = if duet { vec![order] } else { order.into_iter().map(|k| vec![k]).collect() };
+        let running: Vec<usize> = order.iter().copied().filter(|&k| !finished(hub, &targets[k], &ended, k)).collect();
+        let resting: Vec<usize> = running.iter().copied().filter(|&k| at_rest(hub, &targets[k], next[k])).collect();
+        let groups: Vec<Vec<usize>> = if resting.len() == running.len() {
+            vec![order]
+        } else {
+            // The timed segments left (at once in a duet, else one target at a time); the
+            // resting targets wait.
+            let timed: Vec<usize> = order.into_iter().filter(|k| !resting.contains(k)).collect();
+            if duet { vec![timed] } else { timed.into_iter().map(|k| vec![k]).collect() }
+        };
         let mut granted = false;
         for group in groups {
             let live: Vec<usize> = group.into_iter().filter(|&k| !finished(hub, &targets[k], &ended, k)).collect();
@@ -141,6 +153,12 @@ async fn conduct(hub: &Hub, targets: &[Target], duet: bool, mut ended: watch::Re
             return;
         }
     }
+}
+
+/// Whether `target`'s last ended segment (`next - 1`) was its last timed one: its rest is untimed.
+fn at_rest(hub: &Hub, target: &Target, next: u32) -> bool {
+    let command = target.command.to_string();
+    hub.status(&target.sandbox).is_some_and(|s| s.borrow().untimed.get(&command) == Some(&(next - 1)))
 }
 
 /// Whether target `k`'s trial has ended: its command done, or its trial over on our side.

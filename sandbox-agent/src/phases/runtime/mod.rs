@@ -88,7 +88,9 @@ pub fn run_section(
         }
     }
     checked(ctx, user)?;
-    super::lens::section(ctx, plan, section, user, base, trial);
+    if super::lens::asks(section) && ctx.untimed_turn() {
+        super::lens::section(ctx, plan, section, user, base, trial);
+    }
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
     }

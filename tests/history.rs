@@ -125,19 +125,25 @@ fn median(side: &sandbench::report::Side, key: &str) -> f64 {
     sandbench::stats::median(&values).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_fourth_commit_recorded_both_change_points_are_found_and_the_count_bisected_to_its_commit() {
+/// The repository of the 16 commits (tagged `c0` to `c15`), the spec at its top, and a folder
+/// for the runs and the ledger; the static agent checked first.
+fn history_repo() -> (tempfile::TempDir, tempfile::TempDir) {
     let _agent = support::agent();
     let repo = support::demo_repo(|repo| {
         std::fs::write(repo.join("bench.toml"), SPEC).unwrap();
         std::fs::write(repo.join("lib/pause.txt"), "0.20\n").unwrap();
         support::less_work(repo);
     });
+    support::git(repo.path(), "tag c0");
+    commits(repo.path());
+    (repo, tempfile::tempdir().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fourth_commit_recorded_both_change_points_are_found_and_the_count_bisected_to_its_commit() {
+    let (repo, out) = history_repo();
     let path = repo.path();
-    support::git(path, "tag c0");
-    commits(path);
     let spec = path.join("bench.toml");
-    let out = tempfile::tempdir().unwrap();
     let ledger = out.path().join("ledger.sqlite");
 
     // Commits 0 and 4 recorded.
@@ -273,17 +279,9 @@ async fn record(spec: &Path, revisions: Revisions, out: &Path, ledger: &Path) ->
 /// alone). The same backfill again records nothing: it goes on where it stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_one_revision_and_a_backfill_keep_every_nth_commit_once() {
-    let _agent = support::agent();
-    let repo = support::demo_repo(|repo| {
-        std::fs::write(repo.join("bench.toml"), SPEC).unwrap();
-        std::fs::write(repo.join("lib/pause.txt"), "0.20\n").unwrap();
-        support::less_work(repo);
-    });
+    let (repo, out) = history_repo();
     let path = repo.path();
-    support::git(path, "tag c0");
-    commits(path);
     let spec = path.join("bench.toml");
-    let out = tempfile::tempdir().unwrap();
     let ledger = out.path().join("ledger.sqlite");
 
     let one = record(&spec, Revisions::One("c4".into()), out.path(), &ledger).await;

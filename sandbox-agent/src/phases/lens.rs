@@ -29,52 +29,20 @@ pub fn asks(section: &Runtime) -> bool {
         || section.benches.iter().any(|b| b.instructions)
 }
 
-/// Runs the lens over the section's commands and scripts that ask for it.
+/// Runs the lens over the section's commands, scripts and bench steps that ask for it. A
+/// script's RESULT lines and a bench step's results file are not read again: the lens counts,
+/// it does not measure (a bench step counts its whole suite).
 pub fn section(ctx: &PhaseContext, plan: &AgentPlan, section: &Runtime, user: &User, base: &Path, trial: u32) {
-    for repeated in section.commands.iter().filter(|c| c.instructions) {
-        let step = &repeated.step;
+    let commands = section.commands.iter().filter(|c| c.instructions).map(|c| (c.metric.clone(), &c.step));
+    let scripts = section.scripts.iter().filter(|s| s.instructions).map(|s| (script_stem(&s.name), &s.step));
+    let benches = section.benches.iter().filter(|b| b.instructions).map(|b| (b.stem(), &b.step));
+    for (stem, step) in commands.chain(scripts).chain(benches) {
         let cwd = step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
         let env = common::user_env(user, &plan.env, &step.env);
         counted(
             ctx,
             user,
-            &repeated.metric,
-            trial,
-            |lens| lens.run_command(&step.run, &cwd, &mut |stream, chunk| ctx.log(stream, chunk)),
-            plan,
-            &env,
-        );
-    }
-    for script in section.scripts.iter().filter(|s| s.instructions) {
-        let step = &script.step;
-        let cwd = step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
-        let env = common::user_env(user, &plan.env, &step.env);
-        // Its RESULT lines are not read again: the lens counts, it does not measure.
-        counted(
-            ctx,
-            user,
-            &script_stem(&script.name),
-            trial,
-            |lens| lens.run_command(&step.run, &cwd, &mut |stream, chunk| ctx.log(stream, chunk)),
-            plan,
-            &env,
-        );
-    }
-    bench(ctx, plan, section, user, base, trial);
-}
-
-/// Runs a bench step's whole suite once more under the lens: `bench.<name>.instructions` and
-/// `.cycles` count the suite (its results file, written again, is not read: the timed run's
-/// were).
-fn bench(ctx: &PhaseContext, plan: &AgentPlan, section: &Runtime, user: &User, base: &Path, trial: u32) {
-    for bench in section.benches.iter().filter(|b| b.instructions) {
-        let step = &bench.step;
-        let cwd = step.cwd.as_deref().map(|c| common::expand(user, base, c)).unwrap_or_else(|| base.to_path_buf());
-        let env = common::user_env(user, &plan.env, &step.env);
-        counted(
-            ctx,
-            user,
-            &bench.stem(),
+            &stem,
             trial,
             |lens| lens.run_command(&step.run, &cwd, &mut |stream, chunk| ctx.log(stream, chunk)),
             plan,

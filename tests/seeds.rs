@@ -125,6 +125,28 @@ fn called(report: &Report) -> Vec<(String, Outcome)> {
         .collect()
 }
 
+/// An A/A run calls nothing; when it does, the message shows each called metric's pairs, estimate,
+/// interval and spread, so that a failure in CI tells noise from a bias.
+fn assert_nothing_called(report: &Report) {
+    let called = called(report);
+    let shown: Vec<String> = called
+        .iter()
+        .map(|(key, _)| {
+            let c = report.comparisons.iter().find(|c| &c.key == key).unwrap();
+            let trial = |side: &Side| per_trial(side, key).into_iter().map(|t| t[0]).collect::<Vec<f64>>();
+            format!(
+                "{key}: estimate {:?}, interval {:?}, log ratios' sd {:?}; base {:?}, head {:?}",
+                c.paired.estimate,
+                c.paired.interval,
+                c.paired.spread,
+                trial(&report.base_side),
+                trial(&report.head_side)
+            )
+        })
+        .collect();
+    assert_eq!(called, [], "A/A: {shown:#?}");
+}
+
 fn outcome(report: &Report, key: &str) -> Outcome {
     report.comparisons.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no {key}")).comparison.outcome
 }
@@ -162,7 +184,7 @@ async fn service_a_a_records_every_request_and_calls_no_change() {
         outcome(&report, key);
     }
     assert!(report.comparisons.iter().all(|c| c.key != "decide" && c.key != "feedback"));
-    assert_eq!(called(&report), [], "A/A");
+    assert_nothing_called(&report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,7 +276,7 @@ async fn library_a_a_records_every_backend_of_the_matrix_with_sizes_and_a_kept_i
         check_library_side(side, 10);
     }
     // SQLite's file is whole pages: the same size whatever the round wrote.
-    assert_eq!(called(&report), [], "A/A");
+    assert_nothing_called(&report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,9 +101,9 @@ pub fn define_recorded(report: &mut Report, plan: &Plan) {
             ignored.join(", ")
         ));
     }
-    // Keys only a run names join an adaptive run's gate when their block says `gate = true`.
+    // Keys only a run names join an adaptive run's gate as the plan says (`Plan::gates_named`).
     if let Some(sequential) = report.sequential.as_mut() {
-        for def in added.iter().filter(|d| plan.definitions.gate_of(&d.key) == Some(true)) {
+        for def in added.iter().filter(|d| plan.gates_named(&d.key)) {
             if !sequential.gate.contains(&def.key) {
                 sequential.gate.push(def.key.clone());
             }

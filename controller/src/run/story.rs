@@ -46,7 +46,11 @@ pub fn not_grown(report: &Report, plan: &crate::spec::Plan, sharded: bool) -> Op
     let inconclusive: Vec<&str> = report
         .comparisons
         .iter()
-        .filter(|c| plan.trials.gate.contains(&c.key) && c.outcome() == Outcome::Inconclusive)
+        .filter(|c| c.outcome() == Outcome::Inconclusive)
+        .filter(|c| {
+            let named = !plan.metrics.iter().any(|m| m.key == c.key);
+            plan.trials.gate.contains(&c.key) || (named && plan.gates_named(&c.key))
+        })
         .map(|c| c.key.as_str())
         .collect();
     if inconclusive.is_empty() {

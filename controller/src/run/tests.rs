@@ -939,6 +939,9 @@ ignore = true
 
 [metrics."bench.tinybench.render"]
 gate = true
+
+[metrics."bench.tinybench.gone"]
+gate = false
 "#,
     );
     let (_dir, plan, opts) = setup_spec(1, &text);
@@ -965,7 +968,9 @@ gate = true
         (render.unit.as_str(), render.scale, render.better, render.relative),
         ("ms", 1000.0, crate::stats::Better::Lower, crate::report::benches::RELATIVE)
     );
-    assert_eq!(report.sequential.as_ref().map(|s| s.gate.clone()), Some(vec!["bench.tinybench.render".to_string()]));
+    // The default gate takes the benchmarks in, but the one whose block says `gate = false`.
+    let gate = report.sequential.as_ref().map(|s| s.gate.clone());
+    assert_eq!(gate, Some(vec!["bench.tinybench.parse".to_string(), "bench.tinybench.render".to_string()]));
     assert_eq!(outcome(report, "bench.tinybench.parse"), Outcome::Regressed);
     assert_eq!(outcome(report, "bench.tinybench.render"), Outcome::Improved);
     // Ignored: recorded, kept, never judged, and the report says so.
@@ -979,11 +984,51 @@ gate = true
         .filter(|c| matches!(c.outcome(), Outcome::Regressed | Outcome::Improved))
         .map(|c| c.key.as_str())
         .collect();
-    assert_eq!(changed, ["bench.tinybench.parse", "bench.tinybench.render"]);
+    // In the report's order: `gone`'s own block leaves it in the step's group, which comes first.
+    assert_eq!(changed, ["bench.tinybench.render", "bench.tinybench.parse"]);
     let missing =
         "bench tinybench: benchmark bench.tinybench.gone is missing on the head side (the base side reported it)";
     assert!(report.warnings.iter().any(|w| w.contains(missing)), "{:?}", report.warnings);
     assert_eq!(trials(report, false, "bench.tinybench.gone"), [0, 1, 2]);
     let md = std::fs::read_to_string(result.dir.join("report.md")).unwrap();
     assert!(md.contains("bench.tinybench.gone is missing on the head side"), "{md}");
+}
+
+/// A spec whose only timed step is a bench step: its benchmarks, which only the run names, are
+/// the default gate, so an inconclusive one grows runtime to the next looks (3, 6, 9 pairs); a
+/// spec that names its gate keeps them out unless a block says `gate = true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inconclusive_benchmark_of_a_bench_step_grows_the_pairs_by_default() {
+    let bench = r#"[install]
+command = "true"
+
+[[runtime.bench]]
+name = "tinybench"
+run = "node bench/tinybench.mjs"
+format = "tinybench"
+results = "results/tinybench.json"
+"#;
+    let (_dir, plan, opts) =
+        setup_spec(1, &crate::provision::fake::spec_text("install = 1\nruntime = 3\nmax_pairs = 9", bench));
+    assert!(plan.trials.gate.is_empty() && !plan.trials.gate_given);
+    assert!(plan.gates_named("bench.tinybench.parse") && !plan.gates_named("bench.tinybench.parse.cpu"));
+    let described = crate::spec::describe(&plan);
+    assert!(
+        described
+            .contains("adaptive: up to 9 pairs while any of the benchmarks of bench step tinybench is inconclusive"),
+        "{described}"
+    );
+    let script = swinging_runtime(Script::for_plan(&plan).observe("runtime", "bench.tinybench.parse", "ops/s", 1000.0));
+    let result = run_fake(opts, Arc::new(FakeProvisioner::new(script)), not_canceled()).await;
+    let report = &result.report;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let sequential = report.sequential.as_ref().expect("an adaptive run");
+    assert_eq!(sequential.gate, ["bench.tinybench.parse"]);
+    assert!(sequential.look > 1, "{sequential:?}");
+    assert!(trials(report, true, "bench.tinybench.parse").len() > 3, "grown past the 3 planned pairs");
+
+    // Named in `trials.gate`, the gate is the spec's: a benchmark joins it only by its block.
+    let mut named = plan.clone();
+    named.trials.gate_given = true;
+    assert!(!named.gates_named("bench.tinybench.parse"));
 }

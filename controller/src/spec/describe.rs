@@ -79,8 +79,11 @@ fn setting(out: &mut String, plan: &Plan) {
     }
     let _ = writeln!(out, "verdicts: {rule}; at most {} metrics a side", plan.max_metrics);
     if t.max_pairs > plan.gated_trials(&t.gate) {
-        let _ =
-            writeln!(out, "adaptive: up to {} pairs while any of {} is inconclusive", t.max_pairs, t.gate.join(", "));
+        // With the default gate, the benchmarks of bench steps in the phases that grow join it.
+        let benches = super::GROWN.into_iter().filter_map(|p| plan.section(p)).flat_map(|s| &s.benches);
+        let named = benches.filter(|_| !t.gate_given).map(|b| format!("the benchmarks of bench step {}", b.name));
+        let gate: Vec<String> = t.gate.iter().cloned().chain(named).collect();
+        let _ = writeln!(out, "adaptive: up to {} pairs while any of {} is inconclusive", t.max_pairs, gate.join(", "));
     }
 }
 

@@ -148,6 +148,10 @@ pub struct Trials {
     /// Metrics whose verdicts decide whether more pairs are run (default: the timed metrics of
     /// measure and runtime).
     pub gate: Vec<String>,
+    /// Whether the spec names the gate (`trials.gate`). When it does not, the benchmarks a bench
+    /// step of measure or runtime reports (keys only the run names) join the gate too
+    /// ([`Plan::gates_named`]).
+    pub gate_given: bool,
     /// How the two sides' runs of a trial are ordered (`[trials] order`).
     pub order: Order,
 }
@@ -515,6 +519,18 @@ impl Plan {
             .filter_map(|p| self.section(p))
             .flat_map(|s| &s.benches)
             .find(|b| key.strip_prefix(&b.stem()).is_some_and(|rest| rest.len() > 1 && rest.starts_with('.')))
+    }
+
+    /// Whether `key`, which only the run names, gates an adaptive run: when its `[metrics]` block
+    /// says so (`gate = true` or `false`); else, with the default gate, when it is a benchmark of
+    /// a bench step of a phase that grows (a framework's estimate: a timing, as the default
+    /// gate's metrics are).
+    pub fn gates_named(&self, key: &str) -> bool {
+        self.definitions.gate_of(key).unwrap_or_else(|| {
+            !self.trials.gate_given
+                && self.bench_step_of(key).is_some()
+                && GROWN.into_iter().any(|p| self.records(p, key))
+        })
     }
 
     /// Whether `phase` records `key`: one of its metrics or a facet of one (a companion such as

@@ -431,6 +431,7 @@ impl Validator<'_> {
             failure_limit: self.count(&t.failure_limit, "trials.failure_limit", 1, 10, 2) as u32,
             max_pairs: 0,
             gate: Vec::new(),
+            gate_given: t.gate.is_some(),
             order: self.order(&t.order),
         }
     }

@@ -151,3 +151,117 @@ fn the_check_sees_an_edge_going_up() {
     assert_eq!(named(&code, "crate::"), ["run"]);
     assert_eq!(layers("//! # Layers\n//!\n//! - `a`: x.\n//! - `mod.rs` (this): y.\n"), ["a", "mod"]);
 }
+
+/// The modules a folder holds (its `.rs` files but `mod.rs`, `lib.rs`, `main.rs` and the test
+/// files, and its subfolders), each with the siblings its code names: a file through `super::`
+/// (or `crate::` at the crate's root), a subfolder through `super::super::` from its own files,
+/// and any of them through the folder's full path (`crate::report::…`).
+fn siblings(folder: &Path, path: &str) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(folder).unwrap().flatten() {
+        let p = entry.path();
+        let stem = p.file_stem().unwrap_or_default().to_string_lossy().to_string();
+        let read = |f: &PathBuf| code(&std::fs::read_to_string(f).unwrap());
+        let (mut names, files) = if p.is_dir() {
+            let files = sources(&p);
+            // At the root every path is `crate::x`; below it, a subfolder's own files reach their
+            // siblings through `super::super::`.
+            let names: Vec<String> = match path.is_empty() {
+                true => files.iter().flat_map(|f| named(&read(f), "crate::")).collect(),
+                false => files
+                    .iter()
+                    .filter(|f| f.parent() == Some(&p))
+                    .flat_map(|f| named(&read(f), "super::super::"))
+                    .collect(),
+            };
+            (names, files)
+        } else if p.extension().is_some_and(|e| e == "rs") && !["mod", "lib", "main"].contains(&stem.as_str()) {
+            let files = sources(&p);
+            let up = if path.is_empty() { "crate::" } else { "super::" };
+            (files.iter().flat_map(|f| named(&read(f), up)).collect(), files)
+        } else {
+            continue;
+        };
+        if files.is_empty() {
+            continue;
+        }
+        if !path.is_empty() {
+            for file in &files {
+                names.extend(named(&read(file), &format!("crate::{path}::")));
+            }
+        }
+        out.push((stem, names));
+    }
+    let known: Vec<String> = out.iter().map(|(n, _)| n.clone()).collect();
+    for (name, names) in &mut out {
+        names.retain(|n| n != name && known.contains(n));
+        names.sort();
+        names.dedup();
+    }
+    out
+}
+
+/// A circle among `graph`'s nodes, as the path that closes it, if there is one.
+fn circle(graph: &[(String, Vec<String>)]) -> Option<Vec<String>> {
+    fn visit(
+        graph: &[(String, Vec<String>)],
+        node: &str,
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_string());
+            return Some(found);
+        }
+        if done.iter().any(|n| n == node) {
+            return None;
+        }
+        path.push(node.to_string());
+        let next = graph.iter().find(|(n, _)| n == node).map(|(_, e)| e.clone()).unwrap_or_default();
+        for n in next {
+            if let Some(found) = visit(graph, &n, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.push(node.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    graph.iter().find_map(|(n, _)| visit(graph, n, &mut Vec::new(), &mut done))
+}
+
+/// Every folder of `src`, with its module path (`""` for the root, `report`, `run::walk`…).
+fn folders(src: &Path, path: &str) -> Vec<(PathBuf, String)> {
+    let mut out = vec![(src.to_path_buf(), path.to_string())];
+    for entry in std::fs::read_dir(src).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let sub = if path.is_empty() { name } else { format!("{path}::{name}") };
+        out.extend(folders(&entry.path(), &sub));
+    }
+    out
+}
+
+#[test]
+fn no_folder_of_either_crate_has_a_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for src in [root.join("src"), root.join("../sandbox-agent/src")] {
+        for (folder, path) in folders(&src, "") {
+            if let Some(circle) = circle(&siblings(&folder, &path)) {
+                found.push(format!("{}: {}", folder.display(), circle.join(" → ")));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn the_circle_check_finds_a_circle_of_three_and_none_in_a_stack() {
+    let graph = |edges: &[(&str, &[&str])]| -> Vec<(String, Vec<String>)> {
+        edges.iter().map(|(n, e)| (n.to_string(), e.iter().map(|s| s.to_string()).collect())).collect()
+    };
+    assert_eq!(circle(&graph(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])])).unwrap(), ["a", "b", "c", "a"]);
+    assert_eq!(circle(&graph(&[("a", &["b", "c"]), ("b", &["c"]), ("c", &[])])), None);
+}

@@ -16,7 +16,7 @@ use anyhow::Context;
 use rustix::fs::{Gid, Mode, OFlags, Uid};
 use rustix::io::Errno;
 
-use crate::users::User;
+use crate::users::{User, scratch_dir};
 
 /// The shared places every user can write to (`/dev/mqueue`: POSIX message queues, one file
 /// each).
@@ -25,16 +25,6 @@ pub const SHARED_PLACES: [&str; 6] = ["/tmp", "/var/tmp", "/dev/shm", "/dev/mque
 /// How deep the sweep looks into folders owned by root (for example `/tmp/.X11-unix`, mode
 /// 1777), where other users may have left entries.
 const MAX_DEPTH: usize = 3;
-
-/// The folder of a user's own temporary files, under `/tmp`.
-pub fn scratch_dir(user: &User) -> PathBuf {
-    PathBuf::from(format!("/tmp/sandbench-{}", user.name))
-}
-
-/// The user's `XDG_RUNTIME_DIR`, inside its scratch folder.
-pub fn runtime_dir(user: &User) -> PathBuf {
-    scratch_dir(user).join("run")
-}
 
 /// Creates the user's scratch and runtime folders (mode 0700, owned by it) under `root` (`/` in
 /// a sandbox). Whatever stands in their place and is not a folder of the user's — a symlink, a

@@ -25,6 +25,16 @@ pub struct User {
     pub shell: String,
 }
 
+/// The folder of a user's own temporary files, under `/tmp` (`isolation` creates it and sweeps it between trials).
+pub fn scratch_dir(user: &User) -> PathBuf {
+    PathBuf::from(format!("/tmp/sandbench-{}", user.name))
+}
+
+/// The user's `XDG_RUNTIME_DIR`, inside its scratch folder.
+pub fn runtime_dir(user: &User) -> PathBuf {
+    scratch_dir(user).join("run")
+}
+
 /// One line of `/etc/passwd`.
 fn parse_passwd_line(line: &str) -> Option<User> {
     let fields: Vec<&str> = line.split(':').collect();
@@ -271,8 +281,8 @@ pub fn environment(user: &User, extra: &BTreeMap<String, String>) -> BTreeMap<St
         ("UV_LINK_MODE".to_string(), "copy".to_string()),
         // Places of the user's own: temporary files in its scratch folder (emptied after every
         // trial), the XDG folders in its home, so nothing another user created is shared.
-        ("TMPDIR".to_string(), crate::isolation::scratch_dir(user).display().to_string()),
-        ("XDG_RUNTIME_DIR".to_string(), crate::isolation::runtime_dir(user).display().to_string()),
+        ("TMPDIR".to_string(), scratch_dir(user).display().to_string()),
+        ("XDG_RUNTIME_DIR".to_string(), runtime_dir(user).display().to_string()),
         ("XDG_CACHE_HOME".to_string(), format!("{home}/.cache")),
         ("XDG_CONFIG_HOME".to_string(), format!("{home}/.config")),
         ("XDG_DATA_HOME".to_string(), format!("{home}/.local/share")),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use toml::Spanned;
 
-use super::validate::Validator;
+use super::validator::Validator;
 
 /// Longest path or name a spec may give.
 const MAX_PATH_BYTES: usize = 1024;

@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::raw::RawStep;
-use super::validate::{Validator, json_map};
+use super::validator::{Validator, json_map};
 
 impl Validator<'_> {
     /// A step's `expect`.

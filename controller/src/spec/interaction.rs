@@ -12,7 +12,7 @@ use toml::Spanned;
 
 use super::Plan;
 use super::raw::{RawScenario, RawStep};
-use super::validate::{Validator, json};
+use super::validator::{Validator, json};
 
 /// Largest total size of the harness files (they travel in every phase command's plan).
 const MAX_HARNESS_BYTES: usize = 1024 * 1024;

@@ -13,8 +13,7 @@
 use sandbench_proto::metric::{Facet, MetricKey};
 use serde::Serialize;
 
-use super::MetricDef;
-use super::metrics::built_in;
+use super::metric_defs::{MetricDef, built_in};
 use crate::stats::Better;
 
 /// One `[metrics.KEY]` block, its fields checked, the ones it leaves out None.

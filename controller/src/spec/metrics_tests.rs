@@ -7,7 +7,7 @@ use std::path::Path;
 use sandbench_proto::metric::Distribution;
 
 use super::raw::RawSpec;
-use super::validate::Validator;
+use super::validator::Validator;
 use super::*;
 use crate::stats::Better;
 

@@ -8,6 +8,7 @@ mod bounds;
 mod describe;
 mod expect;
 mod interaction;
+mod metric_defs;
 pub mod metrics;
 pub mod metrics_families;
 #[cfg(test)]
@@ -21,6 +22,7 @@ mod runtime;
 mod samples;
 pub mod units;
 mod validate;
+mod validator;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -34,7 +36,7 @@ use crate::cost::RateCard;
 pub use describe::describe;
 pub use metrics::MetricDef;
 use raw::RawSpec;
-use validate::Validator;
+use validator::Validator;
 
 /// One thing wrong with a spec.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use toml::Spanned;
 use super::SourceSettings;
 use super::bounds;
 use super::raw::*;
-use super::validate::{Validator, step};
+use super::validator::{Validator, step};
 
 impl Validator<'_> {
     /// `source`: artifacts are collected from it, so there must be one.

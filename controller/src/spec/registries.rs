@@ -7,7 +7,7 @@ use toml::Spanned;
 
 use super::RegistrySettings;
 use super::raw::{RawRegistries, RawSandbox};
-use super::validate::Validator;
+use super::validator::Validator;
 
 /// The agent's loopback port for the bridge by default.
 pub const DEFAULT_PORT: u16 = 4873;

@@ -10,7 +10,7 @@ use toml::Spanned;
 
 use super::bounds;
 use super::raw::{RawInstall, RawOptional};
-use super::validate::{Validator, step};
+use super::validator::{Validator, step};
 
 /// Seconds the inventory command may take.
 const INVENTORY_TIMEOUT_S: f64 = 120.0;

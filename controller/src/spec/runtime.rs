@@ -12,7 +12,7 @@ use toml::Spanned;
 
 use super::bounds;
 use super::raw::*;
-use super::validate::{Validator, json};
+use super::validator::{Validator, json};
 
 /// The most `RESULT` lines a spec may let one script run send (each is an observation in the
 /// journal, whose size is bounded).

@@ -8,7 +8,7 @@ use sandbench_proto::plan::{Distribution, MatrixParam, ScenarioStep, SizeSpec, S
 use toml::Spanned;
 
 use super::raw::*;
-use super::validate::Validator;
+use super::validator::Validator;
 
 /// Requests one batch step may send in all, and at once.
 const MAX_BATCH_COUNT: i64 = 1_000_000;
@@ -92,7 +92,7 @@ impl Validator<'_> {
             return None;
         };
         let send = match &r.send {
-            Some(toml::Value::Table(t)) => super::validate::json(t),
+            Some(toml::Value::Table(t)) => super::validator::json(t),
             _ => {
                 self.error(
                     &r.kind,

@@ -128,7 +128,7 @@ fn verify(
 
 /// A file check: `path` exists, or starts with `prefix`, for the user.
 fn check_file(user: &User, path: &str, prefix: Option<&[u8]>) -> anyhow::Result<()> {
-    let path = check_path(user, path)?;
+    let path = installed::check_path(user, path)?;
     let Some(prefix) = prefix else {
         if !crate::as_user::exists(&path, user.uid, user.gid)? {
             bail!("check failed: {} does not exist", path.display());
@@ -142,20 +142,6 @@ fn check_file(user: &User, path: &str, prefix: Option<&[u8]>) -> anyhow::Result<
             bail!("check failed: {} does not start with {:?} ({err})", path.display(), String::from_utf8_lossy(prefix))
         }
     }
-}
-
-/// Where a file check looks: `~`, `~/PATH` or a `PATH` relative to the home, never above it (the
-/// controller checks the spec too). The file is then looked at as the user sees it
-/// ([`crate::as_user`]): the install's links may be followed (a venv's `python`, an npm bin),
-/// but only as far as the user could go, so a planted link to root's files learns nothing and a
-/// FIFO stalls nothing.
-pub(super) fn check_path(user: &User, path: &str) -> anyhow::Result<std::path::PathBuf> {
-    let relative = Path::new(path.strip_prefix("~/").unwrap_or(if path == "~" { "" } else { path }));
-    let plain = relative.components().all(|c| matches!(c, std::path::Component::Normal(_)));
-    if !plain || path.contains('\0') {
-        bail!("the check path {path:?} is not inside the home (expected `~`, `~/PATH` or a relative PATH)");
-    }
-    Ok(user.home.join(relative))
 }
 
 /// The files of the fixture, as a git repository with one commit by a fixed author at a fixed

@@ -5,6 +5,7 @@
 //! failure. Each trial's facts go to the controller as `install-facts/<trial>.json`.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use anyhow::bail;
 use sandbench_proto::plan::{AgentPlan, InstallationFormat, Step, fact};
@@ -32,7 +33,7 @@ impl Installed {
     /// Looks at the plan's entry point as the user sees it (links followed as far as the user may).
     pub fn look(plan: &AgentPlan, user: &User, compiled_artifacts: bool) -> Installed {
         let format = plan.install.entry_point.as_deref().map(|entry| {
-            let path = super::install::check_path(user, entry).map_err(|e| format!("{e:#}"))?;
+            let path = check_path(user, entry).map_err(|e| format!("{e:#}"))?;
             let head = crate::as_user::head(&path, user.uid, user.gid, InstallationFormat::ELF_MAGIC.len())
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             Ok(InstallationFormat::of(&head))
@@ -110,6 +111,20 @@ pub fn send_facts(ctx: &PhaseContext, trial: u32, facts: &BTreeMap<String, Strin
     }
     let path = format!("{}/{trial}.json", fact::INSTALL_DIR);
     ctx.file(&path, &serde_json::to_vec_pretty(facts).unwrap_or_default());
+}
+
+/// Where a file check looks: `~`, `~/PATH` or a `PATH` relative to the home, never above it (the
+/// controller checks the spec too). The file is then looked at as the user sees it
+/// ([`crate::as_user`]): the install's links may be followed (a venv's `python`, an npm bin),
+/// but only as far as the user could go, so a planted link to root's files learns nothing and a
+/// FIFO stalls nothing.
+pub(super) fn check_path(user: &User, path: &str) -> anyhow::Result<std::path::PathBuf> {
+    let relative = Path::new(path.strip_prefix("~/").unwrap_or(if path == "~" { "" } else { path }));
+    let plain = relative.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !plain || path.contains('\0') {
+        bail!("the check path {path:?} is not inside the home (expected `~`, `~/PATH` or a relative PATH)");
+    }
+    Ok(user.home.join(relative))
 }
 
 #[cfg(test)]

@@ -75,7 +75,7 @@ fn isolate(ctx: &PhaseContext, phase: Phase, before: &BTreeSet<PathBuf>) -> anyh
         _ => Ok(()),
     };
     let users = std::fs::read_to_string("/etc/passwd").map(|t| crate::users::parse_passwd(&t)).unwrap_or_default();
-    let quiet: BTreeSet<PathBuf> = users.iter().map(isolation::scratch_dir).collect();
+    let quiet: BTreeSet<PathBuf> = users.iter().map(crate::users::scratch_dir).collect();
     let fs = isolation::RealFs;
     let swept = isolation::sweep(&fs, &isolation::SHARED_PLACES, &quiet);
     let after = isolation::snapshot(&fs, &isolation::SHARED_PLACES);

@@ -74,7 +74,7 @@ impl Lens {
             None => None,
         };
         let env = lens_env(env, wrapped, plan.seed);
-        let scratch = crate::isolation::scratch_dir(user);
+        let scratch = crate::users::scratch_dir(user);
         let lens = Lens {
             valgrind,
             out: scratch.join("lens-out"),

@@ -120,7 +120,9 @@ async fn bisected(options: BisectOptions) -> (BisectReport, std::path::PathBuf) 
 
 async fn bisect_within(options: BisectOptions) -> anyhow::Result<(BisectReport, std::path::PathBuf)> {
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
-    tokio::time::timeout(Duration::from_secs(1500), bisect(options, cancel)).await.unwrap()
+    tokio::time::timeout(Duration::from_secs(1500), bisect(options, &sandbench::display::Display::plain(), cancel))
+        .await
+        .unwrap()
 }
 
 async fn no_sandbox_left(result: (BisectReport, std::path::PathBuf)) -> (BisectReport, std::path::PathBuf) {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use sandbench_proto::v1::{Command, RunPhase, command};
 
+use crate::display::Display;
 use crate::observations::server::HubConfig;
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
 use crate::provision::{AgentShipping, DockerProvisioner};
@@ -59,6 +60,7 @@ struct Bench {
     station: Station,
     args: BenchArgs,
     live: Vec<LiveSandbox>,
+    display: Display,
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -76,8 +78,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         agent: args.agent.clone(),
         hub: HubConfig::default(),
     };
-    let station = Station::open(docker.clone(), options, &mut |line| eprintln!("{line}")).await?;
-    let mut bench = Bench { docker, station, args, live: Vec::new() };
+    let display = Display::new();
+    let station = Station::open(docker.clone(), options, &mut |line| display.line(line)).await?;
+    let mut bench = Bench { docker, station, args, live: Vec::new(), display: display.clone() };
 
     let result = bench.measure().await;
     let cleanup = bench.cleanup().await;
@@ -87,7 +90,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if !leftovers.is_empty() {
         bail!("{}", leftovers.join("; "));
     }
-    println!("{report}");
+    display.result(&report);
     Ok(())
 }
 
@@ -141,13 +144,13 @@ impl Bench {
         let warm = self.launch("warm".into()).await?;
         self.teardown(&warm.sandbox.id).await?;
         for i in 0..samples {
-            eprint!("\rprovisioning: sample {}/{samples}", i + 1);
+            self.display.status("provisioning", &format!("sample {}/{samples}", i + 1));
             bare.push(self.bare_once(&i.to_string(), &bind).await?);
             let live = self.launch(format!("s{i}")).await?;
             hello.push(live.provision_to_hello);
             self.teardown(&live.sandbox.id).await?;
         }
-        eprintln!();
+        self.display.done("provisioning", &format!("{samples} samples"));
         Ok((bare, hello))
     }
 
@@ -235,7 +238,7 @@ impl Bench {
             let pid = self.docker.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
             fresh_rss_bytes.push(rss_bytes(pid)?);
         }
-        eprintln!("streaming {} observations from {count} sandbox(es)", self.args.observations);
+        self.display.line(&format!("streaming {} observations from {count} sandbox(es)", self.args.observations));
         let plan = serde_json::to_vec(&serde_json::json!({ "observations": self.args.observations }))?;
         let waits = sandboxes.iter().map(|live| {
             let hub = self.station.hub();

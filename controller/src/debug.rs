@@ -3,7 +3,7 @@
 //! controller stay (until `sandbench rm`, expiry or Ctrl-C), and `sandbench phase` reruns a
 //! phase on it through a control socket in the debug directory.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -17,6 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use crate::by_hand::describe_event;
+use crate::display::Display;
 use crate::observations::server::Hub;
 use crate::observations::store::StoredBody;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, labels};
@@ -59,17 +60,13 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
         agent: opts.agent.clone(),
         hub: crate::station::hub_config(&plan, opts.dead_man),
     };
-    let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
-    eprintln!(
-        "debug {run_id}: {} at {} ({})",
-        plan.name,
-        crate::sanitize::terminal(&opts.rev),
-        crate::sanitize::prefix(&commit, 8)
-    );
-    let session = Session { station: &station, plan: &plan, agent_plan: &agent_plan, opts: &opts };
+    let display = Display::new();
+    let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;
+    display.line(&format!("debug {run_id}: {} at {} ({})", plan.name, opts.rev, crate::sanitize::prefix(&commit, 8)));
+    let session = Session { station: &station, plan: &plan, agent_plan: &agent_plan, opts: &opts, display: &display };
     let result = session.run(&steps, &mut cancel).await;
     for warning in station.close().await {
-        eprintln!("warning: {warning}");
+        display.warning(&warning);
     }
     result
 }
@@ -80,6 +77,7 @@ struct Session<'a> {
     plan: &'a Plan,
     agent_plan: &'a AgentPlan,
     opts: &'a DebugOptions,
+    display: &'a Display,
 }
 
 impl Session<'_> {
@@ -93,14 +91,12 @@ impl Session<'_> {
         request.labels.insert(labels::CONTROL.to_string(), self.control().display().to_string());
         let live = self.station.launch(request, Duration::from_secs(120)).await?;
         let id = live.sandbox.id.clone();
-        eprintln!("sandbox {id} ready in {:.2} s", live.provision_to_hello.as_secs_f64());
+        self.display.line(&format!("sandbox {id} ready in {:.2} s", live.provision_to_hello.as_secs_f64()));
         let shown = self.show_progress(&id);
         let result = self.steps(&live, steps, cancel).await;
         if self.opts.keep && !*cancel.borrow() {
-            print_how_to_get_in(&id, plan.sandbox.ttl);
-            let hub = self.station.hub();
-            let provisioner = &**self.station.provisioner();
-            keep(provisioner, &hub, &id, self.agent_plan, &self.control(), live.sandbox.expires_at, cancel).await;
+            self.display.note(&how_to_get_in(&id, plan.sandbox.ttl));
+            self.keep(&id, live.sandbox.expires_at, cancel).await;
         }
         let _ = std::fs::remove_file(self.control());
         let down = self.station.teardown(&live.sandbox).await;
@@ -108,8 +104,11 @@ impl Session<'_> {
             task.abort();
         }
         match down.removal_error {
-            Some(err) => eprintln!("warning: {err}"),
-            None => eprintln!("sandbox {id} removed; its log and transcripts are in {}", self.station.dir().display()),
+            Some(err) => self.display.warning(&err),
+            None => self.display.line(&format!(
+                "sandbox {id} removed; its log and transcripts are in {}",
+                self.station.dir().display()
+            )),
         }
         result
     }
@@ -117,18 +116,20 @@ impl Session<'_> {
     /// Shows the agent's log and every event as it arrives, until the tasks are aborted.
     fn show_progress(&self, id: &str) -> [tokio::task::JoinHandle<()>; 2] {
         let mut stream = self.station.provisioner().logs_follow(id);
+        let display = self.display.clone();
         let log_task = tokio::spawn(async move {
             while let Some(Ok(chunk)) = stream.next().await {
                 for line in chunk.lines() {
-                    eprintln!("agent| {}", crate::sanitize::terminal(line));
+                    display.note(&format!("agent| {line}"));
                 }
             }
         });
         let mut events = self.station.hub().subscribe();
+        let display = self.display.clone();
         let event_task = tokio::spawn(async move {
             while let Ok(event) = events.recv().await {
                 if let Some(text) = describe_event(&event) {
-                    print!("{text}");
+                    display.output(&text);
                 }
             }
         });
@@ -152,16 +153,58 @@ impl Session<'_> {
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
             };
             if outcome.status != PhaseStatus::Ok {
-                eprintln!("{name} trial {trial} failed: {}", crate::sanitize::terminal(&outcome.error));
+                self.display.line(&format!("{name} trial {trial} failed: {}", outcome.error));
                 return Ok(false);
             }
         }
         Ok(true)
     }
+
+    /// Serves `sandbench phase` until Ctrl-C, the sandbox's removal, or its expiry.
+    async fn keep(&self, id: &str, expires_at: SystemTime, cancel: &mut watch::Receiver<bool>) {
+        let (provisioner, hub, plan, display) =
+            (&**self.station.provisioner(), self.station.hub(), self.agent_plan, self.display);
+        let control = &self.control();
+        let listener = match tokio::net::UnixListener::bind(control) {
+            Ok(l) => l,
+            Err(err) => {
+                display.warning(&format!("cannot serve `sandbench phase` on {}: {err}", control.display()));
+                return;
+            }
+        };
+        let reruns = Arc::new(AtomicU32::new(0));
+        let expiry = expires_at.duration_since(SystemTime::now()).unwrap_or_default();
+        let deadline = Instant::now() + expiry;
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                _ = cancel.wait_for(|c| *c) => return,
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    display.line(&format!("sandbox {id} expired"));
+                    return;
+                }
+                _ = tick.tick() => {
+                    if let Ok(false) = provisioner.running(id).await {
+                        display.line(&format!("sandbox {id} stopped: {}", provisioner.lost_cause(id).await));
+                        return;
+                    }
+                }
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    let (hub, id, plan, reruns) = (hub.clone(), id.to_string(), plan.clone(), reruns.clone());
+                    tokio::spawn(async move {
+                        if let Err(err) = serve_rerun(stream, &hub, &id, &plan, &reruns).await {
+                            tracing::warn!("phase request failed: {err:#}");
+                        }
+                    });
+                }
+            }
+        }
+    }
 }
 
-fn print_how_to_get_in(id: &str, ttl: Duration) {
-    eprintln!(
+fn how_to_get_in(id: &str, ttl: Duration) -> String {
+    format!(
         "\nsandbox {id} is kept (until `sandbench rm {id}`, its expiry in {} min, or Ctrl-C here).\n  \
          get in:   sandbench shell {id}    (as a benchmark user: sandbench shell {id} --user benchmark1)\n  \
          rerun:    sandbench phase {id} install --trial 1\n  \
@@ -169,54 +212,7 @@ fn print_how_to_get_in(id: &str, ttl: Duration) {
          status:   sandbench shell {id} -- {} status",
         ttl.as_secs() / 60,
         crate::provision::docker::AGENT_PATH_IN_SANDBOX
-    );
-}
-
-/// Serves `sandbench phase` until Ctrl-C, the sandbox's removal, or its expiry.
-async fn keep(
-    provisioner: &dyn Provisioner,
-    hub: &Hub,
-    id: &str,
-    plan: &AgentPlan,
-    control: &Path,
-    expires_at: SystemTime,
-    cancel: &mut watch::Receiver<bool>,
-) {
-    let listener = match tokio::net::UnixListener::bind(control) {
-        Ok(l) => l,
-        Err(err) => {
-            eprintln!("cannot serve `sandbench phase` on {}: {err}", control.display());
-            return;
-        }
-    };
-    let reruns = Arc::new(AtomicU32::new(0));
-    let expiry = expires_at.duration_since(SystemTime::now()).unwrap_or_default();
-    let deadline = Instant::now() + expiry;
-    let mut tick = tokio::time::interval(Duration::from_secs(2));
-    loop {
-        tokio::select! {
-            _ = cancel.wait_for(|c| *c) => return,
-            _ = tokio::time::sleep_until(deadline.into()) => {
-                eprintln!("sandbox {id} expired");
-                return;
-            }
-            _ = tick.tick() => {
-                if let Ok(false) = provisioner.running(id).await {
-                    eprintln!("sandbox {id} stopped: {}", provisioner.lost_cause(id).await);
-                    return;
-                }
-            }
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let (hub, id, plan, reruns) = (hub.clone(), id.to_string(), plan.clone(), reruns.clone());
-                tokio::spawn(async move {
-                    if let Err(err) = serve_rerun(stream, &hub, &id, &plan, &reruns).await {
-                        tracing::warn!("phase request failed: {err:#}");
-                    }
-                });
-            }
-        }
-    }
+    )
 }
 
 /// One `sandbench phase` request: `{"phase", "trial"}` in, the command's events out as JSON

@@ -265,3 +265,25 @@ fn the_circle_check_finds_a_circle_of_three_and_none_in_a_stack() {
     assert_eq!(circle(&graph(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])])).unwrap(), ["a", "b", "c", "a"]);
     assert_eq!(circle(&graph(&[("a", &["b", "c"]), ("b", &["c"]), ("c", &[])])), None);
 }
+
+#[test]
+fn the_library_prints_only_through_the_display() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for file in sources(&src) {
+        let name = file.strip_prefix(&src).unwrap_or(&file).display().to_string();
+        if ["display.rs", "cli.rs"].contains(&name.as_str()) {
+            continue;
+        }
+        let code = code(&std::fs::read_to_string(&file).unwrap());
+        for mac in ["println!", "eprintln!", "print!(", "eprint!("] {
+            let at = code
+                .match_indices(mac)
+                .filter(|(i, _)| !code[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_'));
+            if at.count() > 0 {
+                found.push(format!("{name}: {mac}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "print through crate::display::Display instead: {found:#?}");
+}

@@ -13,6 +13,9 @@
 //! of its own (`run/mod.rs`).
 //!
 //! - `sanitize`: what a sandbox wrote, made safe for a terminal (pure).
+//! - `display`: what a person sees: progress and warnings on stderr (stamped lines, a live line
+//!   per sandbox on a terminal), a command's results on stdout; every command's, so the library
+//!   prints nowhere else.
 //! - `stats`: the statistics, the change points and the sequential design (pure).
 //! - `agent_binary`: where the sandbox-agent executable is.
 //! - `logging`: the controller's own diagnostics.
@@ -45,6 +48,7 @@ pub mod by_hand;
 pub mod cli;
 pub mod cost;
 pub mod debug;
+pub mod display;
 pub mod history;
 pub mod logging;
 pub mod merge;

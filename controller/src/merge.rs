@@ -23,6 +23,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 
 use crate::cost::ledger::Ledger;
+use crate::display::Display;
 use crate::publish::Target;
 use crate::report::{Report, Status};
 use crate::shard::{SHARD_FILE, ShardRecord};
@@ -368,9 +369,15 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>, ledger: Option<&Path>) -> any
 /// `sandbench merge`: prints where the reports are, and exits by the merged run's status.
 pub fn command(args: MergeArgs, ledger: &Path) -> anyhow::Result<ExitCode> {
     let (report, dir) = merge(&args.dirs, args.out.as_deref(), Some(ledger))?;
-    eprintln!("merged {} shards into run {} ({})", report.shards.len(), report.run_id, report.status.as_str());
+    let display = Display::new();
+    display.line(&format!(
+        "merged {} shards into run {} ({})",
+        report.shards.len(),
+        report.run_id,
+        report.status.as_str()
+    ));
     for name in ["report.md", "report.html", "report.json"] {
-        println!("{}", dir.join(name).display());
+        display.result(&dir.join(name).display().to_string());
     }
     Ok(crate::options::exit_code(report.status))
 }

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 
 use crate::cost::SandboxRecord;
 use crate::cost::ledger::{Ledger, RunStart};
+use crate::display::Display;
 use crate::observations::store::{StoredBody, read_events};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::{Revision, Status};
@@ -224,6 +225,8 @@ pub struct Job<'a> {
     pub shipping: AgentShipping,
     /// How long the agents and the controller carry on without word from each other.
     pub dead_man: Duration,
+    /// Where its progress and warnings go (a run's display when a run bisects).
+    pub display: Display,
 }
 
 /// What a bisection ended with.
@@ -255,7 +258,11 @@ pub async fn conduct(
             if !same {
                 bail!("{} holds another bisection; give another directory", job.dir.join(BISECT_FILE).display());
             }
-            eprintln!("bisect {}: going on after the {} commits measured before", job.id, earlier.visits.len());
+            job.display.line(&format!(
+                "bisect {}: going on after the {} commits measured before",
+                job.id,
+                earlier.visits.len()
+            ));
             BisectReport { outcome: not_finished(), ..earlier }
         }
         Err(_) if !job.dir.join(BISECT_FILE).exists() => BisectReport::begun(&job, commits),
@@ -270,7 +277,7 @@ pub async fn conduct(
         agent: job.agent.clone(),
         hub: crate::station::hub_config(job.plan, job.dead_man),
     };
-    let station = Station::open(provisioner, options, &mut |line| eprintln!("{line}")).await?;
+    let station = Station::open(provisioner, options, &mut |line| job.display.line(line)).await?;
     let earlier = report.sandboxes.len();
     let probe = Probe {
         station: &station,
@@ -280,10 +287,11 @@ pub async fn conduct(
         cancel,
         records: Mutex::new(report.sandboxes.clone()),
         dir: &job.dir,
+        display: &job.display,
     };
     let walked = walk(&probe, &mut report, &job).await;
     for warning in station.close().await {
-        eprintln!("warning: {warning}");
+        job.display.warning(&warning);
     }
     report.sandboxes = probe.records.into_inner().unwrap_or_else(|e| e.into_inner());
     let made = report.sandboxes[earlier..].to_vec();
@@ -300,7 +308,7 @@ pub async fn conduct(
         }
     };
     if let Err(err) = report.save(&job.dir) {
-        eprintln!("warning: cannot write {}: {err:#}", job.dir.join(BISECT_FILE).display());
+        job.display.warning(&format!("cannot write {}: {err:#}", job.dir.join(BISECT_FILE).display()));
     }
     Ok(Bisected { report, made, error })
 }
@@ -313,7 +321,11 @@ fn new_id(started: SystemTime) -> String {
 }
 
 /// `sandbench bisect`: the bisection on Docker, in its own directory and ledger entry.
-pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<(BisectReport, PathBuf)> {
+pub async fn bisect(
+    opts: BisectOptions,
+    display: &Display,
+    cancel: watch::Receiver<bool>,
+) -> anyhow::Result<(BisectReport, PathBuf)> {
     let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     let target = Target::of(&plan, &opts.metric, opts.lens)?;
     let SourceSettings::Local { repository } = &plan.source else {
@@ -347,14 +359,14 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
         }
         None => None,
     };
-    eprintln!(
+    display.line(&format!(
         "bisect {id}: {} from {} ({}) good to {} ({}) bad",
         target.key,
-        crate::sanitize::terminal(&good.rev),
+        good.rev,
         crate::sanitize::prefix(&good.commit, 8),
-        crate::sanitize::terminal(&bad.rev),
+        bad.rev,
         crate::sanitize::prefix(&bad.commit, 8),
-    );
+    ));
     let job = Job {
         plan: &plan,
         repository: repository.clone(),
@@ -368,6 +380,7 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
         agent: opts.agent.clone(),
         shipping: opts.shipping,
         dead_man: opts.dead_man,
+        display: display.clone(),
     };
     let bisected = conduct(provisioner, job, cancel.clone()).await;
     if let Some(mut ledger) = ledger {
@@ -378,7 +391,7 @@ pub async fn bisect(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyho
         };
         let finished = crate::report::timestamp(SystemTime::now());
         if let Err(err) = ledger.finish_run(&id, status.as_str(), &finished, sandboxes) {
-            eprintln!("warning: cannot record the bisection in the ledger {}: {err:#}", ledger.path().display());
+            display.warning(&format!("cannot record the bisection in the ledger {}: {err:#}", ledger.path().display()));
         }
     }
     let bisected = bisected?;
@@ -561,6 +574,7 @@ struct Probe<'a> {
     records: Mutex<Vec<SandboxRecord>>,
     /// Where `bisect.json` goes.
     dir: &'a Path,
+    display: &'a Display,
 }
 
 impl Probe<'_> {
@@ -584,7 +598,7 @@ impl Probe<'_> {
     fn save(&self, report: &mut BisectReport) {
         report.sandboxes = self.records.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Err(err) = report.save(self.dir) {
-            eprintln!("warning: cannot write {}: {err:#}", self.dir.join(BISECT_FILE).display());
+            self.display.warning(&format!("cannot write {}: {err:#}", self.dir.join(BISECT_FILE).display()));
         }
     }
 
@@ -593,7 +607,7 @@ impl Probe<'_> {
     async fn measure(&self, index: usize, commit: &Commit, ends: Option<(&[f64], &[f64])>) -> anyhow::Result<Visit> {
         let started = Instant::now();
         let short = crate::sanitize::prefix(&commit.commit, 8);
-        eprintln!("[{short}] {}", crate::sanitize::terminal(&crate::sanitize::bounded(&commit.subject, 72)));
+        self.display.line(&format!("[{short}] {}", crate::sanitize::bounded(&commit.subject, 72)));
         let plan = self.plan;
         let request = self.station.plan_request(&format!("c{index}"), plan, self.shipping)?;
         let live = self.station.launch(request, Duration::from_secs(120)).await?;
@@ -607,7 +621,7 @@ impl Probe<'_> {
         };
         let down = self.station.teardown(&live.sandbox).await;
         if let Some(err) = &down.removal_error {
-            eprintln!("warning: {err}");
+            self.display.warning(err);
         }
         let record = self.record(&live.sandbox, &down);
         self.records.lock().unwrap_or_else(|e| e.into_inner()).push(record);
@@ -619,8 +633,10 @@ impl Probe<'_> {
             },
         };
         match &reading {
-            Reading::Value(v) => eprintln!("[{short}] {} = {v} ({} runs)", self.target.key, samples.len().max(1)),
-            Reading::Skipped(why) => eprintln!("[{short}] skipped: {}", crate::sanitize::terminal(why)),
+            Reading::Value(v) => {
+                self.display.line(&format!("[{short}] {} = {v} ({} runs)", self.target.key, samples.len().max(1)))
+            }
+            Reading::Skipped(why) => self.display.line(&format!("[{short}] skipped: {why}")),
         }
         let seconds = started.elapsed().as_secs_f64().max(down.lifetime.as_secs_f64());
         Ok(Visit { index, reading, seconds, samples })
@@ -867,9 +883,10 @@ pub fn markdown(report: &BisectReport) -> String {
 
 /// `sandbench bisect` on the command line: prints the answer and where it is.
 pub async fn command(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
-    let (report, dir) = bisect(opts, cancel).await.context("bisect")?;
-    println!("{}", crate::sanitize::terminal(&headline(&report)));
-    println!("{}", dir.join("bisect.json").display());
+    let display = Display::new();
+    let (report, dir) = bisect(opts, &display, cancel).await.context("bisect")?;
+    display.result(&headline(&report));
+    display.result(&dir.join("bisect.json").display().to_string());
     Ok(!matches!(report.outcome, Outcome::Unresolved { .. }))
 }
 

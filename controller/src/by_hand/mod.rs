@@ -20,6 +20,7 @@ pub use phase::{describe_event, phase};
 pub use rm::{gc, rm};
 pub use shell::{shell, shell_command};
 
+use crate::display::Display;
 use crate::provision::{ContainerInfo, DockerProvisioner, Provisioner};
 
 /// The by-hand commands, as the command line names them.
@@ -78,9 +79,10 @@ pub enum SandboxCommand {
 /// Runs one by-hand command against the local Docker engine.
 pub async fn run(command: SandboxCommand) -> anyhow::Result<ExitCode> {
     let provisioner = DockerProvisioner::connect(1).await?;
+    let display = Display::plain();
     let ok = match command {
         SandboxCommand::Ls => {
-            print!("{}", ls(&provisioner).await?);
+            display.output(&ls(&provisioner).await?);
             true
         }
         SandboxCommand::Shell { id, user, command } => {
@@ -91,28 +93,28 @@ pub async fn run(command: SandboxCommand) -> anyhow::Result<ExitCode> {
             logs(&provisioner, &id, lines, follow).await?;
             true
         }
-        SandboxCommand::Phase { id, phase: name, trial } => phase(&provisioner, &id, &name, trial).await?,
+        SandboxCommand::Phase { id, phase: name, trial } => phase(&provisioner, &id, &name, trial, &display).await?,
         SandboxCommand::Rm { id, run, all } => {
             let removed = rm(&provisioner, id.as_deref(), run.as_deref(), all).await?;
-            print_removed(removed.iter().map(|name| format!("removed {name}")));
+            print_removed(&display, removed.iter().map(|name| format!("removed {name}")));
             true
         }
         SandboxCommand::Gc => {
-            print_removed(gc(&provisioner).await?.iter().map(|line| format!("removed {line}")));
+            print_removed(&display, gc(&provisioner).await?.iter().map(|line| format!("removed {line}")));
             true
         }
     };
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn print_removed(lines: impl Iterator<Item = String>) {
+fn print_removed(display: &Display, lines: impl Iterator<Item = String>) {
     let mut any = false;
     for line in lines {
-        println!("{line}");
+        display.result(&line);
         any = true;
     }
     if !any {
-        println!("nothing to remove");
+        display.result("nothing to remove");
     }
 }
 

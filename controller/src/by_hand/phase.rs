@@ -1,12 +1,11 @@
 //! `sandbench phase ID PHASE [--trial N]`: reruns one phase on a sandbox kept by
 //! `sandbench debug --keep`, through the debug session that keeps it, and shows what it does.
 
-use std::io::Write;
-
 use anyhow::{Context, bail};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::find;
+use crate::display::Display;
 use crate::observations::store::{Data, StoredBody, StoredEvent};
 use crate::provision::{Provisioner, labels};
 
@@ -36,7 +35,13 @@ fn describe_raw(event: &StoredEvent) -> Option<String> {
 
 /// `sandbench phase ID PHASE [--trial N]`: asks the debug session keeping the sandbox to rerun
 /// one phase, and shows its output and observations as they come. Returns the phase's status.
-pub async fn phase(provisioner: &dyn Provisioner, id: &str, phase: &str, trial: u32) -> anyhow::Result<bool> {
+pub async fn phase(
+    provisioner: &dyn Provisioner,
+    id: &str,
+    phase: &str,
+    trial: u32,
+    display: &Display,
+) -> anyhow::Result<bool> {
     let c = find(provisioner, id).await?;
     let Some(control) = c.labels.get(labels::CONTROL) else {
         bail!("sandbox {} is not kept by `sandbench debug --keep`, so no controller takes phases for it", c.name);
@@ -70,8 +75,7 @@ pub async fn phase(provisioner: &dyn Provisioner, id: &str, phase: &str, trial: 
                 ok = status == "ok";
             }
             if let Some(text) = describe_event(&event) {
-                print!("{text}");
-                let _ = std::io::stdout().flush();
+                display.output(&text);
             }
         }
     }

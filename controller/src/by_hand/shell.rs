@@ -56,7 +56,11 @@ pub async fn shell(
     let cmd = shell_command(user, command);
     if !command.is_empty() {
         let (code, output) = provisioner.exec(&c.name, cmd).await?;
-        print!("{output}");
+        // The command's output unaltered, as `docker exec` gives it: the operator asked for it,
+        // and may pipe it (a terminal session is forwarded the same way, below).
+        let mut stdout = tokio::io::stdout();
+        stdout.write_all(output.as_bytes()).await?;
+        stdout.flush().await?;
         return Ok(i32::try_from(code).unwrap_or(1));
     }
     let (rows, cols) = terminal_size().unwrap_or((24, 80));

@@ -125,19 +125,25 @@ async fn debug_session(socket: &Path) -> tokio::task::JoinHandle<String> {
 async fn phase_goes_through_the_debug_session_keeping_the_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let fake = three(dir.path()).await;
-    let err = phase(&fake, "sandbench-r2", "install", 0).await.unwrap_err().to_string();
+    let err =
+        phase(&fake, "sandbench-r2", "install", 0, &crate::display::Display::plain()).await.unwrap_err().to_string();
     assert!(err.contains("is not kept by `sandbench debug --keep`"), "{err}");
     let socket = dir.path().join("control.sock");
     let mut kept = request("d1", "base", Duration::from_secs(900), dir.path());
     kept.labels.insert(labels::CONTROL.into(), socket.display().to_string());
     fake.create(&kept).await.unwrap();
-    let err = phase(&fake, "sandbench-d1", "install", 0).await.unwrap_err().to_string();
+    let err =
+        phase(&fake, "sandbench-d1", "install", 0, &crate::display::Display::plain()).await.unwrap_err().to_string();
     assert!(err.contains("the agent of sandbox sandbench-d1-base is gone (the container is exited)"), "{err}");
     fake.keep_running("sandbench-d1-base").unwrap();
-    let err = phase(&fake, "sandbench-d1", "install", 0).await.unwrap_err().to_string();
+    let err =
+        phase(&fake, "sandbench-d1", "install", 0, &crate::display::Display::plain()).await.unwrap_err().to_string();
     assert!(err.contains("the debug session that kept sandbox sandbench-d1-base is gone"), "{err}");
     let session = debug_session(&socket).await;
-    assert!(phase(&fake, "sandbench-d1", "install", 2).await.unwrap(), "the phase ended ok");
+    assert!(
+        phase(&fake, "sandbench-d1", "install", 2, &crate::display::Display::plain()).await.unwrap(),
+        "the phase ended ok"
+    );
     let asked: serde_json::Value = serde_json::from_str(&session.await.unwrap()).unwrap();
     assert_eq!(asked, serde_json::json!({ "phase": "install", "trial": 2 }));
 }

@@ -7,6 +7,7 @@
 //! of the output folder: a finished bisection there is read again, not run again, and one cut
 //! short goes on. The bisections' sandboxes are one ledger entry (`history-<time>-<random>`).
 
+use crate::display::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -92,7 +93,7 @@ pub async fn history(opts: HistoryOptions, cancel: watch::Receiver<bool>) -> any
         &opts.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(format!("history-{name}"))),
     )?;
     if opts.bisect {
-        let at = Bisecting { plan: &plan, dir: &dir, opts: &opts, ledger: &ledger };
+        let at = Bisecting { plan: &plan, dir: &dir, opts: &opts, ledger: &ledger, display: Display::new() };
         bisect_changes(at, &mut history, cancel).await;
     }
     write(&dir, &history)?;
@@ -110,9 +111,14 @@ pub fn write(dir: &Path, history: &History) -> anyhow::Result<()> {
 /// `sandbench history` on the command line: one line per change point, then the files' paths.
 pub async fn command(opts: HistoryOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<()> {
     let written = history(opts, cancel).await.context("history")?;
+    let display = Display::new();
     let h = &written.history;
     let changes: usize = h.metrics.iter().map(|m| m.change_points.len()).sum();
-    println!("{changes} change point(s) in {} series over {} recorded commits", h.metrics.len(), h.commits.len());
+    display.result(&format!(
+        "{changes} change point(s) in {} series over {} recorded commits",
+        h.metrics.len(),
+        h.commits.len()
+    ));
     for metric in &h.metrics {
         for c in &metric.change_points {
             let first_bad = c.bisection.as_ref().and_then(|b| b.first_bad.as_ref()).map_or(String::new(), |f| {
@@ -130,14 +136,14 @@ pub async fn command(opts: HistoryOptions, cancel: watch::Receiver<bool>) -> any
                 crate::sanitize::prefix(&c.before_commit, 8),
                 crate::sanitize::prefix(&c.after_commit, 8)
             );
-            println!("{}", crate::sanitize::terminal(&line));
+            display.result(&line);
         }
     }
     for warning in &h.warnings {
-        eprintln!("warning: {}", crate::sanitize::terminal(warning));
+        display.warning(warning);
     }
     for file in ["history.md", "history.html", "history.json"] {
-        println!("{}", written.dir.join(file).display());
+        display.result(&written.dir.join(file).display().to_string());
     }
     Ok(())
 }
@@ -148,6 +154,8 @@ struct Bisecting<'a> {
     dir: &'a Path,
     opts: &'a HistoryOptions,
     ledger: &'a Ledger,
+    /// Where the bisections' progress goes.
+    display: Display,
 }
 
 /// The change points to bisect: a count's, with commits between its two recorded ones that were
@@ -291,18 +299,19 @@ async fn bisect_one(
         agent: at.opts.agent.clone(),
         shipping: AgentShipping::Bind,
         dead_man: at.opts.dead_man,
+        display: at.display.clone(),
     };
     spending.jobs += 1;
     let (before, after) = (short(&change.before_commit), short(&change.after_commit));
-    eprintln!(
+    at.display.line(&format!(
         "history: {key} moved {:+.2} % between {before} and {after}; bisecting it in {folder}/",
         change.size * 100.0
-    );
+    ));
     let bisected = crate::bisect::conduct(docker, job, cancel.clone())
         .await
         .map_err(|err| Skipped::this(format!("{key} could not be bisected: {err:#}")))?;
     spending.spent.extend(bisected.made);
-    eprintln!("{}", crate::sanitize::terminal(&crate::bisect::headline(&bisected.report)));
+    at.display.line(&crate::bisect::headline(&bisected.report));
     match bisected.error {
         // Its answer so far is in its folder; the next `history --bisect` goes on with it.
         Some(error) => Err(Skipped::this(format!("the bisection of {key} did not finish: {error}"))),

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::gate::{self, Decision, Event, Facts, Policy};
 use super::{ForgeArgs, Publication, Target};
+use crate::display::Display;
 
 const EVENTS: [&str; 2] = ["pull_request", "pull_request_target"];
 
@@ -263,8 +264,9 @@ async fn conclude_failed(args: &CiArgs, spec: &str, message: &str) -> anyhow::Re
     let notice = Publication::notice(spec, "failed", &target, &pr.head.sha, &pr.base.sha, &message);
     let outcome =
         super::publish(&github, target.pull_request, &notice, &args.forge.bot_login, !args.forge.no_status).await;
-    super::print_dry_run(&args.forge, &github);
-    println!("pull request #{}: {}", target.pull_request, outcome?);
+    let display = Display::new();
+    super::print_dry_run(&display, &args.forge, &github);
+    display.result(&format!("pull request #{}: {}", target.pull_request, outcome?));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -275,6 +277,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         return conclude_failed(&args, &plan.name, message).await;
     }
     args.flags.check_pairs(args.flags.pairs)?;
+    let display = Display::new();
     let request = request(&args).await?;
     write_outputs(&request)?;
     let target = &request.target;
@@ -286,18 +289,18 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         let notice = Publication::notice(&plan.name, status, target, &request.head, &request.base, message);
         let outcome =
             super::publish(github, target.pull_request, &notice, &args.forge.bot_login, !args.forge.no_status).await;
-        super::print_dry_run(&args.forge, github);
-        println!("pull request #{}: {}", target.pull_request, outcome?);
+        super::print_dry_run(&display, &args.forge, github);
+        display.result(&format!("pull request #{}: {}", target.pull_request, outcome?));
         Ok(())
     };
     let head = &request.head[..12.min(request.head.len())];
     if let Decision::Refused(reason) = &request.decision {
-        eprintln!("sandbench ci: not running {head}: {reason}");
+        display.line(&format!("sandbench ci: not running {head}: {reason}"));
         let message = format!("This pull request's code was not run: {reason}.");
         notify("pending-trust", &message).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!("sandbench ci: {head} is allowed ({}); base {}", request.decision.reason(), request.base);
+    display.line(&format!("sandbench ci: {head} is allowed ({}); base {}", request.decision.reason(), request.base));
     notify("running", "Benchmarking the head revision. Results will appear here when this run finishes.").await?;
     if args.gate_only {
         return Ok(ExitCode::SUCCESS);
@@ -313,14 +316,14 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
         }
     };
     target.save(&result.dir)?;
-    println!("{}", result.dir.display());
+    display.result(&result.dir.display().to_string());
     if let Some(github) = &github {
         let publication = Publication::from_run_dir(&result.dir, target)?;
         let outcome =
             super::publish(github, target.pull_request, &publication, &args.forge.bot_login, !args.forge.no_status)
                 .await;
-        super::print_dry_run(&args.forge, github);
-        println!("pull request #{}: {}", target.pull_request, outcome?);
+        super::print_dry_run(&display, &args.forge, github);
+        display.result(&format!("pull request #{}: {}", target.pull_request, outcome?));
     }
     Ok(crate::options::exit_code(result.status))
 }

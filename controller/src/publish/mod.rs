@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use forge::{Comment, CommitStatus, Forge, ForgeError, PullState, State};
 use marker::Marker;
 
+use crate::display::Display;
 use crate::report::{Report, Status};
 
 /// The file in a run directory that names where it is published.
@@ -497,27 +498,28 @@ pub async fn command(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let github = args.forge.github(&target.repository)?;
     let result =
         publish(&github, target.pull_request, &publication, &args.forge.bot_login, !args.forge.no_status).await;
-    print_dry_run(&args.forge, &github);
+    let display = Display::new();
+    print_dry_run(&display, &args.forge, &github);
     let outcome = result?;
-    println!("pull request #{} of {}: {outcome}", target.pull_request, target.repository);
+    display.result(&format!("pull request #{} of {}: {outcome}", target.pull_request, target.repository));
     Ok(ExitCode::SUCCESS)
 }
 
 /// In a dry run, what would have been sent.
-pub fn print_dry_run(args: &ForgeArgs, github: &github::GitHub) {
+pub fn print_dry_run(display: &Display, args: &ForgeArgs, github: &github::GitHub) {
     if !args.dry_run {
         return;
     }
     if github.reads() {
-        println!("dry run: the reads below were sent, the writes were not");
+        display.result("dry run: the reads below were sent, the writes were not");
     } else {
-        println!(
+        display.result(
             "dry run: nothing was sent (no GITHUB_TOKEN: reads were answered as an open pull request at this \
-             head with no comments)"
+             head with no comments)",
         );
     }
     for request in github.take_planned() {
-        println!("{request}");
+        display.result(&request.to_string());
     }
 }
 

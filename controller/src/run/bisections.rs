@@ -10,8 +10,8 @@ use std::sync::Arc;
 use sandbench_proto::metric::{Facet, MetricKey};
 use tokio::sync::watch;
 
-use super::display::Display;
 use crate::bisect::{Job, Lens, Target};
+use crate::display::Display;
 use crate::provision::{AgentShipping, Provisioner};
 use crate::report::{BisectLine, Report, Status};
 use crate::spec::{Plan, SourceSettings};
@@ -94,6 +94,7 @@ pub(super) async fn bisect_regressions(
             agent: at.agent.clone(),
             shipping: at.shipping,
             dead_man: at.dead_man,
+            display: at.display.clone(),
         };
         match crate::bisect::conduct(provisioner.clone(), job, cancel.clone()).await {
             Ok(bisected) => {

@@ -11,7 +11,6 @@ use anyhow::bail;
 use tokio::sync::watch;
 
 use super::accounting::Resumed;
-use super::display::Display;
 use super::execute::{self, Finished, Setting};
 use super::options::RunOptions;
 use super::output::{self, NoiseProfile, write_reports};
@@ -19,6 +18,7 @@ use super::schedule::Side;
 use super::walk::{Adapted, MAX_ERRORS};
 use super::{bisections, schedule, story};
 use crate::cost::ledger::{Ledger, StoredNoise, this_machine};
+use crate::display::Display;
 use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Report, Revision, Status};
 use crate::spec::{Plan, SourceSettings};

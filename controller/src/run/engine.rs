@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::display::Display;
+use crate::display::Display;
 use crate::provision::Provisioner;
 
 /// How long a run waits for an unreachable engine by default (`--engine-wait`).

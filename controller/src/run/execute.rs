@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::accounting::Resumed;
-use super::display::Display;
 use super::engine::Engine;
 use super::gate::{Gates, Stop, over_budget};
 use super::options::RunOptions;
@@ -20,6 +19,7 @@ use super::reconcile::reconcile;
 use super::schedule::Side;
 use super::usage::Meter;
 use super::walk::{self, Adapted, Adaptive, Run, SideRun, cpusets, measured};
+use crate::display::Display;
 use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Revision, SandboxRecord, Status};
 use crate::spec::Plan;

@@ -17,7 +17,6 @@
 //! - `gate`: the rules each trial passes, and how a trial ended (pure).
 //! - `accounting`: who each sandbox is (as registered, or as an old run directory's ids say),
 //!   and which slots the log holds as complete (pure).
-//! - `display`: the terminal's lines and per-sandbox status.
 //! - `story`: how the terminal ends the run.
 //! - `usage`: each sandbox's phases and cgroup samples, for its cost.
 //! - `engine`: waits out an engine that stops answering.
@@ -35,7 +34,6 @@
 mod accounting;
 mod bisections;
 mod conduct;
-mod display;
 pub mod engine;
 mod execute;
 pub mod gate;
@@ -66,11 +64,11 @@ use std::time::SystemTime;
 use anyhow::{Context, bail};
 use tokio::sync::watch;
 
+pub use crate::display::Display;
 pub use accounting::Roster;
 pub use conduct::RunResult;
 pub(crate) use conduct::record_lens;
 use conduct::{NOISE_USED, Start, apply_options, conduct, noise_from_ledger};
-pub use display::Display;
 use mark::Mark;
 pub use options::{RateOverrides, RunOptions};
 use output::skeleton;

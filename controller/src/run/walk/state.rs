@@ -11,13 +11,13 @@ use sandbench_proto::{Phase, Placement};
 use tokio::sync::watch;
 
 use super::super::accounting::Resumed;
-use super::super::display::Display;
 use super::super::engine::Engine;
 use super::super::gate::{Decision, Gates, Stop, TrialResult};
 use super::super::options::RunOptions;
 use super::super::schedule::{self, Side, Slot};
 use super::adaptive::{Adaptive, RoundTimes};
 use super::side::lock;
+use crate::display::Display;
 use crate::provision::{Resources, labels};
 use crate::report::lens_runs::LensRuns;
 use crate::spec::Plan;

@@ -61,6 +61,47 @@ impl Display {
         }
     }
 
+    /// A warning: a line that says so.
+    pub fn warning(&self, text: &str) {
+        self.line(&format!("warning: {text}"));
+    }
+
+    /// A command's result, on stdout (a path, a verdict, a list a script reads): unstamped,
+    /// through [`crate::sanitize::terminal`] as every line.
+    pub fn result(&self, text: &str) {
+        let text = crate::sanitize::terminal(text);
+        match &self.live {
+            Some(live) => live.multi.suspend(|| println!("{text}")),
+            None => println!("{text}"),
+        }
+    }
+
+    /// What a sandbox printed, streamed to stdout as it comes (no newline added), through
+    /// [`crate::sanitize::terminal`].
+    pub fn output(&self, text: &str) {
+        use std::io::Write;
+        let text = crate::sanitize::terminal(text);
+        let write = || {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+        };
+        match &self.live {
+            Some(live) => live.multi.suspend(write),
+            None => write(),
+        }
+    }
+
+    /// A message to the person at the terminal (what to do next), on stderr and unstamped.
+    pub fn note(&self, text: &str) {
+        let text = crate::sanitize::terminal(text);
+        match &self.live {
+            Some(live) => {
+                let _ = live.multi.println(text);
+            }
+            None => eprintln!("{text}"),
+        }
+    }
+
     /// What a sandbox is doing now.
     pub fn status(&self, sandbox: &str, doing: &str) {
         tracing::info!(sandbox, "{doing}");

@@ -643,7 +643,7 @@ impl Probe<'_> {
     }
 
     /// The commit's samples once its steps ran: under wall time, between `ends`, one more trial
-    /// of the phase at a time until [`decided`] or [`WALL_GROWTH`] times the phase's trials.
+    /// of the phase at a time until [`crate::stats::midpoint::clear`] of the ends' midpoint or [`WALL_GROWTH`] times the phase's trials.
     async fn settle(
         &self,
         sandbox: &crate::provision::Sandbox,
@@ -658,7 +658,7 @@ impl Probe<'_> {
                 Err(why) => return Ok(Err(why)),
             };
             let Some((good, bad)) = ends.filter(|_| self.target.lens == Lens::Wall) else { return Ok(Ok(samples)) };
-            if decided(good, bad, &samples) || trial >= first * WALL_GROWTH {
+            if crate::stats::midpoint::clear(good, bad, &samples, WALL_Z) || trial >= first * WALL_GROWTH {
                 return Ok(Ok(samples));
             }
             let mut cancel = self.cancel.clone();
@@ -760,23 +760,6 @@ impl Probe<'_> {
         }
         Ok(Ok(values))
     }
-}
-
-/// Whether wall-time `samples` of a commit are on one side of the midpoint between the good and
-/// bad ends' medians by more than [`WALL_Z`] standard errors (each median's error from its
-/// samples' MAD; ends without samples, as from an older `bisect.json`, count as exact).
-pub fn decided(good: &[f64], bad: &[f64], samples: &[f64]) -> bool {
-    let centre = |x: &[f64]| crate::stats::median(x);
-    let (Some(g), Some(b), Some(c)) = (centre(good), centre(bad), centre(samples)) else { return true };
-    // The standard error of a median: 1.2533 σ/√n, σ from the MAD (1.4826 MAD).
-    let error = |x: &[f64], m: f64| {
-        let deviations: Vec<f64> = x.iter().map(|v| (v - m).abs()).collect();
-        let sigma = 1.4826 * crate::stats::median(&deviations).unwrap_or(0.0);
-        1.2533 * sigma / (x.len() as f64).sqrt()
-    };
-    let (eg, eb, ec) = (error(good, g), error(bad, b), error(samples, c));
-    let se = (ec * ec + (eg * eg + eb * eb) / 4.0).sqrt();
-    (c - (g + b) / 2.0).abs() > WALL_Z * se
 }
 
 /// The answer in one line, for the terminal and the comment: "`cold` regressed +8.00 %: first
@@ -943,20 +926,6 @@ mod tests {
         assert_eq!(target.better, Better::Higher);
         assert_eq!(Target::of(&plan, "rt", Lens::Wall).unwrap().stem, "rt");
         assert!(Target::of(&plan, "rt.p50", Lens::Wall).is_err());
-    }
-
-    #[test]
-    fn a_wall_time_commit_is_decided_only_when_clear_of_the_midpoint() {
-        let good = [1.00, 1.02, 0.98, 1.01, 0.99];
-        let bad = [1.10, 1.12, 1.08, 1.11, 1.09];
-        // Near either end: decided at once.
-        assert!(decided(&good, &bad, &[1.00, 1.01, 0.99]));
-        assert!(decided(&good, &bad, &[1.10, 1.09, 1.11]));
-        // At the midpoint, or too noisy to tell: more trials.
-        assert!(!decided(&good, &bad, &[1.05, 1.06, 1.04]));
-        assert!(!decided(&good, &bad, &[0.95, 1.07, 1.20]));
-        // Ends without samples (an older bisect.json) do not hold the search up.
-        assert!(decided(&[], &[], &[1.05]));
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod change_points;
 mod counts;
 pub use counts::paired_counts;
 pub mod dist;
+pub mod midpoint;
 pub mod pool;
 pub mod reduce;
 pub mod sequential;

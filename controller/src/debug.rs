@@ -149,7 +149,7 @@ impl Session<'_> {
         let id = &live.sandbox.id;
         for (name, trial) in steps {
             let outcome = tokio::select! {
-                o = sandbox::run_phase(&hub, id, self.agent_plan, *name, *trial, Duration::from_secs(3600)) => o?,
+                o = sandbox::run_phase(&hub, id, self.agent_plan, *name, *trial, self.plan.phase_timeout(*name)) => o?,
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
             };
             if outcome.status != PhaseStatus::Ok {
@@ -192,8 +192,9 @@ impl Session<'_> {
                 accepted = listener.accept() => {
                     let Ok((stream, _)) = accepted else { continue };
                     let (hub, id, plan, reruns) = (hub.clone(), id.to_string(), plan.clone(), reruns.clone());
+                    let timeouts = Phase::ALL.map(|p| (p, self.plan.phase_timeout(p)));
                     tokio::spawn(async move {
-                        if let Err(err) = serve_rerun(stream, &hub, &id, &plan, &reruns).await {
+                        if let Err(err) = serve_rerun(stream, &hub, &id, &plan, &timeouts, &reruns).await {
                             tracing::warn!("phase request failed: {err:#}");
                         }
                     });
@@ -222,6 +223,7 @@ async fn serve_rerun(
     hub: &Hub,
     id: &str,
     plan: &AgentPlan,
+    timeouts: &[(Phase, Duration)],
     reruns: &AtomicU32,
 ) -> anyhow::Result<()> {
     let (read, mut write) = stream.into_split();
@@ -241,7 +243,9 @@ async fn serve_rerun(
     let step = StepId::new(name, trial).rerun(reruns.fetch_add(1, Ordering::Relaxed) + 1);
     let command_id = step.to_string();
     let mut events = hub.subscribe();
-    let run = sandbox::run_command(hub, id, plan, step, Duration::from_secs(3600));
+    // The spec's limit for one trial of the phase, as a run gives it.
+    let timeout = timeouts.iter().find(|(p, _)| *p == name).map_or(Duration::from_secs(3600), |(_, t)| *t);
+    let run = sandbox::run_command(hub, id, plan, step, timeout);
     tokio::pin!(run);
     loop {
         tokio::select! {

@@ -42,8 +42,6 @@ const WALL_GROWTH: u32 = 3;
 /// Wall time: a commit's side is decided when its median is this many standard errors from the
 /// midpoint of the ends' medians.
 const WALL_Z: f64 = 2.0;
-/// The longest one phase of one commit may take.
-const PHASE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// What a bisection reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -578,6 +576,12 @@ struct Probe<'a> {
 }
 
 impl Probe<'_> {
+    /// How long one trial of `phase` may take: the spec's limits, as a run's, for the steps the
+    /// narrowed `agent_plan` runs (a step it puts under the lens gets the lens's timeout).
+    fn phase_timeout(&self, agent_plan: &AgentPlan, phase: Phase) -> Duration {
+        Plan { agent: agent_plan.clone(), ..self.plan.clone() }.phase_timeout(phase)
+    }
+
     /// [`Probe::measure`] when `wanted`.
     async fn visit(&self, wanted: bool, index: usize, commit: &Commit) -> anyhow::Result<Option<Visit>> {
         match wanted {
@@ -663,7 +667,8 @@ impl Probe<'_> {
             }
             let mut cancel = self.cancel.clone();
             let hub = self.station.hub();
-            let run = sandbox::run_phase(&hub, &sandbox.id, agent_plan, self.target.phase, trial, PHASE_TIMEOUT);
+            let timeout = self.phase_timeout(agent_plan, self.target.phase);
+            let run = sandbox::run_phase(&hub, &sandbox.id, agent_plan, self.target.phase, trial, timeout);
             let outcome = tokio::select! {
                 o = run => o?,
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
@@ -716,7 +721,7 @@ impl Probe<'_> {
         for (name, trial) in self.target.steps(self.plan) {
             let mut cancel = self.cancel.clone();
             let outcome = tokio::select! {
-                o = sandbox::run_phase(&hub, &sandbox.id, agent_plan, name, trial, PHASE_TIMEOUT) => o?,
+                o = sandbox::run_phase(&hub, &sandbox.id, agent_plan, name, trial, self.phase_timeout(agent_plan, name)) => o?,
                 _ = cancel.wait_for(|c| *c) => bail!("canceled"),
             };
             if outcome.status != PhaseStatus::Ok {

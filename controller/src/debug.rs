@@ -41,7 +41,17 @@ pub struct DebugOptions {
 }
 
 /// Runs the session; true when every phase succeeded.
-pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
+pub async fn debug(opts: DebugOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
+    let connect = async { Ok(Arc::new(DockerProvisioner::connect(1).await?) as Arc<dyn Provisioner>) };
+    debug_on(opts, cancel, connect).await
+}
+
+/// [`debug`] on the provisioner `connect` gives, connected once the spec and revision are read.
+pub async fn debug_on(
+    opts: DebugOptions,
+    mut cancel: watch::Receiver<bool>,
+    connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
+) -> anyhow::Result<bool> {
     let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     // The phases up to the one asked for, as a fresh sandbox steps through them.
     let steps = opts.phase.as_deref().map_or(Ok(Phase::Runtime), Phase::of_spec)?.path(opts.trial);
@@ -51,7 +61,7 @@ pub async fn debug(opts: DebugOptions, mut cancel: watch::Receiver<bool>) -> any
     };
     let agent_plan = plan.agent_plan(&commit);
     let run_id = format!("debug-{}", crate::report::stamp(SystemTime::now()));
-    let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(1).await?);
+    let provisioner = connect.await?;
     let options = StationOptions {
         dir: opts.out.join(&run_id),
         run_id: run_id.clone(),
@@ -287,4 +297,68 @@ async fn forward(
         write.write_all(format!("{line}\n").as_bytes()).await?;
     }
     Ok(())
+}
+
+/// Whole debug sessions on the fake provisioner (`tests/debug.rs` runs one on Docker, kept and
+/// entered by hand).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::fake::{Answer, FakeProvisioner, Script, spec_text};
+
+    fn session(phase: &str) -> (tempfile::TempDir, Plan, DebugOptions) {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("bench.toml");
+        let rest =
+            "[install]\ncommand = \"true\"\n\n[[runtime.command]]\nmetric = \"git_status\"\nrun = \"git status\"\n";
+        std::fs::write(&spec, spec_text("install = 1\nruntime = 3", rest)).unwrap();
+        let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let opts = DebugOptions {
+            spec,
+            rev: "v1".into(),
+            phase: Some(phase.into()),
+            trial: 0,
+            keep: false,
+            out: dir.path().join("debug"),
+            agent: None,
+            shipping: AgentShipping::Bind,
+            dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
+        };
+        (dir, plan, opts)
+    }
+
+    async fn debug_fake(opts: DebugOptions, fake: Arc<FakeProvisioner>) -> anyhow::Result<bool> {
+        let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
+        debug_on(opts, watch::channel(false).1, connect).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_steps_through_the_phases_up_to_the_one_asked_for_and_removes_its_sandbox() {
+        let (dir, plan, opts) = session("install");
+        let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        assert!(debug_fake(opts, fake.clone()).await.unwrap(), "every phase succeeded");
+        assert!(fake.list(None).await.unwrap().is_empty(), "the sandbox is removed");
+        // Its directory holds what the phases sent: prepare's and install's trial 0, nothing after.
+        let run = std::fs::read_dir(dir.path().join("debug")).unwrap().flatten().next().expect("the session's folder");
+        let events =
+            crate::observations::store::read_events(&run.path().join(crate::observations::store::OBSERVATIONS_FILE))
+                .unwrap();
+        let done: Vec<String> = events
+            .iter()
+            .filter_map(|e| match &e.body {
+                StoredBody::PhaseDone { command_id, status, .. } => Some(format!("{command_id} {status}")),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(done, ["prepare-0 ok", "install-0 ok"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_phase_stops_the_session_there_and_says_so() {
+        let (_dir, plan, opts) = session("runtime");
+        let script = Script::for_plan(&plan).on("debug", "install", None, Answer::Fail("npm ci failed".into()));
+        let fake = Arc::new(FakeProvisioner::new(script));
+        assert!(!debug_fake(opts, fake.clone()).await.unwrap(), "install failed");
+        assert!(fake.list(None).await.unwrap().is_empty(), "the sandbox is removed");
+    }
 }

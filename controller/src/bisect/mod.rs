@@ -958,3 +958,78 @@ mod tests {
         assert!(markdown.contains("| 0.125000 |") && markdown.contains("| 0.135000 |"), "{markdown}");
     }
 }
+
+/// Whole bisections on the fake provisioner: the search, its sandboxes and its answer, with no
+/// engine (the Docker tests, `tests/bisect.rs`, run the same on real sandboxes).
+#[cfg(test)]
+mod fake_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::provision::fake::{Answer, FakeProvisioner, Script, spec_text};
+
+    /// A repository of `commits` empty commits whose spec's runtime command is `git_status`.
+    fn repository(commits: usize) -> (tempfile::TempDir, Plan) {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("bench.toml");
+        let rest = "[source]\nrepository = \".\"\n\n[install]\ncommand = \"true\"\n\n[[runtime.command]]\nmetric = \"git_status\"\nrun = \"git status\"\n";
+        std::fs::write(&spec, spec_text("install = 1\nruntime = 3", rest)).unwrap();
+        let git = |args: &str| {
+            let script = format!("git -c user.name=t -c user.email=t@t {args}");
+            let ok = std::process::Command::new("sh").arg("-c").arg(script).current_dir(dir.path()).status().unwrap();
+            assert!(ok.success(), "git {args}");
+        };
+        git("init -q");
+        git("add bench.toml");
+        for n in 0..commits {
+            git(&format!("commit -q --allow-empty -m 'commit {n}'"));
+        }
+        let plan = crate::spec::load(&spec).unwrap_or_else(|e| panic!("{e}"));
+        (dir, plan)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bisection_by_wall_time_names_the_first_commit_that_got_slower_in_sandboxes_of_its_own() {
+        let (dir, plan) = repository(7);
+        let repo = dir.path().to_path_buf();
+        let resolve = |rev: &str| {
+            let out = std::process::Command::new("git").args(["rev-parse", rev]).current_dir(&repo).output().unwrap();
+            Revision { rev: rev.to_string(), commit: String::from_utf8_lossy(&out.stdout).trim().to_string() }
+        };
+        // Commits 0..6 on the first-parent line: index 4 on is half as slow again.
+        let mut script = Script::for_plan(&plan);
+        for role in ["c4", "c5", "c6"] {
+            script = script.on(role, "runtime", None, Answer::Scale(1.5));
+        }
+        let fake = Arc::new(FakeProvisioner::new(script));
+        let job = Job {
+            plan: &plan,
+            repository: repo.clone(),
+            good: resolve("HEAD~6"),
+            bad: resolve("HEAD"),
+            target: Target::of(&plan, "git_status", Lens::Wall).unwrap(),
+            max_steps: 8,
+            budget_usd: None,
+            dir: dir.path().join("bisect"),
+            id: "bisect-fake".into(),
+            agent: None,
+            shipping: AgentShipping::Bind,
+            dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
+            display: Display::plain(),
+        };
+        let bisected = conduct(fake.clone(), job, watch::channel(false).1).await.unwrap();
+        assert_eq!(bisected.error, None);
+        let report = &bisected.report;
+        assert!(matches!(report.outcome, Outcome::FirstBad { index: 4, .. }), "{:?}", report.outcome);
+        assert_eq!(report.commits.len(), 7);
+        // The ends and a binary search between them (3 of the 5 in between at most), each in a
+        // sandbox of its own, every one removed, each costed in bisect.json.
+        assert!(report.steps <= 3, "{}", report.steps);
+        assert_eq!(report.sandboxes.len(), 2 + report.steps as usize);
+        assert!(report.sandboxes.iter().all(|s| s.deleted && s.role.starts_with('c')));
+        assert!(fake.list(None).await.unwrap().is_empty(), "every fake sandbox is removed");
+        let saved = BisectReport::load(&dir.path().join("bisect")).unwrap();
+        assert!(matches!(saved.outcome, Outcome::FirstBad { index: 4, .. }));
+        assert!(headline(report).contains("regressed +50.00 %"), "{}", headline(report));
+    }
+}

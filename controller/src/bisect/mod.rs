@@ -974,11 +974,7 @@ mod fake_tests {
         let spec = dir.path().join("bench.toml");
         let rest = "[source]\nrepository = \".\"\n\n[install]\ncommand = \"true\"\n\n[[runtime.command]]\nmetric = \"git_status\"\nrun = \"git status\"\n";
         std::fs::write(&spec, spec_text("install = 1\nruntime = 3", rest)).unwrap();
-        let git = |args: &str| {
-            let script = format!("git -c user.name=t -c user.email=t@t {args}");
-            let ok = std::process::Command::new("sh").arg("-c").arg(script).current_dir(dir.path()).status().unwrap();
-            assert!(ok.success(), "git {args}");
-        };
+        let git = |args: &str| crate::provision::fake::git(dir.path(), args);
         git("init -q");
         git("add bench.toml");
         for n in 0..commits {

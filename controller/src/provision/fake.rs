@@ -220,6 +220,13 @@ pub fn spec_text(trials: &str, rest: &str) -> String {
     )
 }
 
+/// Runs `git ARGS` (a shell line's words) in `dir` as a fixed author, for tests' repositories.
+pub fn git(dir: &std::path::Path, args: &str) {
+    let script = format!("git -c user.name=t -c user.email=t@t {args}");
+    let ok = std::process::Command::new("sh").arg("-c").arg(script).current_dir(dir).status().unwrap();
+    assert!(ok.success(), "git {args}");
+}
+
 /// The deterministic value of the `index`-th metric of a phase in `trial`: 10, 20, 30… display
 /// units, varying by up to 3% from trial to trial.
 pub fn synthetic(index: usize, trial: u32, raw_per_display: f64) -> f64 {

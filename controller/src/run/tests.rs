@@ -772,11 +772,7 @@ fn setup_repository() -> (tempfile::TempDir, crate::spec::Plan, RunOptions) {
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("bench.toml");
     std::fs::write(&spec, format!("{}\n[source]\nrepository = \".\"\n", spec_toml())).unwrap();
-    let git = |args: &str| {
-        let script = format!("git -c user.name=t -c user.email=t@t {args}");
-        let ok = std::process::Command::new("sh").arg("-c").arg(script).current_dir(dir.path()).status().unwrap();
-        assert!(ok.success(), "git {args}");
-    };
+    let git = |args: &str| crate::provision::fake::git(dir.path(), args);
     git("init -q");
     git("add bench.toml");
     for (n, tag) in ["v1", "v2", "v3"].iter().enumerate() {
@@ -917,11 +913,8 @@ async fn a_metric_better_higher_that_halves_is_a_regression_from_the_terminal_to
 /// defined from the unit observed — ops/s better higher, seconds lower — with the spec's family
 /// over them; a rate that halves is a regression and a time that halves an improvement, only
 /// there; a benchmark the head no longer reports is named as missing, never dropped silently.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bench_steps_benchmarks_are_defined_by_their_unit_judged_each_way_and_a_vanished_one_named() {
-    let text = crate::provision::fake::spec_text(
-        "install = 1\nruntime = 3\nmax_pairs = 6",
-        r#"[install]
+/// An install that does nothing and a tinybench bench step in runtime.
+const BENCH_STEP: &str = r#"[install]
 command = "true"
 
 [[runtime.bench]]
@@ -929,7 +922,11 @@ name = "tinybench"
 run = "node bench/tinybench.mjs"
 format = "tinybench"
 results = "results/tinybench.json"
+"#;
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bench_steps_benchmarks_are_defined_by_their_unit_judged_each_way_and_a_vanished_one_named() {
+    let blocks = r#"
 [metrics."bench.tinybench.*"]
 relative = 0.05
 group = "Suite {1}"
@@ -942,8 +939,9 @@ gate = true
 
 [metrics."bench.tinybench.gone"]
 gate = false
-"#,
-    );
+"#;
+    let text =
+        crate::provision::fake::spec_text("install = 1\nruntime = 3\nmax_pairs = 6", &format!("{BENCH_STEP}{blocks}"));
     let (_dir, plan, opts) = setup_spec(1, &text);
     let script = Script::for_plan(&plan)
         .observe("runtime", "bench.tinybench.parse", "ops/s", 1000.0)
@@ -999,17 +997,8 @@ gate = false
 /// spec that names its gate keeps them out unless a block says `gate = true`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inconclusive_benchmark_of_a_bench_step_grows_the_pairs_by_default() {
-    let bench = r#"[install]
-command = "true"
-
-[[runtime.bench]]
-name = "tinybench"
-run = "node bench/tinybench.mjs"
-format = "tinybench"
-results = "results/tinybench.json"
-"#;
-    let (_dir, plan, opts) =
-        setup_spec(1, &crate::provision::fake::spec_text("install = 1\nruntime = 3\nmax_pairs = 9", bench));
+    let text = crate::provision::fake::spec_text("install = 1\nruntime = 3\nmax_pairs = 9", BENCH_STEP);
+    let (_dir, plan, opts) = setup_spec(1, &text);
     assert!(plan.trials.gate.is_empty() && !plan.trials.gate_given);
     assert!(plan.gates_named("bench.tinybench.parse") && !plan.gates_named("bench.tinybench.parse.cpu"));
     let described = crate::spec::describe(&plan);

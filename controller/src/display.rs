@@ -52,13 +52,7 @@ impl Display {
 
     /// An event or a failure, kept in the scrollback.
     pub fn line(&self, text: &str) {
-        let text = format!("{} {}", self.stamp(), crate::sanitize::terminal(text));
-        match &self.live {
-            Some(live) => {
-                let _ = live.multi.println(text);
-            }
-            None => eprintln!("{text}"),
-        }
+        self.note(&format!("{} {text}", self.stamp()));
     }
 
     /// A warning: a line that says so.
@@ -69,11 +63,7 @@ impl Display {
     /// A command's result, on stdout (a path, a verdict, a list a script reads): unstamped,
     /// through [`crate::sanitize::terminal`] as every line.
     pub fn result(&self, text: &str) {
-        let text = crate::sanitize::terminal(text);
-        match &self.live {
-            Some(live) => live.multi.suspend(|| println!("{text}")),
-            None => println!("{text}"),
-        }
+        self.output(&format!("{text}\n"));
     }
 
     /// What a sandbox printed, streamed to stdout as it comes (no newline added), through

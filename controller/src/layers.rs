@@ -161,33 +161,27 @@ fn siblings(folder: &Path, path: &str) -> Vec<(String, Vec<String>)> {
     for entry in std::fs::read_dir(folder).unwrap().flatten() {
         let p = entry.path();
         let stem = p.file_stem().unwrap_or_default().to_string_lossy().to_string();
-        let read = |f: &PathBuf| code(&std::fs::read_to_string(f).unwrap());
-        let (mut names, files) = if p.is_dir() {
-            let files = sources(&p);
+        // Each file of the node, read once, and the prefix its siblings are named through there.
+        let (files, up) = if p.is_dir() {
             // At the root every path is `crate::x`; below it, a subfolder's own files reach their
-            // siblings through `super::super::`.
-            let names: Vec<String> = match path.is_empty() {
-                true => files.iter().flat_map(|f| named(&read(f), "crate::")).collect(),
-                false => files
-                    .iter()
-                    .filter(|f| f.parent() == Some(&p))
-                    .flat_map(|f| named(&read(f), "super::super::"))
-                    .collect(),
-            };
-            (names, files)
+            // siblings through `super::super::` (its deeper files only by the full path).
+            (sources(&p), if path.is_empty() { "crate::" } else { "super::super::" })
         } else if p.extension().is_some_and(|e| e == "rs") && !["mod", "lib", "main"].contains(&stem.as_str()) {
-            let files = sources(&p);
-            let up = if path.is_empty() { "crate::" } else { "super::" };
-            (files.iter().flat_map(|f| named(&read(f), up)).collect(), files)
+            (sources(&p), if path.is_empty() { "crate::" } else { "super::" })
         } else {
             continue;
         };
         if files.is_empty() {
             continue;
         }
-        if !path.is_empty() {
-            for file in &files {
-                names.extend(named(&read(file), &format!("crate::{path}::")));
+        let mut names = Vec::new();
+        for file in &files {
+            let code = code(&std::fs::read_to_string(file).unwrap());
+            if path.is_empty() || !p.is_dir() || file.parent() == Some(&p) {
+                names.extend(named(&code, up));
+            }
+            if !path.is_empty() {
+                names.extend(named(&code, &format!("crate::{path}::")));
             }
         }
         out.push((stem, names));

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
-use crate::cost::ledger::Ledger;
+use crate::cost::ledger::{Entry, Ledger};
 use crate::display::Display;
 use crate::publish::Target;
 use crate::report::{Report, Status};
@@ -329,15 +329,15 @@ fn write_files(shards: &[Loaded], out: &Path) -> anyhow::Result<()> {
 
 /// Records the merged run in the ledger and marks its shards merged into it.
 fn record(ledger: &Path, shards: &[Loaded], report: &Report, out: &Path) -> anyhow::Result<usize> {
-    let mut ledger = Ledger::open(ledger)?;
     let source = &shards[0].plan["source"];
     let repository = source["repository"].as_str().or(source["url"].as_str()).unwrap_or_default().to_string();
-    ledger.begin_run(&report.run_start(&report.spec_name, repository, out))?;
+    let start = report.run_start(&report.spec_name, repository, out);
+    let mut entry = Entry::begin(Ledger::open(ledger)?, &start, false)?;
     let finished = report.finished_at.clone().unwrap_or_default();
-    ledger.finish_run(&report.run_id, report.status.as_str(), &finished, &report.sandboxes)?;
-    crate::run::record_lens(&ledger, report)?;
+    entry.finish(report.status.as_str(), &finished, &report.sandboxes)?;
+    crate::run::record_lens(entry.ledger(), report)?;
     let ids: Vec<String> = shards.iter().map(|s| s.record.part.run_id.clone()).collect();
-    ledger.mark_merged(&ids, &report.run_id)
+    entry.ledger().mark_merged(&ids, &report.run_id)
 }
 
 /// Merges the shard directories `dirs` into `out` (None: `runs/<new id>`), recording the merged

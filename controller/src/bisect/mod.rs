@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::cost::SandboxRecord;
-use crate::cost::ledger::{Ledger, RunStart};
+use crate::cost::ledger::{Entry, Ledger, RunStart};
 use crate::display::Display;
 use crate::observations::store::{StoredBody, read_events};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
@@ -337,23 +337,20 @@ pub async fn bisect(
     let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(2).await?);
     // The ledger entry is made before the first sandbox, so a bisection killed from here on
     // shows as unfinished; a resumed one is put back to running.
-    let ledger = match &opts.ledger {
+    let entry = match &opts.ledger {
         Some(path) => {
-            let ledger = Ledger::open(path)?;
-            if !(opts.id.is_some() && ledger.reopen_run(&id)?) {
-                ledger.begin_run(&RunStart {
-                    run_id: id.clone(),
-                    spec: plan.name.clone(),
-                    repository: repository.display().to_string(),
-                    base_rev: good.rev.clone(),
-                    base_commit: good.commit.clone(),
-                    head_rev: bad.rev.clone(),
-                    head_commit: bad.commit.clone(),
-                    started_at: crate::report::timestamp(started),
-                    run_dir: dir.display().to_string(),
-                })?;
-            }
-            Some(ledger)
+            let start = RunStart {
+                run_id: id.clone(),
+                spec: plan.name.clone(),
+                repository: repository.display().to_string(),
+                base_rev: good.rev.clone(),
+                base_commit: good.commit.clone(),
+                head_rev: bad.rev.clone(),
+                head_commit: bad.commit.clone(),
+                started_at: crate::report::timestamp(started),
+                run_dir: dir.display().to_string(),
+            };
+            Some(Entry::begin(Ledger::open(path)?, &start, opts.id.is_some())?)
         }
         None => None,
     };
@@ -381,15 +378,16 @@ pub async fn bisect(
         display: display.clone(),
     };
     let bisected = conduct(provisioner, job, cancel.clone()).await;
-    if let Some(mut ledger) = ledger {
+    if let Some(mut entry) = entry {
         let (status, sandboxes) = match &bisected {
             Ok(b) if b.error.is_none() => (Status::Completed, b.report.sandboxes.as_slice()),
             Ok(b) => (if *cancel.borrow() { Status::Canceled } else { Status::Failed }, b.report.sandboxes.as_slice()),
             Err(_) => (Status::Failed, &[][..]),
         };
         let finished = crate::report::timestamp(SystemTime::now());
-        if let Err(err) = ledger.finish_run(&id, status.as_str(), &finished, sandboxes) {
-            display.warning(&format!("cannot record the bisection in the ledger {}: {err:#}", ledger.path().display()));
+        if let Err(err) = entry.finish(status.as_str(), &finished, sandboxes) {
+            let at = entry.ledger().path().display();
+            display.warning(&format!("cannot record the bisection in the ledger {at}: {err:#}"));
         }
     }
     let bisected = bisected?;
@@ -860,8 +858,10 @@ pub fn markdown(report: &BisectReport) -> String {
         ));
     }
     out.push_str(&format!(
-        "\n{} commits visited between the ends, {:.0} s of sandbox time (~${:.4}).\n",
-        report.steps, report.sandbox_seconds, report.cost_usd
+        "\n{} visited between the ends, {:.0} s of sandbox time (~${:.4}).\n",
+        crate::report::format::plural(report.steps, "commit"),
+        report.sandbox_seconds,
+        report.cost_usd
     ));
     if report.lens == Lens::Instructions {
         out.push_str("\nEach commit counted once under the instruction lens (callgrind), with a cold compile cache.\n");
@@ -956,6 +956,28 @@ mod tests {
         // A wall-time value in seconds is shown as such, not rounded to 0.
         let markdown = markdown(&first_bad);
         assert!(markdown.contains("| 0.125000 |") && markdown.contains("| 0.135000 |"), "{markdown}");
+    }
+
+    /// `bisect.md` renders from the report alone: a first bad commit by wall time, and a change
+    /// spread over commits under the lens with a commit that did not build and a hostile subject.
+    #[test]
+    fn bisect_md_renders_from_the_report_alone() {
+        insta::assert_snapshot!(
+            "bisect_md_first_bad",
+            markdown(&report(0.125, 0.135, Outcome::FirstBad { index: 2, share: 0.95 }))
+        );
+        let mut spread = report(1_000_000.0, 1_020_000.0, Outcome::Spread { from: 1, to: 3, largest: 2, share: 0.5 });
+        spread.lens = Lens::Instructions;
+        spread.key = "work.instructions".into();
+        spread.commits[1].subject = "@team see https://example.com/x <b>| a pipe".into();
+        spread.visits.push(Visit {
+            index: 1,
+            reading: Reading::Skipped("the build failed: exit 2".into()),
+            seconds: 2.0,
+            samples: Vec::new(),
+        });
+        spread.steps = 2;
+        insta::assert_snapshot!("bisect_md_spread_under_the_lens", markdown(&spread));
     }
 }
 

@@ -482,6 +482,61 @@ impl Ledger {
     }
 }
 
+/// A run's row in the ledger from its start to its end, for every command that spends sandboxes
+/// (`run`, `bisect`, `history --bisect`, `merge`): begun when made (a resumed run's row put back
+/// to running), closed by [`Entry::finish`]. An entry dropped unfinished — an error or a panic on
+/// the way — closes its row as `failed`, with no sandbox recorded, so that only a controller
+/// killed outright leaves a row running (which the next run records abandoned).
+pub struct Entry {
+    ledger: Ledger,
+    run_id: String,
+    open: bool,
+}
+
+impl Entry {
+    /// Records `run` as begun; with `resume`, puts its row back to running when the ledger has
+    /// it, and begins it otherwise.
+    pub fn begin(ledger: Ledger, run: &RunStart, resume: bool) -> anyhow::Result<Entry> {
+        if !(resume && ledger.reopen_run(&run.run_id)?) {
+            ledger.begin_run(run)?;
+        }
+        Ok(Entry { ledger, run_id: run.run_id.clone(), open: true })
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Closes the row: how the run ended and what each sandbox cost. The entry stays usable
+    /// (its ledger) afterwards; once closed, it is not closed again on drop.
+    pub fn finish(&mut self, status: &str, finished_at: &str, sandboxes: &[SandboxRecord]) -> anyhow::Result<()> {
+        self.ledger.finish_run(&self.run_id, status, finished_at, sandboxes)?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if self.open {
+            let now = timestamp(std::time::SystemTime::now());
+            if let Err(err) = self.ledger.finish_run(&self.run_id, "failed", &now, &[]) {
+                tracing::warn!(run = %self.run_id, "cannot close the ledger entry: {err:#}");
+            }
+        }
+    }
+}
+
+/// RFC 3339 (UTC, seconds) of a time, as the ledger and the reports keep times.
+pub fn timestamp(t: std::time::SystemTime) -> String {
+    let t = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use sandbench_proto::{Phase, Side};
@@ -634,6 +689,35 @@ mod tests {
         // A run that was never begun cannot be finished.
         let mut ledger = ledger;
         assert!(ledger.finish_run("ghost", "completed", "x", &[]).is_err());
+    }
+
+    #[test]
+    fn an_entry_dropped_unfinished_closes_its_row_as_failed_and_a_finished_one_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let status = |id: &str| Ledger::open(&path).unwrap().run(id).unwrap().map(|(r, _)| r.status);
+        // An error on the way (the entry goes out of scope unfinished): failed, nothing spent.
+        let entry = Entry::begin(Ledger::open(&path).unwrap(), &start("r1"), false).unwrap();
+        assert_eq!((entry.run_id(), status("r1").as_deref()), ("r1", Some(UNFINISHED)));
+        drop(entry);
+        let (row, phases) = Ledger::open(&path).unwrap().run("r1").unwrap().unwrap();
+        assert_eq!((row.status.as_str(), row.sandboxes, phases.len()), ("failed", 0, 0));
+        assert!(row.finished_at.is_some(), "{row:?}");
+        // Finished: the drop leaves it as it was closed.
+        let mut entry = Entry::begin(Ledger::open(&path).unwrap(), &start("r2"), false).unwrap();
+        entry.finish("completed", "2026-11-29T10:02:00Z", &[sandbox("sb-base", Side::Base, 0.002)]).unwrap();
+        assert_eq!(entry.ledger().path(), path.as_path());
+        drop(entry);
+        assert_eq!(status("r2").as_deref(), Some("completed"));
+        // Resumed: the row is put back to running, not begun twice; one the ledger lacks is begun.
+        let mut entry = Entry::begin(Ledger::open(&path).unwrap(), &start("r2"), true).unwrap();
+        assert_eq!(status("r2").as_deref(), Some(UNFINISHED));
+        entry.finish("canceled", "2026-11-29T10:03:00Z", &[]).unwrap();
+        assert_eq!(status("r2").as_deref(), Some("canceled"));
+        assert!(Entry::begin(Ledger::open(&path).unwrap(), &start("r2"), false).is_err(), "begun twice");
+        let mut entry = Entry::begin(Ledger::open(&path).unwrap(), &start("r3"), true).unwrap();
+        entry.finish("completed", "2026-11-29T10:04:00Z", &[]).unwrap();
+        assert_eq!(status("r3").as_deref(), Some("completed"));
     }
 
     #[test]

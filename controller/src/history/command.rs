@@ -21,7 +21,7 @@ use super::series::{self, Kind};
 use super::store::{CommitInfo, Records};
 use crate::bisect::{BisectReport, Job, Lens, Outcome, Target};
 use crate::cost::SandboxRecord;
-use crate::cost::ledger::{Ledger, RunStart, this_machine};
+use crate::cost::ledger::{Entry, Ledger, RunStart, this_machine};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::Revision;
 use crate::report::noise::NoiseProfile;
@@ -198,7 +198,7 @@ async fn bisect_changes(at: Bisecting<'_>, history: &mut History, cancel: watch:
         return;
     };
     let entry = format!("history-{}-{}", crate::report::stamp(SystemTime::now()), suffix());
-    let mut spending = Spending { provisioner: None, spent: Vec::new(), entry, begun: false, jobs: 0 };
+    let mut spending = Spending { provisioner: None, spent: Vec::new(), name: entry, entry: None, jobs: 0 };
     for (m, c) in wanted {
         let (key, change) = (history.metrics[m].key.clone(), history.metrics[m].change_points[c].clone());
         match bisect_one(&at, repository, &mut spending, (&key, &change), &cancel).await {
@@ -211,12 +211,10 @@ async fn bisect_changes(at: Bisecting<'_>, history: &mut History, cancel: watch:
             }
         }
     }
-    if spending.begun {
+    if let Some(entry) = spending.entry.as_mut() {
         let status = if *cancel.borrow() { "canceled" } else { "completed" };
         let finished = crate::report::timestamp(SystemTime::now());
-        let recorded = Ledger::open(at.ledger.path())
-            .and_then(|mut ledger| ledger.finish_run(&spending.entry, status, &finished, &spending.spent));
-        if let Err(err) = recorded {
+        if let Err(err) = entry.finish(status, &finished, &spending.spent) {
             history.warnings.push(format!("cannot record the bisections in the ledger: {err:#}"));
         }
     }
@@ -226,8 +224,10 @@ async fn bisect_changes(at: Bisecting<'_>, history: &mut History, cancel: watch:
 struct Spending {
     provisioner: Option<Arc<dyn Provisioner>>,
     spent: Vec<SandboxRecord>,
-    entry: String,
-    begun: bool,
+    /// The ledger entry's run id.
+    name: String,
+    /// The ledger entry, from the first bisection that spends a sandbox.
+    entry: Option<Entry>,
     /// Bisections run so far (each names its sandboxes with its number).
     jobs: usize,
 }
@@ -278,12 +278,12 @@ async fn bisect_one(
             docker
         }
     };
-    if !spending.begun {
-        begin_entry(at.ledger, at.plan, repository, &spending.entry, at.dir, change).map_err(|err| Skipped {
+    if spending.entry.is_none() {
+        let entry = begin_entry(at.ledger.path(), at.plan, repository, &spending.name, at.dir, change);
+        spending.entry = Some(entry.map_err(|err| Skipped {
             why: format!("cannot record the bisections in the ledger: {err:#}"),
             stop: true,
-        })?;
-        spending.begun = true;
+        })?);
     }
     let revision = |commit: &str| Revision { rev: commit.to_string(), commit: commit.to_string() };
     let job = Job {
@@ -295,7 +295,7 @@ async fn bisect_one(
         max_steps: at.plan.bisect.max_steps,
         budget_usd: budget,
         dir,
-        id: format!("{}-{}", spending.entry, spending.jobs),
+        id: format!("{}-{}", spending.name, spending.jobs),
         agent: at.opts.agent.clone(),
         shipping: AgentShipping::Bind,
         dead_man: at.opts.dead_man,
@@ -321,14 +321,14 @@ async fn bisect_one(
 
 /// The ledger entry of the bisections, begun before their first sandbox.
 fn begin_entry(
-    ledger: &Ledger,
+    ledger: &Path,
     plan: &Plan,
     repository: &Path,
     entry: &str,
     dir: &Path,
     change: &ChangeAt,
-) -> anyhow::Result<()> {
-    ledger.begin_run(&RunStart {
+) -> anyhow::Result<Entry> {
+    let start = RunStart {
         run_id: entry.to_string(),
         spec: plan.name.clone(),
         repository: repository.display().to_string(),
@@ -338,7 +338,8 @@ fn begin_entry(
         head_commit: change.after_commit.clone(),
         started_at: crate::report::timestamp(SystemTime::now()),
         run_dir: dir.display().to_string(),
-    })
+    };
+    Entry::begin(Ledger::open(ledger)?, &start, false)
 }
 
 /// A bisection's answer in `dir` when it finished (Unresolved counts as finished unless it says

@@ -95,10 +95,10 @@ fn change_row(history: &History, metric: &MetricHistory, change: &ChangeAt) -> S
     let first_bad = match &change.bisection {
         Some(b) => match &b.first_bad {
             Some(c) => format!(
-                "`{}` {} (bisected, {} commits visited)",
+                "`{}` {} (bisected, {} visited)",
                 short(&c.commit),
                 escape_clipped(&c.subject, MAX_SUBJECT),
-                b.steps
+                crate::report::format::plural(b.steps, "commit")
             ),
             None => format!("bisected: {}", escape_clipped(&b.words, 300)),
         },

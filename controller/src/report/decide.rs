@@ -21,6 +21,7 @@
 //! resolution, which the interval already accounts for; past 50 % the report says the cap was
 //! applied and the minimum detectable effect tells what the run could resolve.
 
+use super::format::plural;
 use super::noise::NoiseProfile;
 use crate::spec::MetricDef;
 use crate::stats::{self, Comparison, Outcome, Paired, Verdict};
@@ -237,10 +238,6 @@ pub fn no_change_bound(p: &Paired) -> Option<f64> {
 
 fn pct(x: f64) -> String {
     format!("{:.2}%", x * 100.0)
-}
-
-fn plural(n: usize, word: &str) -> String {
-    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
 }
 
 #[cfg(test)]

@@ -198,6 +198,11 @@ pub fn unlinked(text: &str) -> String {
     out
 }
 
+/// `n` and the word, plural unless one: "1 commit", "2 commits".
+pub fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -358,9 +358,9 @@ fn bisect_block(report: &Report) -> Option<Block> {
             crate::sanitize::terminal(crate::sanitize::prefix(&line.key, MAX_TITLE)).replace(['`', '\n', '\r'], "'");
         let _ = writeln!(
             out,
-            "**Bisect:** `{key}`{} — {} commits visited, {:.0} s of sandbox time (~${:.4}).\n",
+            "**Bisect:** `{key}`{} — {} visited, {:.0} s of sandbox time (~${:.4}).\n",
             escape_clipped(&line.words, MAX_BULLET),
-            line.steps,
+            super::format::plural(line.steps, "commit"),
             line.sandbox_seconds,
             line.cost_usd
         );

@@ -668,11 +668,7 @@ impl Report {
     }
 }
 
-/// RFC 3339 (UTC, seconds) of a time.
-pub fn timestamp(t: std::time::SystemTime) -> String {
-    let t = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
+pub use crate::cost::ledger::timestamp;
 
 /// A time as it names run directories: `20261202-195503` (UTC, seconds).
 pub fn stamp(t: std::time::SystemTime) -> String {

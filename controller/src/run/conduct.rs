@@ -17,7 +17,7 @@ use super::output::{self, NoiseProfile, write_reports};
 use super::schedule::Side;
 use super::walk::{Adapted, MAX_ERRORS};
 use super::{bisections, schedule, story};
-use crate::cost::ledger::{Ledger, StoredNoise, this_machine};
+use crate::cost::ledger::{Entry, Ledger, StoredNoise, this_machine};
 use crate::display::Display;
 use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Report, Revision, Status};
@@ -67,7 +67,7 @@ pub(super) async fn conduct(
     }
     write_reports(&dir, &mut report)?;
     // The ledger entry is made first, so a run killed from here on shows as unfinished.
-    let mut ledger = begin_ledger(&opts, &plan, &report, &dir, resumed.is_some())?;
+    let mut entry = begin_ledger(&opts, &plan, &report, &dir, resumed.is_some())?;
 
     let setting = Setting {
         plan: &plan,
@@ -98,12 +98,12 @@ pub(super) async fn conduct(
         };
         bisections::bisect_regressions(at, &mut report, provisioner, cancel).await;
     }
-    if let Some(ledger) = ledger.as_mut() {
-        settle_ledger(ledger, &plan, &mut report).await;
+    if let Some(entry) = entry.as_mut() {
+        settle_ledger(entry, &plan, &mut report).await;
     }
     write_reports(&dir, &mut report)?;
     if base.commit == head.commit && report.status == Status::Completed && !report.record {
-        keep_a_a(&report, &dir, ledger.as_ref(), &display)?;
+        keep_a_a(&report, &dir, entry.as_ref().map(Entry::ledger), &display)?;
     }
     let mut ending = story::ending(&report, reason.as_deref(), &dir);
     // Right after how the run ended: why it added no pairs though it could have used them.
@@ -244,11 +244,12 @@ fn record_shard(
 
 /// Closes the run's ledger entry and keeps its base and head in the metric history (setting
 /// where the head stands against main's); a failure becomes a warning of the report.
-async fn settle_ledger(ledger: &mut Ledger, plan: &Plan, report: &mut Report) {
+async fn settle_ledger(entry: &mut Entry, plan: &Plan, report: &mut Report) {
     let finished_at = report.finished_at.clone().unwrap_or_default();
-    let recorded = ledger
-        .finish_run(&report.run_id, report.status.as_str(), &finished_at, &report.sandboxes)
-        .and_then(|()| record_lens(ledger, report));
+    let recorded = entry
+        .finish(report.status.as_str(), &finished_at, &report.sandboxes)
+        .and_then(|()| record_lens(entry.ledger(), report));
+    let ledger = entry.ledger();
     if let Err(err) = recorded {
         report.warnings.push(format!("cannot record the run in the ledger {}: {err:#}", ledger.path().display()));
     }
@@ -438,12 +439,9 @@ fn begin_ledger(
     report: &Report,
     dir: &Path,
     resumed: bool,
-) -> anyhow::Result<Option<Ledger>> {
+) -> anyhow::Result<Option<Entry>> {
     let Some(path) = &opts.ledger else { return Ok(None) };
     let ledger = Ledger::open(path)?;
-    if resumed && ledger.reopen_run(&report.run_id)? {
-        return Ok(Some(ledger));
-    }
     let repository = match &plan.source {
         SourceSettings::Local { repository } => {
             repository.canonicalize().unwrap_or(repository.clone()).display().to_string()
@@ -451,8 +449,7 @@ fn begin_ledger(
         SourceSettings::Url { url } => url.clone(),
         SourceSettings::None => String::new(),
     };
-    ledger.begin_run(&report.run_start(&plan.name, repository, dir))?;
-    Ok(Some(ledger))
+    Ok(Some(Entry::begin(ledger, &report.run_start(&plan.name, repository, dir), resumed)?))
 }
 
 /// Puts what the run ended with into the report.

@@ -78,7 +78,7 @@ group = "CLI"
 fn demo() -> tempfile::TempDir {
     let repo = support::demo_repo(|repo| {
         std::fs::write(repo.join("bench.toml"), SPEC).unwrap();
-        support::less_work(repo);
+        support::less_work(repo, 2_000_000);
     });
     support::git(repo.path(), "tag good");
     repo

@@ -105,7 +105,7 @@ group = "CLI"
 fn lens_repo() -> tempfile::TempDir {
     let repo = support::demo_repo(|repo| {
         std::fs::write(repo.join("bench.toml"), SPEC).unwrap();
-        support::less_work(repo);
+        support::less_work(repo, 5_000_000);
         fixed_address_program(&repo.join("bin/fixed-address"));
     });
     let tuning = repo.path().join("lib/tuning.json");

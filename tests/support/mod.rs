@@ -282,17 +282,22 @@ pub fn git(repo: &Path, args: &str) {
     assert!(ok, "git {args}");
 }
 
-/// A git repository holding a copy of examples/demo, changed by `edit`, committed and tagged
-/// `base` (on branch main). Its spec's steps run without the instruction lens (tests/lens.rs
-/// tests it; the others time the demo as they did).
-/// Cuts the demo's `demo work` to a tenth of its rounds (a lens run of it then takes seconds).
-pub fn less_work(repo: &Path) {
+/// Cuts the demo's `demo work` from 50,000,000 rounds to `rounds` (a lens run of it then takes
+/// seconds). Node's start is about 204 million instructions under the lens and a round about 72:
+/// at 5,000,000 rounds (`tests/lens.rs`) 1 % more rounds is 0.64 % more instructions, at
+/// 2,000,000 (`tests/bisect.rs`, `tests/history.rs`) 2 % more is 0.83 %, and a lens run takes
+/// about 12 s against 20.
+pub fn less_work(repo: &Path, rounds: u32) {
     let work = repo.join("lib/work.js");
     let text = std::fs::read_to_string(&work).unwrap();
-    let less = text.replace("const ROUNDS = 50_000_000;", "const ROUNDS = 5_000_000;");
+    let less = text.replace("const ROUNDS = 50_000_000;", &format!("const ROUNDS = {rounds};"));
     assert_ne!(less, text, "the demo's work.js changed");
     std::fs::write(&work, less).unwrap();
 }
+
+/// A git repository holding a copy of examples/demo, changed by `edit`, committed and tagged
+/// `base` (on branch main). Its spec's steps run without the instruction lens (tests/lens.rs
+/// tests it; the others time the demo as they did).
 
 pub fn demo_repo(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();

@@ -635,9 +635,11 @@ impl Probe<'_> {
             },
         };
         match &reading {
-            Reading::Value(v) => {
-                self.display.line(&format!("[{short}] {} = {v} ({} runs)", self.target.key, samples.len().max(1)))
-            }
+            Reading::Value(v) => self.display.line(&format!(
+                "[{short}] {} = {v} ({})",
+                self.target.key,
+                crate::report::format::plural(samples.len().max(1), "run")
+            )),
             Reading::Skipped(why) => self.display.line(&format!("[{short}] skipped: {why}")),
         }
         let seconds = started.elapsed().as_secs_f64().max(down.lifetime.as_secs_f64());

@@ -298,7 +298,6 @@ pub fn less_work(repo: &Path, rounds: u32) {
 /// A git repository holding a copy of examples/demo, changed by `edit`, committed and tagged
 /// `base` (on branch main). Its spec's steps run without the instruction lens (tests/lens.rs
 /// tests it; the others time the demo as they did).
-
 pub fn demo_repo(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
     copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo"), repo.path());

@@ -522,6 +522,10 @@ fn sandbench(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 async fn a_dry_run_prints_the_requests_and_sends_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(tmp.path(), "20260101-100000-aaaaaa", HEAD);
+    // A comment that would drive a terminal (a title, an OSC 52 clipboard write, a bell): what
+    // the dry run prints of it cannot.
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    std::fs::write(dir.join("report.md"), format!("{md}\n\x1b]0;pwned\x07\x1b]52;c;cHduZWQ=\x07\x1b[2J\r\n")).unwrap();
     // Nothing listens on this address: a request sent would fail the command.
     let out = sandbench(
         &["publish", dir.to_str().unwrap(), "--repo", "o/r", "--pr", "7", "--dry-run"],
@@ -529,6 +533,12 @@ async fn a_dry_run_prints_the_requests_and_sends_nothing() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for byte in [0x1b, 0x07, b'\r'] {
+        assert!(
+            !out.stdout.contains(&byte) && !out.stderr.contains(&byte),
+            "byte {byte:#04x} reached the terminal: {stdout:?}"
+        );
+    }
     let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase())).collect();
     assert_eq!(
         lines,

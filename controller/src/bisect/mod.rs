@@ -687,24 +687,7 @@ impl Probe<'_> {
         let seconds = down.lifetime.as_secs_f64();
         let stretch =
             crate::cost::PhaseUsage { phase: "bisect".into(), seconds, cpu_seconds: 0.0, memory_gib_seconds: 0.0 };
-        let cost = crate::cost::sandbox_cost(
-            &self.plan.cost,
-            self.plan.allocation(),
-            vec![stretch],
-            down.removal_error.is_some(),
-            self.plan.sandbox.ttl.as_secs_f64(),
-        );
-        SandboxRecord {
-            id: sandbox.id.clone(),
-            role: sandbox.role.clone(),
-            created_at: crate::report::timestamp(sandbox.requested_at),
-            removed_at: down.removal_error.is_none().then(|| crate::report::timestamp(SystemTime::now())),
-            seconds: cost.charged_seconds.max(seconds),
-            deleted: down.removal_error.is_none(),
-            estimated_usd: cost.allocation_usd,
-            peak_memory_bytes: 0,
-            cost: Some(cost),
-        }
+        down.record(self.plan, sandbox, vec![stretch], 0)
     }
 
     /// Ok(Err(why)) when a step of the commit failed (it is skipped); Err when the bisection cannot go on.

@@ -102,6 +102,34 @@ pub async fn teardown(provisioner: &dyn Provisioner, hub: &Hub, run_dir: &Path, 
     }
 }
 
+impl Teardown {
+    /// The torn-down `sandbox` as the report and the ledger keep it: its lifetime charged at the
+    /// plan's rate card over the stretches `phases` (what `sandbench cost` shows per phase), at
+    /// least until its expiry when its removal failed, and its peak memory.
+    pub fn record(
+        &self,
+        plan: &Plan,
+        sandbox: &Sandbox,
+        phases: Vec<crate::cost::PhaseUsage>,
+        peak_memory_bytes: u64,
+    ) -> crate::cost::SandboxRecord {
+        let removed = self.removal_error.is_none();
+        let cost =
+            crate::cost::sandbox_cost(&plan.cost, plan.allocation(), phases, !removed, plan.sandbox.ttl.as_secs_f64());
+        crate::cost::SandboxRecord {
+            id: sandbox.id.clone(),
+            role: sandbox.role.clone(),
+            created_at: crate::report::timestamp(sandbox.requested_at),
+            removed_at: removed.then(|| crate::report::timestamp(SystemTime::now())),
+            seconds: cost.charged_seconds.max(self.lifetime.as_secs_f64()),
+            deleted: removed,
+            estimated_usd: cost.allocation_usd,
+            peak_memory_bytes,
+            cost: Some(cost),
+        }
+    }
+}
+
 /// Uploads `git archive` of the commit into the sandbox when the plan's source is a local
 /// repository (the agent fetches git URLs itself), streamed and bounded by `[source] max_mb`.
 pub async fn deliver_source(

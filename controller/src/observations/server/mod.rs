@@ -33,6 +33,8 @@ pub use conn::{MAX_CONNECTIONS_PER_SOCKET, MAX_STREAMS_PER_CONNECTION};
 pub use crate::observations::intake::Refusal;
 
 const TOKENS_FILE: &str = ".agent-tokens.json";
+/// Why the agent of a retired sandbox (one being torn down) is refused.
+const RETIRED: &str = "token reused: the sandbox was retired";
 
 /// Timing of the conversation with agents.
 #[derive(Debug, Clone)]
@@ -532,15 +534,22 @@ impl Hub {
                     None => "wrong token".to_string(),
                 })
             }
-            Some(state) if state.retired => Some("token reused: the sandbox was retired".to_string()),
+            Some(state) if state.retired => Some(RETIRED.to_string()),
             Some(state) => misplaced(state.registration.placement, hello.placement.as_ref()),
         };
         if let Some(reason) = refusal {
+            // A sandbox being torn down is retired before its container goes: its agent, cut
+            // off, reconnects once or twice meanwhile. Expected, so not a warning.
+            let retired = reason == RETIRED;
             drop(sandboxes);
             let timely = lock(&self.inner.refusals).record(&hello.sandbox_id, &reason);
             if timely {
-                let boot = intake::shown_id(&hello.boot_id);
-                tracing::warn!(sandbox = %intake::shown_id(&hello.sandbox_id), boot = %boot, "refused an agent: {reason}");
+                let (sandbox, boot) = (intake::shown_id(&hello.sandbox_id), intake::shown_id(&hello.boot_id));
+                if retired {
+                    tracing::info!(sandbox = %sandbox, boot = %boot, "refused an agent: {reason}");
+                } else {
+                    tracing::warn!(sandbox = %sandbox, boot = %boot, "refused an agent: {reason}");
+                }
             }
             return Err(Refused { status: Status::unauthenticated(reason), late: !timely });
         }

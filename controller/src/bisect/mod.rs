@@ -318,6 +318,28 @@ fn new_id(started: SystemTime) -> String {
     format!("bisect-{}-{suffix}", crate::report::stamp(started))
 }
 
+/// A bisection's ledger row as it starts: good as its base, bad as its head.
+pub(crate) fn run_start(
+    id: &str,
+    plan: &Plan,
+    repository: &Path,
+    (good, bad): (&Revision, &Revision),
+    started: SystemTime,
+    dir: &Path,
+) -> RunStart {
+    RunStart {
+        run_id: id.to_string(),
+        spec: plan.name.clone(),
+        repository: repository.display().to_string(),
+        base_rev: good.rev.clone(),
+        base_commit: good.commit.clone(),
+        head_rev: bad.rev.clone(),
+        head_commit: bad.commit.clone(),
+        started_at: crate::report::timestamp(started),
+        run_dir: dir.display().to_string(),
+    }
+}
+
 /// `sandbench bisect`: the bisection on Docker, in its own directory and ledger entry.
 pub async fn bisect(
     opts: BisectOptions,
@@ -339,17 +361,7 @@ pub async fn bisect(
     // shows as unfinished; a resumed one is put back to running.
     let entry = match &opts.ledger {
         Some(path) => {
-            let start = RunStart {
-                run_id: id.clone(),
-                spec: plan.name.clone(),
-                repository: repository.display().to_string(),
-                base_rev: good.rev.clone(),
-                base_commit: good.commit.clone(),
-                head_rev: bad.rev.clone(),
-                head_commit: bad.commit.clone(),
-                started_at: crate::report::timestamp(started),
-                run_dir: dir.display().to_string(),
-            };
+            let start = run_start(&id, &plan, repository, (&good, &bad), started, &dir);
             Some(Entry::begin(Ledger::open(path)?, &start, opts.id.is_some())?)
         }
         None => None,

@@ -21,7 +21,7 @@ use super::series::{self, Kind};
 use super::store::{CommitInfo, Records};
 use crate::bisect::{BisectReport, Job, Lens, Outcome, Target};
 use crate::cost::SandboxRecord;
-use crate::cost::ledger::{Entry, Ledger, RunStart, this_machine};
+use crate::cost::ledger::{Entry, Ledger, this_machine};
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::Revision;
 use crate::report::noise::NoiseProfile;
@@ -328,17 +328,9 @@ fn begin_entry(
     dir: &Path,
     change: &ChangeAt,
 ) -> anyhow::Result<Entry> {
-    let start = RunStart {
-        run_id: entry.to_string(),
-        spec: plan.name.clone(),
-        repository: repository.display().to_string(),
-        base_rev: change.before_commit.clone(),
-        base_commit: change.before_commit.clone(),
-        head_rev: change.after_commit.clone(),
-        head_commit: change.after_commit.clone(),
-        started_at: crate::report::timestamp(SystemTime::now()),
-        run_dir: dir.display().to_string(),
-    };
+    let revision = |commit: &str| Revision { rev: commit.to_string(), commit: commit.to_string() };
+    let (good, bad) = (revision(&change.before_commit), revision(&change.after_commit));
+    let start = crate::bisect::run_start(entry, plan, repository, (&good, &bad), SystemTime::now(), dir);
     Entry::begin(Ledger::open(ledger)?, &start, false)
 }
 

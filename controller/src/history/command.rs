@@ -285,12 +285,12 @@ async fn bisect_one(
             stop: true,
         })?);
     }
-    let revision = |commit: &str| Revision { rev: commit.to_string(), commit: commit.to_string() };
+    let (good, bad) = ends(change);
     let job = Job {
         plan: at.plan,
         repository: repository.to_path_buf(),
-        good: revision(&change.before_commit),
-        bad: revision(&change.after_commit),
+        good,
+        bad,
         target,
         max_steps: at.plan.bisect.max_steps,
         budget_usd: budget,
@@ -319,6 +319,12 @@ async fn bisect_one(
     }
 }
 
+/// The change point's two recorded commits, good and bad, each named by its commit id.
+fn ends(change: &ChangeAt) -> (Revision, Revision) {
+    let revision = |commit: &str| Revision { rev: commit.to_string(), commit: commit.to_string() };
+    (revision(&change.before_commit), revision(&change.after_commit))
+}
+
 /// The ledger entry of the bisections, begun before their first sandbox.
 fn begin_entry(
     ledger: &Path,
@@ -328,8 +334,7 @@ fn begin_entry(
     dir: &Path,
     change: &ChangeAt,
 ) -> anyhow::Result<Entry> {
-    let revision = |commit: &str| Revision { rev: commit.to_string(), commit: commit.to_string() };
-    let (good, bad) = (revision(&change.before_commit), revision(&change.after_commit));
+    let (good, bad) = ends(change);
     let start = crate::bisect::run_start(entry, plan, repository, (&good, &bad), SystemTime::now(), dir);
     Entry::begin(Ledger::open(ledger)?, &start, false)
 }

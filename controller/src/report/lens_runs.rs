@@ -6,7 +6,8 @@
 //! pairs of both its counts and the largest change they showed is within [`LENS_FLOOR_MIN`]
 //! (the least floor a count is judged against); then the first trial of each side runs the lens
 //! and no other does. Otherwise the first [`EVIDENCE_TRIALS`] trials of each side (at most the
-//! phase's) run it: in an A/A run, whose profile later runs use; in a compare run without that
+//! phase's) run it: in an A/A run without that evidence, whose profile later runs use (an A/A
+//! run with it counts once a side, a pair more of evidence); in a compare run without that
 //! evidence; and for a step the profile shows not deterministic, whose verdict then takes this
 //! run's own spread between trials as well (`decide::count_spread`). More runs would not narrow
 //! a count's interval (it spans every pair's change), so three a side is what the verdict needs.
@@ -127,11 +128,26 @@ pub fn decide(
         let capped = if n > planned { format!(" (its phase has {planned} trials)") } else { String::new() };
         (n.min(planned), Basis::Asked, format!("as `[lens] runs = {n}` asks{capped}"))
     } else if a_a {
-        let why = format!(
-            "an A/A calibration: {evidence_runs} runs of each side show whether the step is deterministic under the \
-             lens, and later runs count it once a side where it is"
-        );
-        (evidence_runs, Basis::Calibration, why)
+        match evidence(stem, noise) {
+            // The A/A runs before it showed the step deterministic: one run a side adds a pair
+            // to that evidence (and would show a step that stopped being deterministic, as a
+            // compare run's one pair would), at a third of the cost.
+            Ok((run_id, pairs, spread)) if spread <= LENS_FLOOR_MIN => {
+                let why = format!(
+                    "an A/A run: the A/A profile of run {run_id} already shows the step deterministic ({pairs} pairs, \
+                     counts within {}), so one run a side adds a pair to that evidence",
+                    relative(spread)
+                );
+                (1.min(planned), Basis::Calibration, why)
+            }
+            _ => {
+                let why = format!(
+                    "an A/A calibration: {evidence_runs} runs of each side show whether the step is deterministic under \
+                     the lens, and later runs count it once a side where it is"
+                );
+                (evidence_runs, Basis::Calibration, why)
+            }
+        }
     } else {
         match evidence(stem, noise) {
             Ok((run_id, pairs, spread)) if spread <= LENS_FLOOR_MIN => {
@@ -255,11 +271,21 @@ mod tests {
     }
 
     #[test]
-    fn an_a_a_run_calibrates_in_three_trials_a_side_and_the_spec_may_say_otherwise() {
+    fn an_a_a_run_calibrates_in_three_trials_a_side_unless_its_profile_already_shows_the_step_deterministic() {
         let deterministic = profile(30, 0.0);
-        // An A/A run calibrates whatever the profile before it says.
-        assert_eq!(runs(10, None, true, Some(&deterministic)), (3, Basis::Calibration));
+        // An A/A run without that evidence calibrates in three trials a side (its phase
+        // permitting): no profile, too few pairs, or counts that differed.
+        assert_eq!(runs(10, None, true, None), (3, Basis::Calibration));
+        assert_eq!(runs(10, None, true, Some(&profile(2, 0.0))), (3, Basis::Calibration));
+        assert_eq!(runs(10, None, true, Some(&profile(30, 0.004))), (3, Basis::Calibration));
         assert_eq!(runs(1, None, true, None), (1, Basis::Calibration));
+        // One whose profile already shows the step deterministic adds a pair: one run a side.
+        let r = decide("work", Phase::Runtime, 10, None, true, Some(&deterministic));
+        assert_eq!((r.runs, r.basis), (1, Basis::Calibration));
+        assert_eq!(
+            r.note(),
+            "counted once a side: an A/A run: the A/A profile of run aa1 already shows the step deterministic (30 pairs, counts within 0.00%), so one run a side adds a pair to that evidence"
+        );
         // `[lens] runs` wins, capped at the phase's trials.
         assert_eq!(runs(10, Some(5), false, Some(&deterministic)), (5, Basis::Asked));
         assert_eq!(runs(10, Some(1), true, None), (1, Basis::Asked));

@@ -117,6 +117,16 @@ async fn the_lens_calibrates_in_three_trials_then_counts_once_a_side_and_never_i
     let markdown = std::fs::read_to_string(next.dir.join("report.md")).unwrap();
     assert!(markdown.contains("Instruction lens: 4 runs"), "{markdown}");
 
+    // A second A/A run, the first's profile in the ledger: one run a side adds a pair to it.
+    let again = RunOptions { head: opts.base.clone(), ..opts.clone() };
+    let (second, runs) = run_counting(again, Script::for_plan(&plan), "20260101-000003-aa").await;
+    assert_eq!(lens_trials(&runs), every(&["cold", "work"], 0..1));
+    let lens = &second.report.lens_runs;
+    assert!(lens.iter().all(|r| r.basis == Basis::Calibration && r.runs == 1), "{lens:?}");
+    assert!(lens.iter().all(|r| r.why.contains("already shows the step deterministic")), "{lens:?}");
+    let profile = super::NoiseProfile::load(&second.dir.join("noise.json")).unwrap();
+    assert_eq!(profile.metrics["work.instructions"].pairs, 1);
+
     // Without a profile, three trials a side measure the run's own spread, and the notes say why.
     let bare = RunOptions { noise_from_ledger: false, ..opts };
     let (bare, runs) = run_counting(bare, Script::for_plan(&plan), "20260101-000002-c").await;

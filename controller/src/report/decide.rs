@@ -38,6 +38,8 @@ pub use super::noise::MIN_PROFILE_PAIRS;
 pub struct Floor {
     pub value: f64,
     pub note: Option<String>,
+    /// From a noise profile (a statistical bound, which [`for_family`] may raise), not the spec.
+    pub profile: bool,
 }
 
 /// The floor of `def` at this base median, from the profile when it calibrated the metric.
@@ -51,7 +53,7 @@ pub fn floor(def: &MetricDef, base_median: Option<f64>, noise: Option<&NoiseProf
                 // Raised to the practical minimum: the method line says so once for every metric.
                 let note =
                     (value < f).then(|| format!("the noise profile's floor {} was clamped to {}", pct(f), pct(value)));
-                return Floor { value, note };
+                return Floor { value, note, profile: true };
             }
             Err(why) => profile_note = Some(why),
         }
@@ -70,7 +72,32 @@ pub fn floor(def: &MetricDef, base_median: Option<f64>, noise: Option<&NoiseProf
         (Some(p), Some(c)) => Some(format!("{p}; {c}")),
         (p, c) => p.or(c),
     };
-    Floor { value, note }
+    Floor { value, note, profile: false }
+}
+
+/// The floor of one of `family` metrics judged against the noise profile in one report, at
+/// level `alpha`: at least the family margin ([`stats::family_margin`]) times the standard error
+/// of these pairs' mean log ratio. Why: as pooled A/A runs accumulate, profile floors fall to
+/// the practical minimum, and each metric alone is then called changed by an A/A run at close
+/// to the interval's own `alpha`; a report judging tens of metrics would call one of them in
+/// most A/A runs. With the margin, an A/A report calls any of its profile-judged metrics
+/// changed at most `alpha` of the time (Bonferroni: fewer still, the metrics being correlated),
+/// at the price of that margin on each one's minimum detectable effect. A spec's floor (the
+/// author's threshold, not a bound from noise) is left as it is.
+pub fn for_family(floor: Floor, pairs: &[(f64, f64)], family: usize, alpha: f64) -> Floor {
+    let margin = stats::family_margin(family, alpha, pairs.len());
+    let Some(se) = stats::log_ratio_se(pairs).filter(|_| floor.profile && margin > 0.0) else { return floor };
+    let guard = ((margin * se).exp() - 1.0).min(FLOOR_CAP);
+    if guard <= floor.value {
+        return floor;
+    }
+    let note = format!(
+        "floor raised from {} to {}: one of {family} metrics judged against the noise profile, so that a report of identical sides calls any of them changed at most {:.0}% of the time",
+        pct(floor.value),
+        pct(guard),
+        alpha * 100.0
+    );
+    Floor { value: guard, note: Some(note), profile: true }
 }
 
 /// A metric's samples as the decision sees them.
@@ -183,8 +210,8 @@ pub fn count_spread(key: &str, within: Option<f64>, noise: Option<&NoiseProfile>
 /// any pair), never below [`LENS_FLOOR_MIN`]; else the spec's relative floor (0.5 % by default).
 pub fn count_floor(def: &MetricDef, noise: Option<&NoiseProfile>) -> Floor {
     match noise.and_then(|n| n.metrics.get(&def.key).filter(|m| m.pairs >= 1)) {
-        Some(m) => Floor { value: m.floor.clamp(LENS_FLOOR_MIN, FLOOR_CAP), note: None },
-        None => Floor { value: def.relative.min(FLOOR_CAP), note: None },
+        Some(m) => Floor { value: m.floor.clamp(LENS_FLOOR_MIN, FLOOR_CAP), note: None, profile: true },
+        None => Floor { value: def.relative.min(FLOOR_CAP), note: None, profile: false },
     }
 }
 
@@ -249,7 +276,7 @@ mod tests {
     fn floors_come_from_the_spec_capped() {
         let cold = built_in("cold").unwrap();
         // 0.1 s absolute on a 5.5 s median is 1.8 %: the relative 20 % wins.
-        assert_eq!(floor(&cold, Some(5.5), None), Floor { value: 0.2, note: None });
+        assert_eq!(floor(&cold, Some(5.5), None), Floor { value: 0.2, note: None, profile: false });
         // 0.1 s on a 0.4 s start: 25 %.
         assert_eq!(floor(&cold, Some(0.4), None).value, 0.25);
         // 0.1 s on a 46 ms start is 217 %: capped at 50 %, and said.
@@ -258,6 +285,76 @@ mod tests {
         assert!(f.note.unwrap().contains("217.39% of the base median; capped at 50.00%"));
         // No base median: the relative floor.
         assert_eq!(floor(&cold, None, None).value, 0.2);
+    }
+
+    #[test]
+    fn a_profile_floor_is_raised_for_its_family_and_a_spec_floor_is_not() {
+        // Twenty pairs whose log ratios alternate ±ln 1.05: sd 5.01 %, standard error 1.12 %.
+        let pairs: Vec<(f64, f64)> = (0..20).map(|i| (1.0, if i % 2 == 0 { 1.05f64 } else { 1.0 / 1.05 })).collect();
+        let se = stats::log_ratio_se(&pairs).unwrap();
+        let profile = Floor { value: 0.005, note: Some("clamped".into()), profile: true };
+        // Eleven metrics at 20 pairs: 1.1232 standard errors, 1.27 %.
+        let raised = for_family(profile.clone(), &pairs, 11, 0.05);
+        let expected = (stats::family_margin(11, 0.05, 20) * se).exp() - 1.0;
+        assert!((raised.value - expected).abs() < 1e-12 && raised.value > 0.012, "{raised:?}");
+        let note = raised.note.unwrap();
+        assert!(note.contains("floor raised from 0.50% to 1.27%: one of 11 metrics"), "{note}");
+        // Alone, or above the margin already, or a spec's floor, or too few pairs: unchanged.
+        assert_eq!(for_family(profile.clone(), &pairs, 1, 0.05), profile);
+        let wide = Floor { value: 0.03, ..profile.clone() };
+        assert_eq!(for_family(wide.clone(), &pairs, 11, 0.05), wide);
+        let spec = Floor { profile: false, ..profile.clone() };
+        assert_eq!(for_family(spec.clone(), &pairs, 11, 0.05), spec);
+        assert_eq!(for_family(profile.clone(), &pairs[..2], 11, 0.05), profile);
+    }
+
+    /// The property for a report as a whole: eleven metrics of no bias, pair sd 4 %, 20
+    /// pairs, each judged against a profile floor — pooled from 24 simulated A/A runs, or at the
+    /// practical minimum where a long pool ends. Without the family margin a fresh A/A report
+    /// calls one of them changed more often than 5 % (about 12 % at the minimum); with it, at
+    /// most 5 %; and a 5 % change of one metric is still caught at least nine times in ten.
+    #[test]
+    fn a_family_margin_keeps_a_a_reports_at_five_percent_and_still_sees_five_percent() {
+        use crate::stats::pool::{self, sim};
+        use rand::SeedableRng;
+        let (m, pairs, sd, min, reports) = (11, 20, 0.04, PROFILE_FLOOR_MIN, 1000);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(43);
+        let pooled: Vec<Floor> = (0..m)
+            .map(|_| {
+                let runs: Vec<pool::RunShift> = (0..24).map(|_| sim::a_a_run(&mut rng, pairs, sd, 0.0)).collect();
+                Floor { value: pool::pool(&runs).unwrap().bound.max(min), note: None, profile: true }
+            })
+            .collect();
+        let at_min = vec![Floor { value: min, note: None, profile: true }; m];
+        let called = |pairs: &[(f64, f64)], floor: f64| {
+            matches!(stats::paired_at(pairs, floor, 0.05).verdict, Verdict::Regressed | Verdict::Improved)
+        };
+        for (name, floors) in [("pooled from 24 runs", &pooled), ("at the minimum", &at_min)] {
+            let (mut plain, mut family, mut caught) = (0, 0, 0);
+            for _ in 0..reports {
+                let fresh: Vec<Vec<(f64, f64)>> = (0..m).map(|_| sim::a_a_pairs(&mut rng, pairs, sd, 0.0)).collect();
+                let any = |raise: bool| {
+                    fresh.iter().zip(floors).any(|(p, f)| {
+                        let floor = if raise { for_family(f.clone(), p, m, 0.05).value } else { f.value };
+                        called(p, floor)
+                    })
+                };
+                plain += usize::from(any(false));
+                family += usize::from(any(true));
+                let slower = sim::a_a_pairs(&mut rng, pairs, sd, 1.05f64.ln());
+                let floor = for_family(floors[0].clone(), &slower, m, 0.05).value;
+                caught += usize::from(stats::paired_at(&slower, floor, 0.05).verdict == Verdict::Regressed);
+            }
+            let rate = |n: usize| n as f64 / reports as f64;
+            let (plain, family, caught) = (rate(plain), rate(family), rate(caught));
+            eprintln!(
+                "floors {name} (mean {:.2}%): A/A reports calling a metric {plain:.3} plain, {family:.3} with the family margin; 5 % caught {caught:.3}",
+                floors.iter().map(|f| f.value).sum::<f64>() / m as f64 * 100.0
+            );
+            assert!(family <= 0.05, "{name}: with the margin, at most 5 %: {family}");
+            assert!(plain > 0.05 && plain > family + 0.01, "{name}: without it, more: {plain}");
+            assert!(caught >= 0.9, "{name}: 5 % at 20 pairs, sd 4 %: {caught}");
+        }
     }
 
     #[test]

@@ -576,6 +576,16 @@ fn paired_method(report: &Report) -> Vec<String> {
             super::decide::FLOOR_CAP * 100.0
         ),
     };
+    let family = report.family(&report.metric_defs());
+    let floors = if family > 1 {
+        format!(
+            "{floors} The {family} metrics judged against the profile are one family: each floor is at least t(1 − α/{}) − t(1 − α/2) standard errors of the metric's own mean log ratio (Bonferroni, Student's t on its pairs less one degrees of freedom), so that a report of identical sides calls any of them changed at most {:.0}% of the time.",
+            2 * family,
+            report.alpha() * 100.0
+        )
+    } else {
+        floors
+    };
     let looks = match &report.sequential {
         Some(s) => format!(
             "Pairs were added while a gating metric ({}) was inconclusive: looks at {:?} pairs, each interval at the alpha its look spends (O'Brien–Fleming-type spending, Bonferroni over looks, {:.0}% in all); this report is look {} at {confidence:.2}% confidence.{}",

@@ -441,10 +441,21 @@ impl Report {
 
     /// Compares every metric under the report's rule.
     pub fn analyze(&self) -> Vec<MetricComparison> {
-        self.metric_defs().iter().map(|def| self.analyze_metric(def)).collect()
+        let defs = self.metric_defs();
+        let family = self.family(&defs);
+        defs.iter().map(|def| self.analyze_metric(def, family)).collect()
     }
 
-    fn analyze_metric(&self, def: &MetricDef) -> MetricComparison {
+    /// How many of `defs` the paired rule judges against the noise profile's floors: the family
+    /// [`decide::for_family`] keeps honest together. 0 under the reference rule or without a
+    /// profile; lens counts (judged on their own spread) are not in it.
+    fn family(&self, defs: &[MetricDef]) -> usize {
+        let Some(noise) = self.noise.as_ref().filter(|_| self.rule == Rule::Paired) else { return 0 };
+        defs.iter().filter(|d| lens::of(d) != lens::Lens::Instructions && noise.floor(&d.key).is_ok()).count()
+    }
+
+    /// `def`'s comparison; `family` as [`Report::family`] counts it.
+    fn analyze_metric(&self, def: &MetricDef, family: usize) -> MetricComparison {
         let (b, h, block_note) = self.blocked_values(&def.key);
         let expected = self.expected_trials(&def.key).len();
         let floors = Floors { absolute: def.absolute, relative: def.relative };
@@ -502,6 +513,7 @@ impl Report {
                 let failed = out.base_attempted + out.head_attempted - b.len() - h.len();
                 let evidence = decide::Evidence { pairs: &pairs, unpaired, failed, expected };
                 let floor = decide::floor(def, out.comparison.base_median, self.noise.as_ref());
+                let floor = decide::for_family(floor, &pairs, family, self.alpha());
                 let (comparison, paired, notes) = decide::decide(&out.comparison, &evidence, &floor, self.alpha());
                 (out.comparison, out.paired, out.notes) = (comparison, paired, notes);
                 let far = self.noise.as_ref().and_then(|n| n.far(&def.key, &out.paired));
@@ -535,6 +547,7 @@ impl Report {
     pub fn next_look(&self, look: usize) -> Option<Next> {
         let plan = self.sequential.as_ref()?;
         let defs = self.metric_defs();
+        let family = self.family(&defs);
         let gates: Vec<sequential::Gate> = plan
             .gate
             .iter()
@@ -543,6 +556,7 @@ impl Report {
                 let (pairs, _) = self.pairs_of(&def.key);
                 let base: Vec<f64> = pairs.iter().map(|p| p.0).collect();
                 let floor = decide::floor(def, stats::median(&base), self.noise.as_ref());
+                let floor = decide::for_family(floor, &pairs, family, plan.design.alpha_at(look));
                 sequential::Gate { key: def.key.clone(), pairs, floor: floor.value }
             })
             .collect();
@@ -560,6 +574,8 @@ impl Report {
             at.push((looks[looks.len() - 1], design.alpha_at(looks.len())));
         }
         let defs = self.metric_defs();
+        // The family as the spec defines it (CPU companions join it once sampled).
+        let family = self.family(&defs);
         // Before any sample a CPU companion has no definition of its own: its metric's, as
         // `metric_defs` gives it once sampled.
         let def_of = |key: &String| {
@@ -569,7 +585,7 @@ impl Report {
         };
         gate.iter()
             .filter_map(def_of)
-            .filter_map(|def| noise.expectation(&def.key, decide::floor(&def, None, Some(noise)).value, &at))
+            .filter_map(|def| noise.expectation(&def.key, decide::floor(&def, None, Some(noise)).value, family, &at))
             .collect()
     }
 

@@ -148,10 +148,38 @@ pub fn sd_far(today: f64, pairs: usize, profile: f64, profile_df: usize) -> bool
     ratio > FAR_FACTOR.ln() && ratio > sampling
 }
 
+/// Simulated A/A runs, for the tests here and of the floors that use them.
+#[cfg(test)]
+pub(crate) mod sim {
+    use rand::Rng;
+    use rand::rngs::StdRng;
+
+    use super::RunShift;
+    use crate::stats::paired_at;
+
+    /// Standard normal by Box–Muller.
+    pub(crate) fn normal(rng: &mut StdRng) -> f64 {
+        let (u, v): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// The pairs of one simulated run: log ratios of its systematic difference `bias` plus
+    /// noise of sd `sd`.
+    pub(crate) fn a_a_pairs(rng: &mut StdRng, pairs: usize, sd: f64, bias: f64) -> Vec<(f64, f64)> {
+        (0..pairs).map(|_| (1.0, (bias + sd * normal(rng)).exp())).collect()
+    }
+
+    /// One simulated A/A run's shift, as its noise profile keeps it.
+    pub(crate) fn a_a_run(rng: &mut StdRng, pairs: usize, sd: f64, bias: f64) -> RunShift {
+        let p = paired_at(&a_a_pairs(rng, pairs, sd, bias), 0.0, 0.05);
+        RunShift::new(p.estimate.unwrap(), p.interval.unwrap(), p.pairs, p.spread.unwrap()).unwrap()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use rand::SeedableRng;
     use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
 
     use super::*;
     use crate::stats::{Verdict, dist, paired_at};
@@ -209,23 +237,7 @@ mod tests {
         assert!((Z_995 - dist::normal_quantile(0.995)).abs() < 1e-6);
     }
 
-    /// Standard normal by Box–Muller.
-    fn normal(rng: &mut StdRng) -> f64 {
-        let (u, v): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-
-    /// The pairs of one simulated A/A run: log ratios of its systematic difference `bias` plus
-    /// noise of sd `sd`.
-    fn a_a_pairs(rng: &mut StdRng, pairs: usize, sd: f64, bias: f64) -> Vec<(f64, f64)> {
-        (0..pairs).map(|_| (1.0, (bias + sd * normal(rng)).exp())).collect()
-    }
-
-    /// One simulated A/A run's shift, as its noise profile keeps it.
-    fn a_a_run(rng: &mut StdRng, pairs: usize, sd: f64, bias: f64) -> RunShift {
-        let p = paired_at(&a_a_pairs(rng, pairs, sd, bias), 0.0, 0.05);
-        RunShift::new(p.estimate.unwrap(), p.interval.unwrap(), p.pairs, p.spread.unwrap()).unwrap()
-    }
+    use sim::{a_a_pairs, a_a_run, normal};
 
     /// A fixed-effect bound, |μ̂| + z·SE, between-run spread not counted: the rule the
     /// simulation shows to be wrong when runs differ.

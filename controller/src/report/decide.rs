@@ -38,8 +38,9 @@ pub use super::noise::MIN_PROFILE_PAIRS;
 pub struct Floor {
     pub value: f64,
     pub note: Option<String>,
-    /// From a noise profile (a statistical bound, which [`for_family`] may raise), not the spec.
-    pub profile: bool,
+    /// The noise profile's pooled pair sd (log ratios) when the floor is the profile's (a
+    /// statistical bound, which [`for_family`] may raise); None for a spec's floor.
+    pub profile_sd: Option<f64>,
 }
 
 /// The floor of `def` at this base median, from the profile when it calibrated the metric.
@@ -48,12 +49,13 @@ pub fn floor(def: &MetricDef, base_median: Option<f64>, noise: Option<&NoiseProf
     if let Some(profile) = noise {
         match profile.floor(&def.key) {
             Ok(f) => {
+                let profile_sd = profile.metrics.get(&def.key).map(|m| m.spread);
                 let min = profile.min_floor.unwrap_or(PROFILE_FLOOR_MIN).min(FLOOR_CAP);
                 let value = f.clamp(min, FLOOR_CAP);
                 // Raised to the practical minimum: the method line says so once for every metric.
                 let note =
                     (value < f).then(|| format!("the noise profile's floor {} was clamped to {}", pct(f), pct(value)));
-                return Floor { value, note, profile: true };
+                return Floor { value, note, profile_sd };
             }
             Err(why) => profile_note = Some(why),
         }
@@ -72,32 +74,47 @@ pub fn floor(def: &MetricDef, base_median: Option<f64>, noise: Option<&NoiseProf
         (Some(p), Some(c)) => Some(format!("{p}; {c}")),
         (p, c) => p.or(c),
     };
-    Floor { value, note, profile: false }
+    Floor { value, note, profile_sd: None }
 }
 
 /// The floor of one of `family` metrics judged against the noise profile in one report, at
 /// level `alpha`: at least the family margin ([`stats::family_margin`]) times the standard error
-/// of these pairs' mean log ratio. Why: as pooled A/A runs accumulate, profile floors fall to
-/// the practical minimum, and each metric alone is then called changed by an A/A run at close
-/// to the interval's own `alpha`; a report judging tens of metrics would call one of them in
-/// most A/A runs. With the margin, an A/A report calls any of its profile-judged metrics
-/// changed at most `alpha` of the time (Bonferroni: fewer still, the metrics being correlated),
-/// at the price of that margin on each one's minimum detectable effect. A spec's floor (the
-/// author's threshold, not a bound from noise) is left as it is.
+/// of the pairs' mean log ratio, their sd taken as the larger of theirs and the profile's (a run
+/// whose few pairs happen to agree would otherwise lower its own margin; a noisier day raises
+/// it). Why: as pooled A/A runs accumulate, profile floors fall to the practical minimum, and
+/// each metric alone is then called changed by an A/A run at close to the interval's own
+/// `alpha`; a report judging tens of metrics would call one of them in many A/A runs. With the
+/// margin, an A/A report calls any of its profile-judged metrics changed at most about `alpha`
+/// of the time (Bonferroni: fewer, the metrics being correlated), at the price of the margin on
+/// each one's minimum detectable effect. A spec's floor (the author's threshold, not a bound
+/// from noise) is left as it is.
 pub fn for_family(floor: Floor, pairs: &[(f64, f64)], family: usize, alpha: f64) -> Floor {
-    let margin = stats::family_margin(family, alpha, pairs.len());
-    let Some(se) = stats::log_ratio_se(pairs).filter(|_| floor.profile && margin > 0.0) else { return floor };
-    let guard = ((margin * se).exp() - 1.0).min(FLOOR_CAP);
+    let margin = stats::family_margin(family, alpha);
+    let (Some(profile_sd), Some((sd, n))) = (floor.profile_sd, stats::log_ratio_sd(pairs)) else { return floor };
+    if margin <= 0.0 {
+        return floor;
+    }
+    let guard = ((margin * sd.max(profile_sd) / (n as f64).sqrt()).exp() - 1.0).min(FLOOR_CAP);
     if guard <= floor.value {
         return floor;
     }
     let note = format!(
-        "floor raised from {} to {}: one of {family} metrics judged against the noise profile, so that a report of identical sides calls any of them changed at most {:.0}% of the time",
+        "floor raised from {} to {}: one of {family} metrics judged against the noise profile, so that a report of identical sides calls any of them changed at most {:.1}% of the time",
         pct(floor.value),
         pct(guard),
         alpha * 100.0
     );
-    Floor { value: guard, note: Some(note), profile: true }
+    Floor { value: guard, note: Some(note), profile_sd: floor.profile_sd }
+}
+
+/// The floor [`for_family`] is expected to give a metric at `n` pairs whose sd is the profile's:
+/// what a run plans for before it has pairs.
+pub fn planned(floor: &Floor, family: usize, alpha: f64, n: usize) -> f64 {
+    let guard = floor
+        .profile_sd
+        .filter(|_| n >= 3)
+        .map_or(0.0, |sd| ((stats::family_margin(family, alpha) * sd / (n as f64).sqrt()).exp() - 1.0).min(FLOOR_CAP));
+    floor.value.max(guard)
 }
 
 /// A metric's samples as the decision sees them.
@@ -210,8 +227,8 @@ pub fn count_spread(key: &str, within: Option<f64>, noise: Option<&NoiseProfile>
 /// any pair), never below [`LENS_FLOOR_MIN`]; else the spec's relative floor (0.5 % by default).
 pub fn count_floor(def: &MetricDef, noise: Option<&NoiseProfile>) -> Floor {
     match noise.and_then(|n| n.metrics.get(&def.key).filter(|m| m.pairs >= 1)) {
-        Some(m) => Floor { value: m.floor.clamp(LENS_FLOOR_MIN, FLOOR_CAP), note: None, profile: true },
-        None => Floor { value: def.relative.min(FLOOR_CAP), note: None, profile: false },
+        Some(m) => Floor { value: m.floor.clamp(LENS_FLOOR_MIN, FLOOR_CAP), note: None, profile_sd: None },
+        None => Floor { value: def.relative.min(FLOOR_CAP), note: None, profile_sd: None },
     }
 }
 
@@ -276,7 +293,7 @@ mod tests {
     fn floors_come_from_the_spec_capped() {
         let cold = built_in("cold").unwrap();
         // 0.1 s absolute on a 5.5 s median is 1.8 %: the relative 20 % wins.
-        assert_eq!(floor(&cold, Some(5.5), None), Floor { value: 0.2, note: None, profile: false });
+        assert_eq!(floor(&cold, Some(5.5), None), Floor { value: 0.2, note: None, profile_sd: None });
         // 0.1 s on a 0.4 s start: 25 %.
         assert_eq!(floor(&cold, Some(0.4), None).value, 0.25);
         // 0.1 s on a 46 ms start is 217 %: capped at 50 %, and said.
@@ -289,21 +306,30 @@ mod tests {
 
     #[test]
     fn a_profile_floor_is_raised_for_its_family_and_a_spec_floor_is_not() {
-        // Twenty pairs whose log ratios alternate ±ln 1.05: sd 5.01 %, standard error 1.12 %.
+        // Twenty pairs whose log ratios alternate ±ln 1.05: sd 5.01 %.
         let pairs: Vec<(f64, f64)> = (0..20).map(|i| (1.0, if i % 2 == 0 { 1.05f64 } else { 1.0 / 1.05 })).collect();
-        let se = stats::log_ratio_se(&pairs).unwrap();
-        let profile = Floor { value: 0.005, note: Some("clamped".into()), profile: true };
-        // Eleven metrics at 20 pairs: 1.1232 standard errors, 1.27 %.
+        let (sd, n) = stats::log_ratio_sd(&pairs).unwrap();
+        assert_eq!(n, 20);
+        let profile = Floor { value: 0.005, note: Some("clamped".into()), profile_sd: Some(0.03) };
+        // Eleven metrics: 0.8776 standard errors of 5.01 %/√20, 0.99 %.
         let raised = for_family(profile.clone(), &pairs, 11, 0.05);
-        let expected = (stats::family_margin(11, 0.05, 20) * se).exp() - 1.0;
-        assert!((raised.value - expected).abs() < 1e-12 && raised.value > 0.012, "{raised:?}");
+        let expected = (stats::family_margin(11, 0.05) * sd / 20f64.sqrt()).exp() - 1.0;
+        assert!((raised.value - expected).abs() < 1e-12 && raised.value > 0.0095, "{raised:?}");
         let note = raised.note.unwrap();
-        assert!(note.contains("floor raised from 0.50% to 1.27%: one of 11 metrics"), "{note}");
+        assert!(note.contains("floor raised from 0.50% to 0.99%: one of 11 metrics"), "{note}");
+        assert!(note.ends_with("at most 5.0% of the time"), "{note}");
+        // The profile's sd where it is the larger: 8 %/√20 × 0.8776, 1.58 %.
+        let noisier = Floor { profile_sd: Some(0.08), ..profile.clone() };
+        let raised = for_family(noisier.clone(), &pairs, 11, 0.05);
+        assert!((raised.value - ((stats::family_margin(11, 0.05) * 0.08 / 20f64.sqrt()).exp() - 1.0)).abs() < 1e-12);
+        // What a run plans for: the same at the profile's sd, the floor itself under 3 pairs.
+        assert_eq!(planned(&noisier, 11, 0.05, 20), raised.value);
+        assert_eq!((planned(&noisier, 11, 0.05, 2), planned(&noisier, 1, 0.05, 20)), (0.005, 0.005));
         // Alone, or above the margin already, or a spec's floor, or too few pairs: unchanged.
         assert_eq!(for_family(profile.clone(), &pairs, 1, 0.05), profile);
         let wide = Floor { value: 0.03, ..profile.clone() };
         assert_eq!(for_family(wide.clone(), &pairs, 11, 0.05), wide);
-        let spec = Floor { profile: false, ..profile.clone() };
+        let spec = Floor { profile_sd: None, ..profile.clone() };
         assert_eq!(for_family(spec.clone(), &pairs, 11, 0.05), spec);
         assert_eq!(for_family(profile.clone(), &pairs[..2], 11, 0.05), profile);
     }
@@ -322,10 +348,11 @@ mod tests {
         let pooled: Vec<Floor> = (0..m)
             .map(|_| {
                 let runs: Vec<pool::RunShift> = (0..24).map(|_| sim::a_a_run(&mut rng, pairs, sd, 0.0)).collect();
-                Floor { value: pool::pool(&runs).unwrap().bound.max(min), note: None, profile: true }
+                let p = pool::pool(&runs).unwrap();
+                Floor { value: p.bound.max(min), note: None, profile_sd: Some(p.sd) }
             })
             .collect();
-        let at_min = vec![Floor { value: min, note: None, profile: true }; m];
+        let at_min = vec![Floor { value: min, note: None, profile_sd: Some(sd) }; m];
         let called = |pairs: &[(f64, f64)], floor: f64| {
             matches!(stats::paired_at(pairs, floor, 0.05).verdict, Verdict::Regressed | Verdict::Improved)
         };

@@ -579,7 +579,8 @@ fn paired_method(report: &Report) -> Vec<String> {
     let family = report.family(&report.metric_defs());
     let floors = if family > 1 {
         format!(
-            "{floors} The {family} metrics judged against the profile are one family: each floor is at least t(1 − α/{}) − t(1 − α/2) standard errors of the metric's own mean log ratio (Bonferroni, Student's t on its pairs less one degrees of freedom), so that a report of identical sides calls any of them changed at most {:.0}% of the time.",
+            "{floors} The {family} metrics judged against the profile are one family: each floor is at least {:.2} standard errors of the metric's mean log ratio (z at 1 − α/{} less z at 1 − α/2, Bonferroni; the pairs' sd or the profile's, the larger), so that a report of identical sides calls any of them changed at most {:.1}% of the time.",
+            crate::stats::family_margin(family, report.alpha()),
             2 * family,
             report.alpha() * 100.0
         )

@@ -585,7 +585,14 @@ impl Report {
         };
         gate.iter()
             .filter_map(def_of)
-            .filter_map(|def| noise.expectation(&def.key, decide::floor(&def, None, Some(noise)).value, family, &at))
+            .filter_map(|def| {
+                let floor = decide::floor(&def, None, Some(noise));
+                let looks: Vec<(u32, f64, f64)> = at
+                    .iter()
+                    .map(|&(n, alpha)| (n, alpha, decide::planned(&floor, family, alpha, n as usize)))
+                    .collect();
+                noise.expectation(&def.key, floor.value, &looks)
+            })
             .collect()
     }
 

@@ -316,19 +316,15 @@ impl NoiseProfile {
         })
     }
 
-    /// What the profile leads a run to expect of `key` at `floor`, one of `family` metrics judged
-    /// against the profile: its pair sd and the minimum detectable effect at each (pairs, alpha)
-    /// look, the floor raised for the family at the profile's sd as the verdict will raise it
-    /// at the run's ([`super::decide::for_family`]), for the terminal before the run.
-    pub fn expectation(&self, key: &str, floor: f64, family: usize, looks: &[(u32, f64)]) -> Option<String> {
+    /// What the profile leads a run to expect of `key` at `floor`: its pair sd and the minimum
+    /// detectable effect at each (pairs, alpha, floor) look, the floor of a look as the verdict
+    /// will raise it for the report's family ([`super::decide::for_family`]), for the terminal
+    /// before the run.
+    pub fn expectation(&self, key: &str, floor: f64, looks: &[(u32, f64, f64)]) -> Option<String> {
         let (sd, _, runs) = self.calibrated_spread(key)?;
         let at: Vec<String> = looks
             .iter()
-            .map(|&(n, alpha)| {
-                let margin = stats::family_margin(family, alpha, n as usize);
-                let guard = (margin * sd / f64::from(n.max(1)).sqrt()).exp() - 1.0;
-                format!("{} at {n} pairs", pct(stats::mde(floor.max(guard), sd, n as usize, alpha)))
-            })
+            .map(|&(n, alpha, floor)| format!("{} at {n} pairs", pct(stats::mde(floor, sd, n as usize, alpha))))
             .collect();
         Some(format!(
             "{key}: pair sd {} over {}, floor ±{}: minimum detectable effect {}",

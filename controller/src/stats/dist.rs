@@ -48,21 +48,6 @@ pub fn t_quantile(df: usize, p: f64) -> f64 {
     bisect(cdf, p, -1e7, 1e7)
 }
 
-/// Student's t quantile for any `df` ≥ 1 and 0.5 < `p` < 1, by bisection on
-/// [`t_two_sided_p`] (|t| at which the two-sided p is 2(1 − p)); NaN outside.
-pub fn student_quantile(df: usize, p: f64) -> f64 {
-    if df == 0 || !(p > 0.5 && p < 1.0) {
-        return f64::NAN;
-    }
-    let target = 2.0 * (1.0 - p);
-    let (mut lo, mut hi) = (0.0f64, 1e7f64);
-    for _ in 0..80 {
-        let mid = 0.5 * (lo + hi);
-        if t_two_sided_p(mid, df as f64) > target { lo = mid } else { hi = mid }
-    }
-    0.5 * (lo + hi)
-}
-
 /// P(|T| ≥ |t|) for Student's t with `df` > 0 degrees of freedom (not necessarily whole, as
 /// Welch's test gives them): I_{df/(df+t²)}(df/2, 1/2), the regularized incomplete beta function
 /// (Abramowitz & Stegun 26.7.1 with 26.5.27).

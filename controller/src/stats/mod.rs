@@ -371,31 +371,26 @@ fn analyse(pairs: &[(f64, f64)], floor: f64, alpha: f64, numbers: Numbers) -> Pa
     out
 }
 
-/// How far past its own interval each of a family of `m` metrics of `n` pairs must reach so
-/// that, with no change anywhere, any one of them is called at most α of the time (Bonferroni):
-/// t₁₋α/(2m) − t₁₋α/₂ on n − 1 degrees of freedom, in standard errors estimated from the pairs
-/// (Student's t, because that estimate is itself noisy at tens of pairs: with the normal
-/// quantiles a simulated family of eleven at 20 pairs was called 5.8 % of the time); 0 for a
-/// family of one or fewer than 3 pairs.
-pub fn family_margin(m: usize, alpha: f64, n: usize) -> f64 {
-    if m <= 1 || n < 3 || !(alpha > 0.0 && alpha < 1.0) {
+/// How far past z₁₋α/₂ a family of `m` intervals must reach so that, with no change anywhere,
+/// any one of them is called at most α of the time (Bonferroni): z₁₋α/(2m) − z₁₋α/₂, in standard
+/// errors; 0 for a family of one.
+pub fn family_margin(m: usize, alpha: f64) -> f64 {
+    if m <= 1 || !(alpha > 0.0 && alpha < 1.0) {
         return 0.0;
     }
-    let t = |p: f64| dist::student_quantile(n - 1, p);
-    t(1.0 - alpha / (2.0 * m as f64)) - t(1.0 - alpha / 2.0)
+    dist::normal_quantile(1.0 - alpha / (2.0 * m as f64)) - dist::normal_quantile(1.0 - alpha / 2.0)
 }
 
-/// The standard error of the pairs' mean log ratio (their sd over √n); None under 3 pairs with
-/// both values positive.
-pub fn log_ratio_se(pairs: &[(f64, f64)]) -> Option<f64> {
+/// The sample sd of the pairs' log ratios and how many pairs have both values positive; None
+/// under 3 such pairs.
+pub fn log_ratio_sd(pairs: &[(f64, f64)]) -> Option<(f64, usize)> {
     let (d, _) = log_ratios(pairs);
     let n = d.len();
     if n < 3 {
         return None;
     }
     let mean = d.iter().sum::<f64>() / n as f64;
-    let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-    Some(sd / (n as f64).sqrt())
+    Some(((d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt(), n))
 }
 
 /// Minimum detectable effect (head/base − 1, rounded up to 0.01 %) at 80 % power for n pairs
@@ -591,19 +586,14 @@ mod tests {
 
     #[test]
     fn a_family_reaches_past_each_interval_by_bonferroni() {
-        let none = (family_margin(1, 0.05, 20), family_margin(11, 0.05, 2), family_margin(11, 0.0, 20));
-        assert_eq!(none, (0.0, 0.0, 0.0));
-        // Eleven metrics at 20 pairs: t₁₉(1 − 0.05/22) = 3.2163 less t₁₉(0.975) = 2.0930.
-        assert!((family_margin(11, 0.05, 20) - 1.1232).abs() < 0.001, "{}", family_margin(11, 0.05, 20));
-        // Many pairs: the normal quantiles' 0.8776.
-        assert!((family_margin(11, 0.05, 100_000) - 0.8776).abs() < 0.001);
-        assert!(family_margin(50, 0.05, 20) > family_margin(11, 0.05, 20));
-        assert!((dist::student_quantile(19, 0.975) - 2.093).abs() < 0.001);
-        assert!(dist::student_quantile(0, 0.9).is_nan() && dist::student_quantile(5, 0.4).is_nan());
-        // Log ratios ln 1.1, 0, −ln 1.1: sd ln 1.1, its standard error ln 1.1 / √3.
-        let se = log_ratio_se(&[(1.0, 1.1), (2.0, 2.0), (1.1, 1.0), (0.0, 1.0)]).unwrap();
-        assert!((se - 1.1f64.ln() / 3f64.sqrt()).abs() < 1e-12, "{se}");
-        assert_eq!(log_ratio_se(&[(1.0, 1.1), (2.0, 2.0), (0.0, 1.0)]), None);
+        assert_eq!((family_margin(1, 0.05), family_margin(0, 0.05), family_margin(11, 0.0)), (0.0, 0.0, 0.0));
+        // z(1 − 0.05/22) = 2.8376: 0.8776 standard errors past z(0.975) for eleven metrics.
+        assert!((family_margin(11, 0.05) - 0.8776).abs() < 0.001, "{}", family_margin(11, 0.05));
+        assert!(family_margin(50, 0.05) > family_margin(11, 0.05));
+        // Log ratios ln 1.1, 0, −ln 1.1 (a pair without a log ratio left out): sd ln 1.1.
+        let (sd, n) = log_ratio_sd(&[(1.0, 1.1), (2.0, 2.0), (1.1, 1.0), (0.0, 1.0)]).unwrap();
+        assert!((sd - 1.1f64.ln()).abs() < 1e-12 && n == 3, "{sd} {n}");
+        assert_eq!(log_ratio_sd(&[(1.0, 1.1), (2.0, 2.0), (0.0, 1.0)]), None);
     }
 
     #[test]

@@ -507,6 +507,10 @@ impl Entry {
         &self.ledger
     }
 
+    pub fn ledger_mut(&mut self) -> &mut Ledger {
+        &mut self.ledger
+    }
+
     pub fn run_id(&self) -> &str {
         &self.run_id
     }

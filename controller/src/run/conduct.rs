@@ -43,6 +43,9 @@ pub(super) struct Start {
     pub resumed: Option<Resumed>,
     /// The sandboxes of earlier attempts (a resumed run), charged already.
     pub earlier: Vec<report::SandboxRecord>,
+    /// The ledger, opened once for the whole run (`--ledger`): its noise profiles were read
+    /// from it, its entry is begun in it, dead runs are reconciled in it.
+    pub ledger: Option<Ledger>,
 }
 
 /// Walks a run from its start to its written reports and ledger entry.
@@ -52,14 +55,15 @@ pub(super) async fn conduct(
     cancel: watch::Receiver<bool>,
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
 ) -> anyhow::Result<RunResult> {
-    let Start { plan, notes, dir, mut report, base, head, resumed, earlier } = start;
+    let Start { plan, notes, dir, mut report, base, head, resumed, earlier, ledger } = start;
     let run_id = report.run_id.clone();
     if let Err(err) = crate::logging::to_file(&dir.join("controller.log")) {
         tracing::warn!("cannot write {}: {err}", dir.join("controller.log").display());
     }
     tracing::info!(run = %run_id, spec = %plan.name, base = %opts.base, head = %opts.head, "run started");
     let display = Display::new();
-    announce(&display, &opts, &plan, &report, &base, &head, resumed.as_ref(), &notes);
+    let stages = schedule::for_run(&plan, opts.pairs, opts.shard, opts.record);
+    announce(&display, &opts, &plan, &report, (&base, &head), (resumed.as_ref(), &stages), &notes);
     if let Some(shard) = opts.shard {
         let part = record_shard(shard, &plan, &run_id, &base, &head, &dir)?;
         display.line(&format!("shard {shard} runs the trials {}", describe_share(&part)));
@@ -67,7 +71,7 @@ pub(super) async fn conduct(
     }
     write_reports(&dir, &mut report)?;
     // The ledger entry is made first, so a run killed from here on shows as unfinished.
-    let mut entry = begin_ledger(&opts, &plan, &report, &dir, resumed.is_some())?;
+    let mut entry = begin_ledger(ledger, &plan, &report, &dir, resumed.is_some())?;
 
     let setting = Setting {
         plan: &plan,
@@ -78,8 +82,10 @@ pub(super) async fn conduct(
         head: &head,
         resumed: resumed.as_ref(),
         skeleton: &report,
+        stages: &stages,
     };
-    let finished = match execute::execute(setting, cancel.clone(), connect).await {
+    let finished = match execute::execute(setting, entry.as_mut().map(Entry::ledger_mut), cancel.clone(), connect).await
+    {
         Ok(finished) => finished,
         Err(err) => Finished::failed(format!("{err:#}")),
     };
@@ -159,15 +165,13 @@ fn keep_a_a(report: &Report, dir: &Path, ledger: Option<&Ledger>, display: &Disp
 
 /// The run's opening lines: what is compared, what a resume left to do, the notes and the
 /// noise profile's warning.
-#[allow(clippy::too_many_arguments)]
 fn announce(
     display: &Display,
     opts: &RunOptions,
     plan: &Plan,
     report: &Report,
-    base: &Revision,
-    head: &Revision,
-    resumed: Option<&Resumed>,
+    (base, head): (&Revision, &Revision),
+    (resumed, stages): (Option<&Resumed>, &[schedule::Stage]),
     notes: &[String],
 ) {
     if report.record {
@@ -184,9 +188,8 @@ fn announce(
         ));
     }
     if let Some(resumed) = resumed {
-        let stages = schedule::build_for(&plan.timed_phases(), opts.pairs as usize, opts.shard);
         let total: usize = stages.iter().flat_map(|s| &s.lanes).map(Vec::len).sum();
-        let missing = resumed.accounting.missing(&stages).len();
+        let missing = resumed.accounting.missing(stages).len();
         display.line(&format!(
             "resumed (attempt {}): {} of {total} trials done before, {missing} to run in new sandboxes",
             resumed.attempt,
@@ -273,13 +276,12 @@ pub(super) const NOISE_USED: &str = "noise-used.json";
 /// ([`NoiseProfile::pool`]) and kept in `dir` as [`NOISE_USED`]; a note says which it is, or why
 /// none (or some) could be read.
 pub(super) fn noise_from_ledger(
-    opts: &RunOptions,
+    ledger: &Ledger,
     plan: &Plan,
     dir: &Path,
     notes: &mut Vec<String>,
 ) -> Option<NoiseProfile> {
-    let path = opts.ledger.as_ref()?;
-    let found = Ledger::open(path).and_then(|l| l.noise_profiles(&plan.name, &plan.sandbox.image, &this_machine()));
+    let found = ledger.noise_profiles(&plan.name, &plan.sandbox.image, &this_machine());
     let stored = match found {
         Ok(stored) => stored,
         Err(err) => {
@@ -434,14 +436,13 @@ pub(super) fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Resul
 /// Opens the ledger, if any, and records the run as begun.
 /// A resumed run's entry, when the ledger has it, is put back to running.
 fn begin_ledger(
-    opts: &RunOptions,
+    ledger: Option<Ledger>,
     plan: &Plan,
     report: &Report,
     dir: &Path,
     resumed: bool,
 ) -> anyhow::Result<Option<Entry>> {
-    let Some(path) = &opts.ledger else { return Ok(None) };
-    let ledger = Ledger::open(path)?;
+    let Some(ledger) = ledger else { return Ok(None) };
     let repository = match &plan.source {
         SourceSettings::Local { repository } => {
             repository.canonicalize().unwrap_or(repository.clone()).display().to_string()

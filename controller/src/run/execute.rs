@@ -15,10 +15,11 @@ use super::engine::Engine;
 use super::gate::{Gates, Stop, over_budget};
 use super::options::RunOptions;
 use super::output::collect;
-use super::reconcile::reconcile;
+use super::reconcile::reconcile_in;
 use super::schedule::Side;
 use super::usage::Meter;
 use super::walk::{self, Adapted, Adaptive, Run, SideRun, cpusets, measured};
+use crate::cost::ledger::Ledger;
 use crate::display::Display;
 use crate::provision::{DiskBound, Provisioner};
 use crate::report::{self, Revision, SandboxRecord, Status};
@@ -37,6 +38,8 @@ pub(super) struct Setting<'a> {
     pub resumed: Option<&'a Resumed>,
     /// The report as it starts (an adaptive run's looks are analysed on it).
     pub skeleton: &'a report::Report,
+    /// The timed trials, in order ([`super::schedule::for_run`]).
+    pub stages: &'a [super::schedule::Stage],
 }
 
 /// What `execute` ends with.
@@ -76,14 +79,15 @@ impl Finished {
 
 pub(super) async fn execute(
     setting: Setting<'_>,
+    ledger: Option<&mut Ledger>,
     cancel: watch::Receiver<bool>,
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
 ) -> anyhow::Result<Finished> {
     let provisioner = connect.await?;
-    let Setting { plan, opts, dir, display, resumed, skeleton, .. } = setting;
+    let Setting { plan, opts, dir, display, resumed, skeleton, stages, .. } = setting;
     let engine = Engine::new(provisioner.clone(), opts.engine_wait);
     let kept = provisioner.clone();
-    let (station, agent_plans) = open(&setting, provisioner).await?;
+    let (station, agent_plans) = open(&setting, provisioner, ledger).await?;
     let pairs = opts.pairs as usize;
     let run = Run {
         plan: plan.clone(),
@@ -103,6 +107,7 @@ pub(super) async fn execute(
         started: Instant::now(),
         cpusets: cpusets(pairs),
         lens: skeleton.lens_runs.clone(),
+        stages: stages.to_vec(),
     };
     let wanted: &[Side] = if opts.record { &[Side::Base] } else { &Side::BOTH };
     let mut sides = SideRun::all(pairs, wanted, resumed.map_or(1, |r| r.attempt));
@@ -160,12 +165,13 @@ pub(super) async fn execute(
 async fn open(
     setting: &Setting<'_>,
     provisioner: Arc<dyn Provisioner>,
+    ledger: Option<&mut Ledger>,
 ) -> anyhow::Result<(Station, BTreeMap<Side, sandbench_proto::plan::AgentPlan>)> {
     let Setting { plan, opts, dir, display, base, head, .. } = *setting;
     // Runs of the ledger whose controller died are recorded as abandoned before any sandbox of
     // theirs is reaped below (their lifetimes are read from the engine while it has them).
-    if let Some(ledger) = &opts.ledger {
-        for line in reconcile(&*provisioner, ledger).await {
+    if let Some(ledger) = ledger {
+        for line in reconcile_in(&*provisioner, ledger).await {
             display.line(&line);
         }
     }

@@ -74,6 +74,7 @@ pub use options::{RateOverrides, RunOptions};
 use output::skeleton;
 pub use output::{NoiseProfile, agent_warnings, rerender, write_reports};
 
+use crate::cost::ledger::Ledger;
 use crate::provision::{DockerProvisioner, Provisioner};
 use crate::report::{self, Revision};
 use crate::spec::{Plan, SourceSettings};
@@ -96,13 +97,15 @@ pub async fn run_on(
     let mut plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (mut notes, mut noise) = apply_options(&mut plan, &opts)?;
     let (base, head) = resolve_revisions(&plan, &opts.base, &opts.head).await?;
+    // Opened once, before the run directory: a ledger that cannot be opened stops the run here.
+    let ledger = opts.ledger.as_deref().map(Ledger::open).transpose()?;
     let dir = crate::station::run_dir(&opts.out.join(&run_id))?;
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
     let mut opts = opts;
     // An A/A run too: its verdicts are judged against the runs before it (its own noise.json
     // is from its pairs alone).
-    if noise.is_none() && opts.noise_from_ledger {
-        noise = noise_from_ledger(&opts, &plan, &dir, &mut notes);
+    if let Some(ledger) = ledger.as_ref().filter(|_| noise.is_none() && opts.noise_from_ledger) {
+        noise = noise_from_ledger(ledger, &plan, &dir, &mut notes);
         // A resume reads the same profile, from the run directory.
         opts.noise = noise.as_ref().map(|_| dir.join(NOISE_USED));
     }
@@ -114,7 +117,7 @@ pub async fn run_on(
     report.record = opts.record;
     // How often each lens step runs, from the profile just found (a resume keeps the report's).
     report.plan_lens(&plan);
-    let start = Start { plan, notes, dir, report, base, head, resumed: None, earlier: Vec::new() };
+    let start = Start { plan, notes, dir, report, base, head, resumed: None, earlier: Vec::new(), ledger };
     conduct(opts, start, cancel, connect).await
 }
 

@@ -29,9 +29,16 @@ pub async fn reconcile(provisioner: &dyn Provisioner, ledger: &Path) -> Vec<Stri
     if !ledger.exists() {
         return Vec::new();
     }
+    match Ledger::open(ledger) {
+        Ok(mut ledger) => reconcile_in(provisioner, &mut ledger).await,
+        Err(err) => vec![format!("cannot reconcile the ledger {}: {err:#}", ledger.display())],
+    }
+}
+
+/// [`reconcile`] on a ledger already open (a run's own, through its entry).
+pub async fn reconcile_in(provisioner: &dyn Provisioner, ledger: &mut Ledger) -> Vec<String> {
     let mut lines = Vec::new();
     let result = async {
-        let mut ledger = Ledger::open(ledger)?;
         for (run_id, run_dir) in ledger.unfinished_runs()? {
             let dir = PathBuf::from(&run_dir);
             let mark = match Mark::load(&dir) {
@@ -59,7 +66,7 @@ pub async fn reconcile(provisioner: &dyn Provisioner, ledger: &Path) -> Vec<Stri
     }
     .await;
     if let Err(err) = result {
-        lines.push(format!("cannot reconcile the ledger {}: {err:#}", ledger.display()));
+        lines.push(format!("cannot reconcile the ledger {}: {err:#}", ledger.path().display()));
     }
     lines
 }

@@ -14,7 +14,8 @@ use tokio::sync::watch;
 use super::accounting::{Accounting, Resumed};
 use super::conduct::{RunResult, Start, apply_options, conduct};
 use super::mark::{MARK_FILE, Mark, spec_digest};
-use super::reconcile::{lifetimes, read_report, reconcile};
+use super::reconcile::{lifetimes, read_report, reconcile_in};
+use crate::cost::ledger::Ledger;
 use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
 use crate::report::{Report, Status};
 
@@ -104,8 +105,10 @@ pub async fn resume_on(
     provisioner: Arc<dyn Provisioner>,
 ) -> anyhow::Result<RunResult> {
     let dir = opts.dir.canonicalize().with_context(|| format!("cannot resolve {}", opts.dir.display()))?;
-    if let Some(ledger) = &opts.ledger {
-        for line in reconcile(&*provisioner, ledger).await {
+    // Opened once for the whole attempt; dead attempts are reconciled in it first.
+    let mut ledger = opts.ledger.as_deref().map(Ledger::open).transpose()?;
+    if let Some(ledger) = ledger.as_mut() {
+        for line in reconcile_in(&*provisioner, ledger).await {
             tracing::info!("{line}");
         }
     }
@@ -145,6 +148,7 @@ pub async fn resume_on(
         head: mark.head,
         resumed: Some(Resumed { attempt, accounting }),
         earlier,
+        ledger,
     };
     conduct(run_opts, start, cancel, async move { Ok(provisioner) }).await
 }

@@ -78,6 +78,13 @@ fn lane(name: Phase, trials: &[u32], pair: usize, pairs: usize) -> Vec<Slot> {
         .collect()
 }
 
+/// The timed trials of a run of `plan` with `pairs` pairs, its `shard`'s share, base alone for
+/// a `record`: built once, as the run is resolved, and walked as they are.
+pub fn for_run(plan: &crate::spec::Plan, pairs: u32, shard: Option<Shard>, record: bool) -> Vec<Stage> {
+    let stages = build_for(&plan.timed_phases(), pairs as usize, shard);
+    if record { only(stages, Side::Base) } else { stages }
+}
+
 /// `stages` with the slots of `side` only (a record measures one revision, as base).
 pub fn only(stages: Vec<Stage>, side: Side) -> Vec<Stage> {
     stages

@@ -52,11 +52,7 @@ pub async fn drive(run: &Run, sides: &mut [SideRun]) -> Option<Stop> {
     if let Some(stop) = prepare(run, sides).await {
         return Some(stop);
     }
-    let mut stages = schedule::build_for(&run.plan.timed_phases(), run.opts.pairs as usize, run.opts.shard);
-    if run.opts.record {
-        stages = schedule::only(stages, schedule::Side::Base);
-    }
-    for stage in &stages {
+    for stage in &run.stages {
         if let Some(stop) = walk_stage(run, sides, stage).await {
             return Some(stop);
         }
@@ -191,7 +187,7 @@ async fn run_slot(run: &Run, sides: &[SideRun], slot: &Slot) -> Result<Option<Tr
 /// (its observations are not counted: the slot's first completion is).
 async fn install_resumed(run: &Run, side: &SideRun) -> anyhow::Result<()> {
     let Some(resumed) = &run.resumed else { return Ok(()) };
-    let mut stages = schedule::build_for(&run.plan.timed_phases(), run.opts.pairs as usize, run.opts.shard);
+    let mut stages = run.stages.clone();
     // An adaptive run may grow measure and runtime: their slots up to max_pairs may come.
     if run.adaptive.is_some() {
         let t = &run.plan.trials;

@@ -53,6 +53,9 @@ pub struct Run {
     pub cpusets: Vec<Option<String>>,
     /// How many trials of each side run each lens step (the report's, decided as the run began).
     pub lens: Vec<LensRuns>,
+    /// The timed trials in order, as the run was resolved ([`super::super::schedule::for_run`]);
+    /// the pairs an adaptive run adds come after them.
+    pub stages: Vec<super::super::schedule::Stage>,
 }
 
 impl Run {

@@ -120,9 +120,10 @@ async fn bisected(options: BisectOptions) -> (BisectReport, std::path::PathBuf) 
 
 async fn bisect_within(options: BisectOptions) -> anyhow::Result<(BisectReport, std::path::PathBuf)> {
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
-    tokio::time::timeout(Duration::from_secs(1500), bisect(options, &sandbench::display::Display::plain(), cancel))
-        .await
-        .unwrap()
+    let engine = sandbench::provision::Engine::default();
+    let display = sandbench::display::Display::plain();
+    let bisecting = bisect(&engine, options, &display, cancel);
+    tokio::time::timeout(Duration::from_secs(1500), bisecting).await.unwrap()
 }
 
 async fn no_sandbox_left(result: (BisectReport, std::path::PathBuf)) -> (BisectReport, std::path::PathBuf) {

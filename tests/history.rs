@@ -272,7 +272,8 @@ async fn record(spec: &Path, revisions: Revisions, out: &Path, ledger: &Path) ->
     };
     let mut heard = Vec::new();
     let mut hear = |line: &str| heard.push(line.to_string());
-    let recorded = sandbench::record::record(options, cancel, &mut hear);
+    let engine = sandbench::provision::Engine::default();
+    let recorded = sandbench::record::record(&engine, options, cancel, &mut hear);
     let recorded = tokio::time::timeout(Duration::from_secs(1500), recorded).await.unwrap().unwrap();
     assert!(!heard.is_empty(), "progress is told");
     recorded

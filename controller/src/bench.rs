@@ -12,7 +12,7 @@ use sandbench_proto::v1::{Command, RunPhase, command};
 use crate::display::Display;
 use crate::observations::server::HubConfig;
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
-use crate::provision::{AgentShipping, DockerProvisioner};
+use crate::provision::{AgentShipping, DockerProvisioner, Engine};
 use crate::station::sandbox::LiveSandbox;
 use crate::station::{Station, StationOptions};
 
@@ -63,11 +63,11 @@ struct Bench {
     display: Display,
 }
 
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub async fn run(engine: &Engine, args: BenchArgs) -> anyhow::Result<()> {
     if args.samples == 0 || args.streams == 0 {
         bail!("--samples and --streams must be at least 1");
     }
-    let docker = Arc::new(DockerProvisioner::connect(4).await?);
+    let docker = engine.docker().await?;
     let dir =
         tempfile::Builder::new().prefix("sandbench-bench-").tempdir().context("cannot create a temporary folder")?;
     let options = StationOptions {

@@ -39,6 +39,12 @@ pub struct Cli {
     /// The cost ledger (SQLite); default: sandbench/ledger.sqlite in the user's data folder.
     #[arg(long, global = true, env = "SANDBENCH_LEDGER")]
     pub ledger: Option<std::path::PathBuf>,
+    /// How many sandboxes the Docker engine is asked to create at once (every command's
+    /// sandboxes are made on one engine, connected when the first is needed).
+    #[arg(long, global = true, env = "SANDBENCH_MAX_CREATES", value_name = "N",
+          default_value_t = crate::provision::engine::DEFAULT_MAX_CREATES as u32,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub max_creates: u32,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -134,7 +140,7 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 1, requires = "backfill")]
     pub every: u32,
     /// USD the records may spend together (default: the spec's budget_usd, for each record).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::parse_budget)]
     pub budget: Option<f64>,
     /// Stop one record after this many minutes.
     #[arg(long, default_value_t = 60.0)]
@@ -165,7 +171,7 @@ pub struct HistoryArgs {
     #[arg(long)]
     pub bisect: bool,
     /// USD the bisections may spend (default: the spec's budget_usd).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::parse_budget)]
     pub budget: Option<f64>,
     /// The sandbox-agent executable to ship (default: beside this one).
     #[arg(long, env = crate::agent_binary::AGENT_ENV)]
@@ -230,13 +236,13 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Shipping::Bind)]
     pub shipping: Shipping,
     /// USD per vCPU-hour (overrides the spec's rate card).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::parse_cpu_rate)]
     pub cpu_usd_per_hour: Option<f64>,
     /// USD per GiB-hour of memory (overrides the spec's rate card).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::parse_memory_rate)]
     pub memory_usd_per_gb_hour: Option<f64>,
     /// USD per GiB-hour of disk (overrides the spec's rate card).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::options::parse_disk_rate)]
     pub disk_usd_per_gb_hour: Option<f64>,
     /// How long to wait for a Docker engine that stops answering (a restart) before the run
     /// fails, e.g. 30s, 5m.
@@ -286,10 +292,12 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let ledger_path = cli.ledger.clone().unwrap_or_else(crate::cost::ledger::default_path);
+    // The one engine every sandbox of this command is made on, connected when first needed.
+    let engine = crate::provision::Engine::new(cli.max_creates as usize);
     match cli.command {
-        Command::Run(args) => compare(args, ledger_path).await,
+        Command::Run(args) => compare(&engine, args, ledger_path).await,
         Command::Report { dir, format, stdout } => report(&dir, format, stdout),
-        Command::Check { spec } => check(&spec).await,
+        Command::Check { spec } => check(&engine, &spec).await,
         Command::Debug { spec, rev, phase, trial, keep, out, agent, dead_man } => {
             let options = crate::debug::DebugOptions {
                 spec,
@@ -302,18 +310,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 shipping: crate::provision::AgentShipping::Bind,
                 dead_man: dead_man.window,
             };
-            let ok = crate::debug::debug(options, cancel_on_signals()).await?;
+            let ok = crate::debug::debug(&engine, options, cancel_on_signals()).await?;
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Sandbox(command) => {
             if matches!(command, crate::by_hand::SandboxCommand::Gc) {
                 // Dead runs are recorded as abandoned before their sandboxes are reaped.
-                let docker = crate::provision::DockerProvisioner::connect(1).await?;
-                for line in crate::run::reconcile::reconcile(&docker, &ledger_path).await {
+                let docker = engine.docker().await?;
+                for line in crate::run::reconcile::reconcile(&*docker, &ledger_path).await {
                     println!("{}", crate::sanitize::terminal(&line));
                 }
             }
-            crate::by_hand::run(command).await
+            crate::by_hand::run(&engine, command).await
         }
         Command::Cost(args) => {
             // Spec names and repositories are anyone's text.
@@ -324,11 +332,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(args) => crate::bench::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => crate::bench::run(&engine, args).await.map(|()| ExitCode::SUCCESS),
         Command::Publish(args) => crate::publish::command(args).await,
-        Command::Ci(args) => crate::publish::ci::command(*args, ledger_path, cancel_on_signals()).await,
+        Command::Ci(args) => crate::publish::ci::command(&engine, *args, ledger_path, cancel_on_signals()).await,
         Command::Merge(args) => crate::merge::command(args, &ledger_path),
-        Command::Record(args) => record(args, ledger_path).await,
+        Command::Record(args) => record(&engine, args, ledger_path).await,
         Command::Bisect(args) => {
             let mut options = match &args.resume {
                 Some(dir) => crate::bisect::BisectOptions::resume(dir)?,
@@ -351,13 +359,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             options.agent = args.agent;
             options.max_steps = args.max_steps;
             options.ledger = Some(ledger_path);
-            let found = crate::bisect::command(options, cancel_on_signals()).await?;
+            let found = crate::bisect::command(&engine, options, cancel_on_signals()).await?;
             Ok(if found { ExitCode::SUCCESS } else { ExitCode::from(exit::FAILED) })
         }
         Command::History(args) => {
-            if let Some(b) = args.budget.filter(|b| !(b.is_finite() && *b > 0.0)) {
-                anyhow::bail!("--budget must be a positive number of USD, got {b}");
-            }
             let options = crate::history::command::HistoryOptions {
                 spec: args.spec,
                 out: args.out,
@@ -368,14 +373,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 agent: args.agent,
                 dead_man: args.dead_man.window,
             };
-            crate::history::command::command(options, cancel_on_signals()).await?;
+            crate::history::command::command(&engine, options, cancel_on_signals()).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
 /// `sandbench run`: prints where the reports are, and exits by the run's status.
-async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
+async fn compare(engine: &crate::provision::Engine, args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
     if let Some(dir) = args.resume {
         let options = crate::run::resume::ResumeOptions {
             dir,
@@ -390,7 +395,7 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         };
         let (mark, _) = crate::run::resume::check(&options)?;
         args.flags.check_pairs(mark.pairs)?;
-        let result = crate::run::resume::resume(options, cancel_on_signals()).await?;
+        let result = crate::run::resume::resume(engine, options, cancel_on_signals()).await?;
         return Ok(print_result(&result));
     }
     args.flags.check_pairs(args.flags.pairs)?;
@@ -408,14 +413,17 @@ async fn compare(args: RunArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         engine_wait: args.engine_wait,
         ..args.flags.run_options(spec, base, head, ledger)
     };
-    let result = crate::run::run(options, cancel_rx).await?;
+    // Resolved once, here: the final plan, its schedule, the revisions, the noise profile and the
+    // open ledger; nothing below changes them.
+    let resolved = crate::run::resolve(options).await?;
+    let result = crate::run::start(resolved, cancel_rx, engine.provisioner(), crate::run::run_id()).await?;
     Ok(print_result(&result))
 }
 
 /// `sandbench record`: the records' progress on stderr, one line per commit on stdout
 /// (`<commit> recorded <run dir>`, `already recorded`, `failed <run dir>: <why>`, `not reached`);
 /// 0 when every commit asked for is recorded, 3 when some are not, 4 when canceled.
-async fn record(args: RecordArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
+async fn record(engine: &crate::provision::Engine, args: RecordArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
     use crate::record::{Fate, RecordOptions, Revisions};
     let revisions = match (args.rev, args.backfill) {
         (Some(rev), None) => Revisions::One(rev),
@@ -432,7 +440,7 @@ async fn record(args: RecordArgs, ledger: PathBuf) -> anyhow::Result<ExitCode> {
         dead_man: args.dead_man.window,
         run_timeout: std::time::Duration::from_secs_f64(args.timeout_minutes.max(0.0) * 60.0),
     };
-    let recorded = crate::record::record(options, cancel_on_signals(), &mut |line| eprintln!("{line}")).await?;
+    let recorded = crate::record::record(engine, options, cancel_on_signals(), &mut |line| eprintln!("{line}")).await?;
     for (commit, fate) in &recorded.commits {
         let commit = crate::sanitize::terminal(commit);
         match fate {
@@ -510,7 +518,7 @@ fn report(dir: &Path, format: Option<ReportFormat>, stdout: bool) -> anyhow::Res
 /// `sandbench check`: the plan, or every error in the spec (exit 2); for a bridged sandbox, the
 /// registries its bridge would reach and where each comes from; for a plan that needs valgrind,
 /// where the engine's valgrind image comes from, or why it cannot (exit 1).
-async fn check(spec: &Path) -> anyhow::Result<ExitCode> {
+async fn check(engine: &crate::provision::Engine, spec: &Path) -> anyhow::Result<ExitCode> {
     match crate::spec::load(spec).and_then(|plan| crate::spec::check_remote(spec, &plan).map(|warning| (plan, warning)))
     {
         Ok((plan, warning)) => {
@@ -535,8 +543,8 @@ async fn check(spec: &Path) -> anyhow::Result<ExitCode> {
             if !plan.needs_valgrind() {
                 return Ok(ExitCode::SUCCESS);
             }
-            let docker = crate::provision::DockerProvisioner::connect(1).await?;
-            let (line, ok) = check_valgrind(&docker, &plan.sandbox.image).await;
+            let docker = engine.docker().await?;
+            let (line, ok) = check_valgrind(&*docker, &plan.sandbox.image).await;
             if !ok {
                 eprintln!("error: {}", crate::sanitize::terminal(&line));
                 return Ok(ExitCode::from(exit::FAILED));
@@ -687,6 +695,41 @@ mod tests {
             super::Cli::try_parse_from(["sandbench", "debug", "s.toml", "--rev", "a", "--dead-man", "45s"]).unwrap();
         let super::Command::Debug { dead_man, .. } = cli.command else { panic!("{:?}", cli.command) };
         assert_eq!(dead_man.window, Duration::from_secs(45));
+    }
+
+    #[test]
+    fn numbers_are_checked_as_the_command_line_is_read_by_the_rules_a_run_applies() {
+        let parse = |args: &[&str]| super::Cli::try_parse_from([&["sandbench"][..], args].concat());
+        let run = ["run", "s.toml", "--base", "a", "--head", "b"];
+        let cases: [(&[&str], &str); 9] = [
+            (&["--trials", "0"], "--trials must be from 1 to 100, got 0"),
+            (&["--trials", "101"], "--trials must be from 1 to 100, got 101"),
+            (&["--pairs", "9"], "--pairs must be from 1 to 8, got 9"),
+            (&["--budget", "0"], "--budget must be a positive number of USD, got 0"),
+            (&["--budget", "lots"], "expected a number, got \"lots\""),
+            (&["--cpu-usd-per-hour=-1"], "--cpu-usd-per-hour must be a non-negative number, got -1"),
+            (&["--memory-usd-per-gb-hour", "NaN"], "--memory-usd-per-gb-hour must be a non-negative number, got NaN"),
+            (&["--disk-usd-per-gb-hour", "inf"], "--disk-usd-per-gb-hour must be a non-negative number, got inf"),
+            (&["--max-creates", "0"], "0"),
+        ];
+        for (extra, says) in cases {
+            let err = parse(&[&run[..], extra].concat()).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{extra:?}: {err}");
+            assert!(err.to_string().contains(says), "{extra:?}: {err}");
+        }
+        // The same rules in code: a run asked for without the command line is refused by them.
+        assert_eq!(crate::run::check::pairs(0), Err("--pairs must be from 1 to 8, got 0".to_string()));
+        assert_eq!(crate::run::check::budget(2.5), Ok(2.5));
+        for command in [&["history", "s.toml"][..], &["record", "s.toml", "--rev", "a"][..]] {
+            let err = parse(&[command, &["--budget=-0"][..]].concat()).unwrap_err();
+            assert!(err.to_string().contains("--budget must be a positive number of USD"), "{command:?}: {err}");
+        }
+        let ok =
+            parse(&[&run[..], &["--trials", "100", "--pairs", "8", "--budget", "0.5", "--max-creates", "2"]].concat());
+        let cli = ok.unwrap();
+        assert_eq!(cli.max_creates, 2);
+        let super::Command::Run(args) = cli.command else { panic!() };
+        assert_eq!((args.flags.trials, args.flags.pairs, args.flags.budget), (Some(100), 8, Some(0.5)));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::by_hand::describe_event;
 use crate::display::Display;
 use crate::observations::server::Hub;
 use crate::observations::store::StoredBody;
-use crate::provision::{AgentShipping, DockerProvisioner, Provisioner, labels};
+use crate::provision::{AgentShipping, Engine, Provisioner, labels};
 use crate::spec::{Plan, SourceSettings};
 use crate::station::sandbox::{self, LiveSandbox};
 use crate::station::{Station, StationOptions};
@@ -41,9 +41,8 @@ pub struct DebugOptions {
 }
 
 /// Runs the session; true when every phase succeeded.
-pub async fn debug(opts: DebugOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
-    let connect = async { Ok(Arc::new(DockerProvisioner::connect(1).await?) as Arc<dyn Provisioner>) };
-    debug_on(opts, cancel, connect).await
+pub async fn debug(engine: &Engine, opts: DebugOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
+    debug_on(opts, cancel, engine.provisioner()).await
 }
 
 /// [`debug`] on the provisioner `connect` gives, connected once the spec and revision are read.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::run::RunOptions;
+use crate::run::{RunOptions, check};
 
 /// Exit statuses of `sandbench`. 2 is clap's usage error and no run status uses it.
 pub mod exit {
@@ -71,6 +71,45 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     parsed.map_err(|err| format!("expected a duration like 45s, 2m or 1m30s, got {text:?} ({err})"))
 }
 
+/// A number as the command line gives it, then checked by `rule` (one of [`check`]'s).
+fn number<T: std::str::FromStr>(text: &str, rule: impl Fn(T) -> Result<T, String>) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    text.trim().parse::<T>().map_err(|err| format!("expected a number, got {text:?} ({err})")).and_then(rule)
+}
+
+/// `--trials` ([`check::trials`]).
+pub fn parse_trials(text: &str) -> Result<u32, String> {
+    number(text, check::trials)
+}
+
+/// `--pairs` ([`check::pairs`]; the CPUs are checked once the command knows the machine:
+/// [`check_pairs`]).
+pub fn parse_pairs(text: &str) -> Result<u32, String> {
+    number(text, check::pairs)
+}
+
+/// `--budget` of `run`, `ci`, `record` and `history` ([`check::budget`]).
+pub fn parse_budget(text: &str) -> Result<f64, String> {
+    number(text, check::budget)
+}
+
+/// `--cpu-usd-per-hour` ([`check::rate`]).
+pub fn parse_cpu_rate(text: &str) -> Result<f64, String> {
+    number(text, |v| check::rate("--cpu-usd-per-hour", v))
+}
+
+/// `--memory-usd-per-gb-hour` ([`check::rate`]).
+pub fn parse_memory_rate(text: &str) -> Result<f64, String> {
+    number(text, |v| check::rate("--memory-usd-per-gb-hour", v))
+}
+
+/// `--disk-usd-per-gb-hour` ([`check::rate`]).
+pub fn parse_disk_rate(text: &str) -> Result<f64, String> {
+    number(text, |v| check::rate("--disk-usd-per-gb-hour", v))
+}
+
 /// `--pairs` beyond the CPUs is refused unless `oversubscribe`: each pair is pinned to CPUs of
 /// its own, and pairs sharing a CPU disturb each other's timings.
 pub fn check_pairs(pairs: u32, cpus: usize, oversubscribe: bool) -> anyhow::Result<()> {
@@ -97,10 +136,10 @@ pub struct RunFlags {
     #[arg(long, default_value = "runs", env = "SANDBENCH_OUT")]
     pub out: PathBuf,
     /// Measure, runtime and transport trials (overrides the spec; ui and install keep theirs).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_trials)]
     pub trials: Option<u32>,
     /// Sandbox pairs, each pinned to its own CPUs, sharing the trials (at most one per CPU).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = parse_pairs)]
     pub pairs: u32,
     /// Allow more pairs than CPUs: pairs then share CPUs, and their timings disturb each other.
     #[arg(long)]
@@ -113,7 +152,7 @@ pub struct RunFlags {
     #[arg(long, conflicts_with = "shard")]
     pub bisect: bool,
     /// Stop scheduling work when the estimated cost reaches this many USD.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_budget)]
     pub budget: Option<f64>,
     /// Stop scheduling work after this many minutes.
     #[arg(long, default_value_t = 60.0)]

@@ -117,13 +117,14 @@ pub fn pick(after: &[String], every: u32) -> Vec<String> {
 /// Records what `opts` asks for, one run after the other; `progress` hears each commit as it
 /// starts and ends.
 pub async fn record(
+    engine: &crate::provision::Engine,
     opts: RecordOptions,
     cancel: watch::Receiver<bool>,
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Recorded> {
     let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if let Some(b) = opts.budget_usd.filter(|b| !(b.is_finite() && *b > 0.0)) {
-        bail!("--budget must be a positive number of USD, got {b}");
+    if let Some(b) = opts.budget_usd {
+        crate::run::check::budget(b).map_err(anyhow::Error::msg)?;
     }
     let commits = match &opts.revisions {
         Revisions::One(rev) => vec![rev.clone()],
@@ -163,7 +164,7 @@ pub async fn record(
             break;
         }
         progress(&format!("record {} of {}: {}", at + 1, commits.len(), crate::sanitize::terminal(rev)));
-        let run = crate::run::run(run_options(&opts, rev, remaining), cancel.clone()).await;
+        let run = crate::run::run_in(engine, run_options(&opts, rev, remaining), cancel.clone()).await;
         let result = run.with_context(|| format!("recording {rev}"));
         let result = match (result, backfill) {
             (Ok(result), _) => result,

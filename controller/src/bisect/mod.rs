@@ -25,7 +25,7 @@ use crate::cost::SandboxRecord;
 use crate::cost::ledger::{Entry, Ledger, RunStart};
 use crate::display::Display;
 use crate::observations::store::{StoredBody, read_events};
-use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
+use crate::provision::{AgentShipping, Engine, Provisioner};
 use crate::report::{Revision, Status};
 use crate::spec::{Plan, SourceSettings};
 use crate::station::{Station, StationOptions, sandbox};
@@ -342,6 +342,7 @@ pub(crate) fn run_start(
 
 /// `sandbench bisect`: the bisection on Docker, in its own directory and ledger entry.
 pub async fn bisect(
+    engine: &Engine,
     opts: BisectOptions,
     display: &Display,
     cancel: watch::Receiver<bool>,
@@ -356,7 +357,7 @@ pub async fn bisect(
     let started = SystemTime::now();
     let id = opts.id.clone().unwrap_or_else(|| new_id(started));
     let dir = crate::station::run_dir(&opts.out.join(&id))?;
-    let provisioner: Arc<dyn Provisioner> = Arc::new(DockerProvisioner::connect(2).await?);
+    let provisioner = engine.provisioner().await?;
     // The ledger entry is made before the first sandbox, so a bisection killed from here on
     // shows as unfinished; a resumed one is put back to running.
     let entry = match &opts.ledger {
@@ -867,9 +868,9 @@ pub fn markdown(report: &BisectReport) -> String {
 }
 
 /// `sandbench bisect` on the command line: prints the answer and where it is.
-pub async fn command(opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
+pub async fn command(engine: &Engine, opts: BisectOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<bool> {
     let display = Display::new();
-    let (report, dir) = bisect(opts, &display, cancel).await.context("bisect")?;
+    let (report, dir) = bisect(engine, opts, &display, cancel).await.context("bisect")?;
     display.result(&headline(&report));
     display.result(&dir.join("bisect.json").display().to_string());
     Ok(!matches!(report.outcome, Outcome::Unresolved { .. }))

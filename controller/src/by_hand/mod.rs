@@ -21,7 +21,7 @@ pub use rm::{gc, rm};
 pub use shell::{shell, shell_command};
 
 use crate::display::Display;
-use crate::provision::{ContainerInfo, DockerProvisioner, Provisioner};
+use crate::provision::{ContainerInfo, Engine, Provisioner};
 
 /// The by-hand commands, as the command line names them.
 #[derive(Debug, Subcommand)]
@@ -77,30 +77,31 @@ pub enum SandboxCommand {
 }
 
 /// Runs one by-hand command against the local Docker engine.
-pub async fn run(command: SandboxCommand) -> anyhow::Result<ExitCode> {
-    let provisioner = DockerProvisioner::connect(1).await?;
+pub async fn run(engine: &Engine, command: SandboxCommand) -> anyhow::Result<ExitCode> {
+    let docker = engine.docker().await?;
+    let provisioner: &dyn Provisioner = &*docker;
     let display = Display::plain();
     let ok = match command {
         SandboxCommand::Ls => {
-            display.output(&ls(&provisioner).await?);
+            display.output(&ls(provisioner).await?);
             true
         }
         SandboxCommand::Shell { id, user, command } => {
-            let code = shell(&provisioner, &id, user.as_deref(), &command).await?;
+            let code = shell(provisioner, &id, user.as_deref(), &command).await?;
             return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
         }
         SandboxCommand::Logs { id, lines, follow } => {
-            logs(&provisioner, &id, lines, follow).await?;
+            logs(provisioner, &id, lines, follow).await?;
             true
         }
-        SandboxCommand::Phase { id, phase: name, trial } => phase(&provisioner, &id, &name, trial, &display).await?,
+        SandboxCommand::Phase { id, phase: name, trial } => phase(provisioner, &id, &name, trial, &display).await?,
         SandboxCommand::Rm { id, run, all } => {
-            let removed = rm(&provisioner, id.as_deref(), run.as_deref(), all).await?;
+            let removed = rm(provisioner, id.as_deref(), run.as_deref(), all).await?;
             print_removed(&display, removed.iter().map(|name| format!("removed {name}")));
             true
         }
         SandboxCommand::Gc => {
-            print_removed(&display, gc(&provisioner).await?.iter().map(|line| format!("removed {line}")));
+            print_removed(&display, gc(provisioner).await?.iter().map(|line| format!("removed {line}")));
             true
         }
     };

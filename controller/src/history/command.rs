@@ -9,7 +9,6 @@
 
 use crate::display::Display;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
@@ -22,7 +21,7 @@ use super::store::{CommitInfo, Records};
 use crate::bisect::{BisectReport, Job, Lens, Outcome, Target};
 use crate::cost::SandboxRecord;
 use crate::cost::ledger::{Entry, Ledger, this_machine};
-use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
+use crate::provision::{AgentShipping, Engine};
 use crate::report::Revision;
 use crate::report::noise::NoiseProfile;
 use crate::spec::{Plan, SourceSettings};
@@ -54,6 +53,15 @@ pub struct Written {
 /// Reads the spec's history from the ledger, finds its change points (bisecting them when
 /// asked) and writes its three files.
 pub async fn history(opts: HistoryOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<Written> {
+    history_in(&Engine::default(), opts, cancel).await
+}
+
+/// [`history`], its bisections on `engine`'s sandboxes (connected only when one needs a sandbox).
+pub async fn history_in(
+    engine: &Engine,
+    opts: HistoryOptions,
+    cancel: watch::Receiver<bool>,
+) -> anyhow::Result<Written> {
     let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     if !opts.ledger.exists() {
         bail!(
@@ -93,7 +101,7 @@ pub async fn history(opts: HistoryOptions, cancel: watch::Receiver<bool>) -> any
         &opts.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(format!("history-{name}"))),
     )?;
     if opts.bisect {
-        let at = Bisecting { plan: &plan, dir: &dir, opts: &opts, ledger: &ledger, display: Display::new() };
+        let at = Bisecting { plan: &plan, dir: &dir, opts: &opts, ledger: &ledger, engine, display: Display::new() };
         bisect_changes(at, &mut history, cancel).await;
     }
     write(&dir, &history)?;
@@ -109,8 +117,8 @@ pub fn write(dir: &Path, history: &History) -> anyhow::Result<()> {
 }
 
 /// `sandbench history` on the command line: one line per change point, then the files' paths.
-pub async fn command(opts: HistoryOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<()> {
-    let written = history(opts, cancel).await.context("history")?;
+pub async fn command(engine: &Engine, opts: HistoryOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let written = history_in(engine, opts, cancel).await.context("history")?;
     let display = Display::new();
     let h = &written.history;
     let changes: usize = h.metrics.iter().map(|m| m.change_points.len()).sum();
@@ -154,6 +162,8 @@ struct Bisecting<'a> {
     dir: &'a Path,
     opts: &'a HistoryOptions,
     ledger: &'a Ledger,
+    /// The engine the bisections' sandboxes are made on.
+    engine: &'a Engine,
     /// Where the bisections' progress goes.
     display: Display,
 }
@@ -198,7 +208,7 @@ async fn bisect_changes(at: Bisecting<'_>, history: &mut History, cancel: watch:
         return;
     };
     let entry = format!("history-{}-{}", crate::report::stamp(SystemTime::now()), suffix());
-    let mut spending = Spending { provisioner: None, spent: Vec::new(), name: entry, entry: None, jobs: 0 };
+    let mut spending = Spending { spent: Vec::new(), name: entry, entry: None, jobs: 0 };
     for (m, c) in wanted {
         let (key, change) = (history.metrics[m].key.clone(), history.metrics[m].change_points[c].clone());
         match bisect_one(&at, repository, &mut spending, (&key, &change), &cancel).await {
@@ -220,9 +230,8 @@ async fn bisect_changes(at: Bisecting<'_>, history: &mut History, cancel: watch:
     }
 }
 
-/// What the bisections of one `history` share: the engine, what they spent, their ledger entry.
+/// What the bisections of one `history` share: what they spent, their ledger entry.
 struct Spending {
-    provisioner: Option<Arc<dyn Provisioner>>,
     spent: Vec<SandboxRecord>,
     /// The ledger entry's run id.
     name: String,
@@ -268,16 +277,9 @@ async fn bisect_one(
     }
     let target = Target::of(at.plan, key, Lens::Instructions)
         .map_err(|err| Skipped::this(format!("{key} cannot be bisected: {err:#}")))?;
-    let docker = match &spending.provisioner {
-        Some(docker) => docker.clone(),
-        None => {
-            let docker: Arc<dyn Provisioner> = Arc::new(
-                DockerProvisioner::connect(2).await.map_err(|err| Skipped { why: format!("{err:#}"), stop: true })?,
-            );
-            spending.provisioner = Some(docker.clone());
-            docker
-        }
-    };
+    // Connected on the first bisection that needs a sandbox (a history with nothing to bisect,
+    // or only finished answers, never connects).
+    let docker = at.engine.provisioner().await.map_err(|err| Skipped { why: format!("{err:#}"), stop: true })?;
     if spending.entry.is_none() {
         let entry = begin_entry(at.ledger.path(), at.plan, repository, &spending.name, at.dir, change);
         spending.entry = Some(entry.map_err(|err| Skipped {

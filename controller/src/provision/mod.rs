@@ -5,6 +5,7 @@
 
 pub mod disk;
 pub mod docker;
+pub mod engine;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
@@ -19,6 +20,7 @@ use futures_util::stream::BoxStream;
 
 pub use docker::DockerProvisioner;
 pub use docker::valgrind::{self, ValgrindError, ValgrindProbe};
+pub use engine::Engine;
 pub use error::ProvisionError;
 #[cfg(any(test, feature = "fake"))]
 pub use fake::FakeProvisioner;

@@ -271,7 +271,12 @@ async fn conclude_failed(args: &CiArgs, spec: &str, message: &str) -> anyhow::Re
 }
 
 /// `sandbench ci`.
-pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool>) -> anyhow::Result<ExitCode> {
+pub async fn command(
+    engine: &crate::provision::Engine,
+    args: CiArgs,
+    ledger: PathBuf,
+    cancel: watch::Receiver<bool>,
+) -> anyhow::Result<ExitCode> {
     let plan = crate::spec::load(&args.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some(message) = &args.failed {
         return conclude_failed(&args, &plan.name, message).await;
@@ -308,7 +313,7 @@ pub async fn command(args: CiArgs, ledger: PathBuf, cancel: watch::Receiver<bool
     let mut options =
         args.flags.clone().run_options(args.spec.clone(), request.base.clone(), request.head.clone(), ledger);
     options.require_disk_bound = disk_bound_required(&request.event, args.allow_unbounded_disk);
-    let result = match crate::run::run(options, cancel).await {
+    let result = match crate::run::run_in(engine, options, cancel).await {
         Ok(result) => result,
         Err(err) => {
             notify("failed", &format!("The run could not start: {err:#}")).await?;

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use anyhow::bail;
 use tokio::sync::watch;
 
 use super::accounting::Resumed;
 use super::execute::{self, Finished, Setting};
 use super::options::RunOptions;
 use super::output::{self, NoiseProfile, write_reports};
+use super::resolve::Resolved;
 use super::schedule::Side;
 use super::walk::{Adapted, MAX_ERRORS};
 use super::{bisections, schedule, story};
@@ -32,37 +32,30 @@ pub struct RunResult {
     pub ending: Vec<String>,
 }
 
-/// A run about to be walked: new, or resumed.
+/// A run about to be walked, new or resumed: resolved, with its directory and report begun.
 pub(super) struct Start {
-    pub plan: Plan,
-    pub notes: Vec<String>,
+    pub resolved: Resolved,
     pub dir: PathBuf,
     pub report: Report,
-    pub base: Revision,
-    pub head: Revision,
     pub resumed: Option<Resumed>,
     /// The sandboxes of earlier attempts (a resumed run), charged already.
     pub earlier: Vec<report::SandboxRecord>,
-    /// The ledger, opened once for the whole run (`--ledger`): its noise profiles were read
-    /// from it, its entry is begun in it, dead runs are reconciled in it.
-    pub ledger: Option<Ledger>,
 }
 
 /// Walks a run from its start to its written reports and ledger entry.
 pub(super) async fn conduct(
-    opts: RunOptions,
     start: Start,
     cancel: watch::Receiver<bool>,
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
 ) -> anyhow::Result<RunResult> {
-    let Start { plan, notes, dir, mut report, base, head, resumed, earlier, ledger } = start;
+    let Start { resolved, dir, mut report, resumed, earlier } = start;
+    let Resolved { opts, plan, notes, base, head, stages, ledger, .. } = resolved;
     let run_id = report.run_id.clone();
     if let Err(err) = crate::logging::to_file(&dir.join("controller.log")) {
         tracing::warn!("cannot write {}: {err}", dir.join("controller.log").display());
     }
     tracing::info!(run = %run_id, spec = %plan.name, base = %opts.base, head = %opts.head, "run started");
     let display = Display::new();
-    let stages = schedule::for_run(&plan, opts.pairs, opts.shard, opts.record);
     announce(&display, &opts, &plan, &report, (&base, &head), (resumed.as_ref(), &stages), &notes);
     if let Some(shard) = opts.shard {
         let part = record_shard(shard, &plan, &run_id, &base, &head, &dir)?;
@@ -269,56 +262,6 @@ pub(crate) fn record_lens(ledger: &Ledger, report: &Report) -> anyhow::Result<()
     }
 }
 
-/// Where a run keeps the noise profile it found in the ledger (a resume reads it there).
-pub(super) const NOISE_USED: &str = "noise-used.json";
-
-/// Every A/A noise profile the ledger keeps of this spec, image and machine, pooled
-/// ([`NoiseProfile::pool`]) and kept in `dir` as [`NOISE_USED`]; a note says which it is, or why
-/// none (or some) could be read.
-pub(super) fn noise_from_ledger(
-    ledger: &Ledger,
-    plan: &Plan,
-    dir: &Path,
-    notes: &mut Vec<String>,
-) -> Option<NoiseProfile> {
-    let found = ledger.noise_profiles(&plan.name, &plan.sandbox.image, &this_machine());
-    let stored = match found {
-        Ok(stored) => stored,
-        Err(err) => {
-            notes.push(format!("no noise profile from the ledger: {err:#}"));
-            return None;
-        }
-    };
-    let mut runs = Vec::new();
-    let mut latest_at = String::new();
-    for stored in stored {
-        match serde_json::from_str::<NoiseProfile>(&stored.profile) {
-            Ok(profile) => {
-                runs.push(profile);
-                latest_at = stored.recorded_at;
-            }
-            Err(err) => notes.push(format!(
-                "the ledger's noise profile of A/A run {} cannot be read: {err}; the floors pool the others",
-                stored.run_id
-            )),
-        }
-    }
-    let mut profile = NoiseProfile::pool(&runs)?;
-    let earlier = match runs.len() - 1 {
-        0 => String::new(),
-        1 => ", pooled with the one before it".to_string(),
-        n => format!(", pooled with the {n} before it"),
-    };
-    profile.found = Some(format!("the ledger's latest A/A run of this spec, image and machine, {latest_at}{earlier}"));
-    profile.min_floor = Some(plan.min_floor);
-    let kept = serde_json::to_vec_pretty(&profile).map_err(anyhow::Error::from);
-    if let Err(err) = kept.and_then(|json| Ok(std::fs::write(dir.join(NOISE_USED), json)?)) {
-        notes.push(format!("the noise profile found in the ledger cannot be kept in the run directory: {err:#}"));
-        return None;
-    }
-    Some(profile)
-}
-
 /// Keeps an A/A run's profile in the ledger for later runs of its spec, image and machine; says
 /// where it went.
 fn keep_noise_profile(ledger: &Ledger, report: &Report, path: &Path) -> String {
@@ -346,91 +289,6 @@ fn write_noise_profile(report: &Report, dir: &Path) -> anyhow::Result<PathBuf> {
     let path = dir.join("noise.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&NoiseProfile::from_report(report))?)?;
     Ok(path)
-}
-
-/// Applies the command line to the plan, checking each value; returns notes for the report and
-/// the noise profile asked for.
-pub(super) fn apply_options(plan: &mut Plan, opts: &RunOptions) -> anyhow::Result<(Vec<String>, Option<NoiseProfile>)> {
-    if let Some(n) = opts.trials {
-        if !(1..=100).contains(&n) {
-            bail!("--trials must be from 1 to 100, got {n}");
-        }
-        // A phase with nothing to do keeps its none.
-        for trials in [&mut plan.trials.measure, &mut plan.trials.runtime, &mut plan.trials.transport] {
-            if *trials > 0 {
-                *trials = n;
-            }
-        }
-    }
-    // The sandboxes expire after the longest this run can take: the plan's worst case with the
-    // trials asked for here, or the run timeout (the run is halted then), and the margin for
-    // teardown. The spec's ttl is at least the worst case (`check` refuses less).
-    plan.sandbox.ttl = crate::spec::default_ttl(plan.worst_case().min(opts.run_timeout));
-    plan.check_host()?;
-    if opts.pairs == 0 || opts.pairs > 8 {
-        bail!("--pairs must be from 1 to 8, got {}", opts.pairs);
-    }
-    plan.trials.order = plan.trials.order.resolve(opts.pairs, plan.duet_cpus_here().is_ok());
-    if opts.record {
-        if opts.pairs > 1 || opts.shard.is_some() {
-            bail!("a record measures one revision in one sandbox: it takes neither --pairs nor --shard");
-        }
-        // One sandbox: no other side to interleave or share the machine with.
-        plan.trials.order = crate::spec::Order::Abba;
-    }
-    if plan.trials.order == crate::spec::Order::Duet && opts.pairs > 1 {
-        bail!(
-            "{}: trials.order = \"duet\" runs one pair at a time, its two sandboxes on CPUs of their own; --pairs {} \
-             asks for more",
-            plan.spec_path.display(),
-            opts.pairs
-        );
-    }
-    if let Some(b) = opts.budget_usd {
-        if !(b.is_finite() && b > 0.0) {
-            bail!("--budget must be a positive number of USD, got {b}");
-        }
-        plan.cost.budget_usd = Some(b);
-    }
-    for (value, field, name) in [
-        (opts.rates.cpu_usd_per_hour, &mut plan.cost.cpu_usd_per_hour, "--cpu-usd-per-hour"),
-        (opts.rates.memory_usd_per_gb_hour, &mut plan.cost.memory_usd_per_gb_hour, "--memory-usd-per-gb-hour"),
-        (opts.rates.disk_usd_per_gb_hour, &mut plan.cost.disk_usd_per_gb_hour, "--disk-usd-per-gb-hour"),
-    ] {
-        if let Some(v) = value {
-            if !(v.is_finite() && v >= 0.0) {
-                bail!("{name} must be a non-negative number, got {v}");
-            }
-            *field = v;
-        }
-    }
-    let mut noise = None;
-    if let Some(path) = &opts.noise {
-        let mut profile = NoiseProfile::load(path)?;
-        if profile.spec != plan.name {
-            bail!("the noise profile {} was measured for spec {:?}, not {:?}", path.display(), profile.spec, plan.name);
-        }
-        profile.min_floor = Some(plan.min_floor);
-        noise = Some(profile);
-    }
-    let mut notes = Vec::new();
-    if opts.shard.is_some() && report::Sequential::for_plan(plan).is_some() {
-        notes.push(format!(
-            "adaptive pairs are off in a sharded run (each shard sees only its share): the planned {} pairs are run, not up to trials.max_pairs ({})",
-            plan.gated_trials(&plan.trials.gate),
-            plan.trials.max_pairs
-        ));
-    }
-    let install = schedule::sharded_install_trials(plan.trials.install, opts.pairs as usize, opts.shard);
-    if install != plan.trials.install {
-        let shards = opts.shard.map(|s| format!(" of each of the {} shards", s.count)).unwrap_or_default();
-        notes.push(format!(
-            "install trials raised from {} to {install}: each of the {} pairs{shards} needs its own first installation",
-            plan.trials.install, opts.pairs
-        ));
-        plan.trials.install = install;
-    }
-    Ok((notes, noise))
 }
 
 /// Opens the ledger, if any, and records the run as begun.

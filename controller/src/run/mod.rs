@@ -24,6 +24,8 @@
 //! - `output`: samples collected from the log (from plain data), the written reports.
 //! - `mark`: `controller.json`, who runs the run directory.
 //! - `reconcile`: a dead run's ledger entry recorded as abandoned.
+//! - `resolve`: a run resolved once from what it is asked for: the final plan, its schedule,
+//!   the revisions, the noise profile and the open ledger.
 //! - `walk`: the walk through the schedule (its trials, renewal and adaptation are its children).
 //! - `execute`: sets up and tears down around the walk, and says how it ended.
 //! - `bisections`: the bisections `--bisect` asks for once the run is decided.
@@ -41,6 +43,7 @@ mod mark;
 mod options;
 mod output;
 pub mod reconcile;
+mod resolve;
 pub mod resume;
 pub mod schedule;
 pub mod story;
@@ -61,29 +64,34 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use anyhow::{Context, bail};
 use tokio::sync::watch;
 
 pub use crate::display::Display;
 pub use accounting::Roster;
 pub use conduct::RunResult;
 pub(crate) use conduct::record_lens;
-use conduct::{NOISE_USED, Start, apply_options, conduct, noise_from_ledger};
+use conduct::{Start, conduct};
 use mark::Mark;
-pub use options::{RateOverrides, RunOptions};
+pub use options::{MAX_PAIRS, RateOverrides, RunOptions, check};
 use output::skeleton;
 pub use output::{NoiseProfile, agent_warnings, rerender, write_reports};
 
-use crate::cost::ledger::Ledger;
-use crate::provision::{DockerProvisioner, Provisioner};
-use crate::report::{self, Revision};
-use crate::spec::{Plan, SourceSettings};
+use resolve::{NOISE_USED, keep_noise_used};
+pub use resolve::{Resolved, resolve};
 
-/// Runs the comparison in Docker. Only errors before the run directory exists are returned as
-/// `Err`; everything after ends in a report.
+use crate::provision::{Engine, Provisioner};
+use crate::report;
+
+/// Runs the comparison on the engine's sandboxes with its default limits (the command line
+/// resolves first and starts with its own engine: [`resolve`], [`start`]). Only errors before
+/// the run directory exists are returned as `Err`; everything after ends in a report.
 pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<RunResult> {
-    let docker = async { Ok(Arc::new(DockerProvisioner::connect(4).await?) as Arc<dyn Provisioner>) };
-    run_on(opts, cancel, docker, run_id()).await
+    run_in(&Engine::default(), opts, cancel).await
+}
+
+/// Runs the comparison on `engine`'s sandboxes (`ci` and `record` share the command's engine).
+pub async fn run_in(engine: &Engine, opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<RunResult> {
+    start(resolve(opts).await?, cancel, engine.provisioner(), run_id()).await
 }
 
 /// Runs the comparison on the sandboxes `connect` resolves to, under the id `run_id` (tests use a
@@ -94,51 +102,37 @@ pub async fn run_on(
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
     run_id: String,
 ) -> anyhow::Result<RunResult> {
-    let mut plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (mut notes, mut noise) = apply_options(&mut plan, &opts)?;
-    let (base, head) = resolve_revisions(&plan, &opts.base, &opts.head).await?;
-    // Opened once, before the run directory: a ledger that cannot be opened stops the run here.
-    let ledger = opts.ledger.as_deref().map(Ledger::open).transpose()?;
-    let dir = crate::station::run_dir(&opts.out.join(&run_id))?;
-    std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
-    let mut opts = opts;
-    // An A/A run too: its verdicts are judged against the runs before it (its own noise.json
-    // is from its pairs alone).
-    if let Some(ledger) = ledger.as_ref().filter(|_| noise.is_none() && opts.noise_from_ledger) {
-        noise = noise_from_ledger(ledger, &plan, &dir, &mut notes);
+    start(resolve(opts).await?, cancel, connect, run_id).await
+}
+
+/// Walks a resolved run under the id `run_id` on the sandboxes `connect` resolves to: its
+/// directory, its mark and its report begun, then [`conduct`]. Only errors before the run
+/// directory exists, or in writing its first files, are returned as `Err`.
+pub async fn start(
+    resolved: Resolved,
+    cancel: watch::Receiver<bool>,
+    connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
+    run_id: String,
+) -> anyhow::Result<RunResult> {
+    let mut resolved = resolved;
+    let dir = crate::station::run_dir(&resolved.opts.out.join(&run_id))?;
+    std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&resolved.plan)?)?;
+    if resolved.noise_from_ledger && keep_noise_used(&mut resolved.noise, &dir, &mut resolved.notes) {
         // A resume reads the same profile, from the run directory.
-        opts.noise = noise.as_ref().map(|_| dir.join(NOISE_USED));
+        resolved.opts.noise = Some(dir.join(NOISE_USED));
     }
+    let noise = resolved.noise.take();
+    let Resolved { opts, plan, base, head, .. } = &resolved;
     // Who runs the run directory, written before the ledger entry: a run whose controller is
     // gone is told from one still running, and can be resumed.
-    Mark::new(&opts, &run_id, &base, &head, plan.hourly_usd()).write(&dir)?;
-    let mut report = skeleton(&plan, &run_id, base.clone(), head.clone());
+    Mark::new(opts, &run_id, base, head, plan.hourly_usd()).write(&dir)?;
+    let mut report = skeleton(plan, &run_id, base.clone(), head.clone());
     report.noise = noise;
     report.record = opts.record;
     // How often each lens step runs, from the profile just found (a resume keeps the report's).
-    report.plan_lens(&plan);
-    let start = Start { plan, notes, dir, report, base, head, resumed: None, earlier: Vec::new(), ledger };
-    conduct(opts, start, cancel, connect).await
-}
-
-async fn resolve_revisions(plan: &Plan, base: &str, head: &str) -> anyhow::Result<(Revision, Revision)> {
-    let resolve = |rev: &str| {
-        let rev = rev.to_string();
-        async move {
-            let commit = match &plan.source {
-                SourceSettings::Local { repository } => crate::source::resolve(repository, &rev).await?,
-                SourceSettings::Url { .. } => {
-                    if rev.len() != 40 || !rev.chars().all(|c| c.is_ascii_hexdigit()) {
-                        bail!("with a git URL source, revisions must be full 40-character commit ids; got {rev:?}");
-                    }
-                    rev.to_ascii_lowercase()
-                }
-                SourceSettings::None => rev.clone(),
-            };
-            anyhow::Ok(Revision { rev, commit })
-        }
-    };
-    Ok((resolve(base).await.context("--base")?, resolve(head).await.context("--head")?))
+    report.plan_lens(plan);
+    let start = Start { resolved, dir, report, resumed: None, earlier: Vec::new() };
+    conduct(start, cancel, connect).await
 }
 
 /// A new run's id: its start time and a random suffix.

@@ -93,3 +93,45 @@ pub struct RateOverrides {
     pub memory_usd_per_gb_hour: Option<f64>,
     pub disk_usd_per_gb_hour: Option<f64>,
 }
+
+pub use check::MAX_PAIRS;
+
+/// The rules of the run's numeric options, stated once: the command line's parsers
+/// ([`crate::options`]) apply them as it reads the values, and [`super::resolve`] applies the
+/// same to a run asked for from code.
+pub mod check {
+    /// The most pairs a run takes (`--pairs`).
+    pub const MAX_PAIRS: u32 = 8;
+
+    /// `--trials`: from 1 to 100.
+    pub fn trials(n: u32) -> Result<u32, String> {
+        match (1..=100).contains(&n) {
+            true => Ok(n),
+            false => Err(format!("--trials must be from 1 to 100, got {n}")),
+        }
+    }
+
+    /// `--pairs`: from 1 to [`MAX_PAIRS`].
+    pub fn pairs(n: u32) -> Result<u32, String> {
+        match (1..=MAX_PAIRS).contains(&n) {
+            true => Ok(n),
+            false => Err(format!("--pairs must be from 1 to {MAX_PAIRS}, got {n}")),
+        }
+    }
+
+    /// `--budget`: a positive number of USD.
+    pub fn budget(usd: f64) -> Result<f64, String> {
+        match usd.is_finite() && usd > 0.0 {
+            true => Ok(usd),
+            false => Err(format!("--budget must be a positive number of USD, got {usd}")),
+        }
+    }
+
+    /// A rate card override (`name`, e.g. `--cpu-usd-per-hour`): a non-negative number.
+    pub fn rate(name: &str, usd: f64) -> Result<f64, String> {
+        match usd.is_finite() && usd >= 0.0 {
+            true => Ok(usd),
+            false => Err(format!("{name} must be a non-negative number, got {usd}")),
+        }
+    }
+}

@@ -12,11 +12,12 @@ use anyhow::{Context, bail};
 use tokio::sync::watch;
 
 use super::accounting::{Accounting, Resumed};
-use super::conduct::{RunResult, Start, apply_options, conduct};
+use super::conduct::{RunResult, Start, conduct};
 use super::mark::{MARK_FILE, Mark, spec_digest};
 use super::reconcile::{lifetimes, read_report, reconcile_in};
+use super::resolve;
 use crate::cost::ledger::Ledger;
-use crate::provision::{AgentShipping, DockerProvisioner, Provisioner};
+use crate::provision::{AgentShipping, Engine, Provisioner};
 use crate::report::{Report, Status};
 
 /// `sandbench run --resume DIR`: what the command line may say besides the directory. The spec
@@ -36,11 +37,10 @@ pub struct ResumeOptions {
     pub dead_man: Duration,
 }
 
-/// Continues the run in `opts.dir` in Docker.
-pub async fn resume(opts: ResumeOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<RunResult> {
+/// Continues the run in `opts.dir` on `engine`'s sandboxes.
+pub async fn resume(engine: &Engine, opts: ResumeOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<RunResult> {
     let (mark, _) = check(&opts)?;
-    let provisioner = Arc::new(DockerProvisioner::connect(4).await?) as Arc<dyn Provisioner>;
-    resume_on(opts, mark, cancel, provisioner).await
+    resume_on(opts, mark, cancel, engine.provisioner().await?).await
 }
 
 /// Why the directory cannot be resumed, if it cannot: its mark and report otherwise.
@@ -116,12 +116,12 @@ pub async fn resume_on(
     let mut run_opts = mark.options(out, opts.agent.clone(), opts.shipping, opts.ledger.clone());
     run_opts.engine_wait = opts.engine_wait;
     run_opts.dead_man = opts.dead_man;
-    let mut plan = crate::spec::load(&run_opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (notes, noise) = apply_options(&mut plan, &run_opts)?;
+    let spec = run_opts.spec.clone();
+    let mut resolved = resolve::again(run_opts, (mark.base.clone(), mark.head.clone()), ledger)?;
     // The plan is the spec's again (the trials and pairs of the run applied): the spec must not
     // have changed, or the trials kept would not be the trials of this plan.
-    if spec_digest(&run_opts.spec)? != mark.spec_sha256 {
-        bail!("cannot resume {}: the spec {} changed since the run started", dir.display(), run_opts.spec.display());
+    if spec_digest(&spec)? != mark.spec_sha256 {
+        bail!("cannot resume {}: the spec {} changed since the run started", dir.display(), spec.display());
     }
     let accounting = Accounting::read(&dir, &mark.run_id)?;
     let mut report = read_report(&dir)?;
@@ -135,22 +135,12 @@ pub async fn resume_on(
     report.finished_at = None;
     report.errors.clear();
     report.warnings.clear();
-    report.noise = noise;
+    report.noise = resolved.noise.take();
     let attempt = mark.attempt + 1;
     let mine = Mark { owner: crate::provision::docker::owner_id(), pid: std::process::id(), attempt, ..mark.clone() };
     mine.write(&dir)?;
-    let start = Start {
-        plan,
-        notes,
-        dir,
-        report,
-        base: mark.base,
-        head: mark.head,
-        resumed: Some(Resumed { attempt, accounting }),
-        earlier,
-        ledger,
-    };
-    conduct(run_opts, start, cancel, async move { Ok(provisioner) }).await
+    let start = Start { resolved, dir, report, resumed: Some(Resumed { attempt, accounting }), earlier };
+    conduct(start, cancel, async move { Ok(provisioner) }).await
 }
 
 #[cfg(test)]

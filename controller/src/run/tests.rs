@@ -138,6 +138,38 @@ async fn a_whole_run_on_the_fake_provisioner_gives_the_same_reports_every_time()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_resolved_once_before_anything_is_made_and_walks_the_plan_it_was_resolved_to() {
+    let (dir, plan, opts) = setup(1);
+    let runs = opts.out.clone();
+    // A value the rules refuse stops the run as it is resolved: no run directory.
+    let refused = super::resolve(RunOptions { pairs: 9, ..opts.clone() }).await.err().unwrap();
+    assert_eq!(refused.to_string(), "--pairs must be from 1 to 8, got 9");
+    let refused = super::resolve(RunOptions { ledger: Some(dir.path().to_path_buf()), ..opts.clone() }).await;
+    assert!(refused.is_err(), "a folder is no ledger");
+    assert!(!runs.exists(), "nothing made before the run is resolved");
+
+    let asked = RunOptions { trials: Some(3), budget_usd: Some(5.0), ..opts };
+    let resolved = super::resolve(asked).await.unwrap();
+    let final_plan = resolved.plan();
+    assert_ne!(final_plan.trials.order, crate::spec::Order::Auto, "no auto left");
+    assert_eq!((final_plan.trials.measure, final_plan.trials.runtime), (3, 3));
+    assert_eq!(final_plan.cost.budget_usd, Some(5.0));
+    assert_eq!(resolved.revisions().0.rev, "v1");
+    let timed: usize = resolved.stages.iter().flat_map(|s| &s.lanes).map(Vec::len).sum();
+    assert!(timed > 0, "the schedule is built as the run is resolved");
+    let expected = serde_json::to_value(final_plan).unwrap();
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let connect = async move { Ok(fake as Arc<dyn Provisioner>) };
+    let result = super::start(resolved, not_canceled(), connect, "20260101-000000-once".into()).await.unwrap();
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", result.report.errors);
+    // The plan walked is the plan resolved: what the run directory keeps, value for value.
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(result.dir.join("plan.json")).unwrap()).unwrap();
+    assert_eq!(written, expected);
+    assert_eq!(trials(&result.report, true, "cold"), [0, 1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pairs_failures_never_block_another_pair_and_every_pair_installs() {
     // The demo's shape with --pairs 3: two install trials asked for three pairs.
     let (_dir, plan, mut opts) = setup(3);

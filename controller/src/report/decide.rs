@@ -107,6 +107,32 @@ pub fn for_family(floor: Floor, pairs: &[(f64, f64)], family: usize, alpha: f64)
     Floor { value: guard, note: Some(note), profile_sd: floor.profile_sd }
 }
 
+/// The floor of a metric whose values move in steps ([`stats::step`]): at least one step over
+/// the base median. Why: when a value is a handful of steps (CPU time of 0.1 s read in 10 ms
+/// clock ticks), two identical sides whose true values differ by a fraction of a step read as
+/// whole steps apart in many pairs, and the estimate on those readings shows a change of about
+/// a step that no amount of pairs narrows; no change smaller than the measure's own step is
+/// called. Metrics measured finer than their noise are untouched.
+pub fn for_resolution(floor: Floor, pairs: &[(f64, f64)]) -> Floor {
+    let values: Vec<f64> = pairs.iter().flat_map(|&(b, h)| [b, h]).collect();
+    let base: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+    let (Some(step), Some(median)) = (stats::step(&values), stats::median(&base).filter(|m| *m > 0.0)) else {
+        return floor;
+    };
+    let one = (step / median).min(FLOOR_CAP);
+    if one <= floor.value {
+        return floor;
+    }
+    let raised = format!(
+        "floor raised from {} to {}: the values move in steps of {} of the base median, and no smaller change can be told from where the steps fall",
+        pct(floor.value),
+        pct(one),
+        pct(one)
+    );
+    let note = Some(floor.note.map_or(raised.clone(), |before| format!("{before}; {raised}")));
+    Floor { value: one, note, profile_sd: floor.profile_sd }
+}
+
 /// The floor [`for_family`] is expected to give a metric at `n` pairs whose sd is the profile's:
 /// what a run plans for before it has pairs.
 pub fn planned(floor: &Floor, family: usize, alpha: f64, n: usize) -> f64 {
@@ -454,5 +480,45 @@ mod tests {
         let bound = no_change_bound(&p).unwrap();
         let (lo, hi) = p.interval.unwrap();
         assert!(bound >= lo.abs().max(hi.abs()) && bound >= p.mde.unwrap() && bound > 0.05, "{p:?}");
+    }
+
+    /// `cold.cpu` of an A/A run of the validity benchmark (2026-12-05, run 790708), in clock
+    /// ticks of 10 ms, base/head: two identical sandboxes a tick apart in many pairs.
+    const TICKS: &str = "9/8 9/8 12/12 10/9 9/11 12/10 11/10 11/11 10/10 9/9 9/9 9/10 9/8 10/9 10/10 10/9 11/9 \
+        11/11 11/11 9/9 10/8 11/9 11/8 9/9 9/9 13/11 14/10 9/10 8/9 10/8 11/9 17/12 10/9 12/10 10/9 10/9 12/11 \
+        11/13 10/8 12/10";
+
+    #[test]
+    fn a_metric_read_in_steps_is_not_called_changed_by_less_than_one_step() {
+        let pairs: Vec<(f64, f64)> = TICKS
+            .split_whitespace()
+            .map(|p| {
+                let (b, h) = p.split_once('/').unwrap();
+                (b.parse::<f64>().unwrap() * 0.01, h.parse::<f64>().unwrap() * 0.01)
+            })
+            .collect();
+        assert_eq!(pairs.len(), 40);
+        let reference = Comparison {
+            outcome: Outcome::NoClearChange,
+            ..stats::compare(&[0.1], &[0.09], 1, stats::Floors { absolute: 0.0, relative: 0.005 })
+        };
+        let e = Evidence { pairs: &pairs, unpaired: 0, failed: 0, expected: 40 };
+        // The pooled profile's floor that run judged it against: a false call of an 8.7 % gain.
+        let profile = Floor { value: 0.0256, note: None, profile_sd: Some(0.10) };
+        let (called, paired, _) = decide(&reference, &e, &profile, 0.05);
+        assert_eq!(called.outcome, Outcome::Improved, "{paired:?}");
+        // One step (10 ms) of a 100 ms median: 10 %, which the interval does not clear.
+        let floor = for_resolution(profile.clone(), &pairs);
+        assert!((floor.value - 0.10).abs() < 1e-9, "{floor:?}");
+        assert!(floor.note.as_deref().unwrap().contains("steps of 10.00% of the base median"), "{floor:?}");
+        assert_eq!(floor.profile_sd, Some(0.10));
+        let (judged, _, notes) = decide(&reference, &e, &floor, 0.05);
+        assert_ne!(judged.outcome, Outcome::Improved);
+        assert!(notes[0].starts_with("floor raised from 2.56% to 10.00%"), "{notes:?}");
+        // Times read finer than their noise are left as they are, and so is a floor above a step.
+        let fine: Vec<(f64, f64)> = pairs.iter().map(|&(b, h)| (b + 1.3e-5 * b.sqrt(), h * 1.000_37)).collect();
+        assert_eq!(for_resolution(profile.clone(), &fine), profile);
+        let wide = Floor { value: 0.2, ..profile };
+        assert_eq!(for_resolution(wide.clone(), &pairs), wide);
     }
 }

@@ -514,6 +514,7 @@ impl Report {
                 let evidence = decide::Evidence { pairs: &pairs, unpaired, failed, expected };
                 let floor = decide::floor(def, out.comparison.base_median, self.noise.as_ref());
                 let floor = decide::for_family(floor, &pairs, family, self.alpha());
+                let floor = decide::for_resolution(floor, &pairs);
                 let (comparison, paired, notes) = decide::decide(&out.comparison, &evidence, &floor, self.alpha());
                 (out.comparison, out.paired, out.notes) = (comparison, paired, notes);
                 let far = self.noise.as_ref().and_then(|n| n.far(&def.key, &out.paired));
@@ -557,6 +558,7 @@ impl Report {
                 let base: Vec<f64> = pairs.iter().map(|p| p.0).collect();
                 let floor = decide::floor(def, stats::median(&base), self.noise.as_ref());
                 let floor = decide::for_family(floor, &pairs, family, plan.design.alpha_at(look));
+                let floor = decide::for_resolution(floor, &pairs);
                 sequential::Gate { key: def.key.clone(), pairs, floor: floor.value }
             })
             .collect();

@@ -48,6 +48,30 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
+/// The step a metric's values move in, when they all fall on one grid: the smallest gap between
+/// two distinct values, when every value is a whole number of it (CPU time read in clock ticks,
+/// a latency a program rounds to 0.01 ms). None for values that fall on no grid (the gaps of
+/// measured times are as fine as their clock), for fewer than 6 values or fewer than 2 distinct
+/// ones.
+pub fn step(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.len() < 6 {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let gap = v.windows(2).map(|w| w[1] - w[0]).filter(|g| *g > 1e-12 * scale(&v)).reduce(f64::min)?;
+    let on_grid = v.iter().all(|x| {
+        let k = x / gap;
+        (k - k.round()).abs() <= 1e-6 * k.abs().max(1.0)
+    });
+    on_grid.then_some(gap)
+}
+
+/// The scale of sorted values (the largest magnitude), for telling a gap from rounding.
+fn scale(sorted: &[f64]) -> f64 {
+    sorted.first().map_or(0.0, |a| a.abs()).max(sorted.last().map_or(0.0, |b| b.abs()))
+}
+
 /// Quantile by linear interpolation on position (n−1)·p (R type 7, numpy's default).
 pub fn quantile_type7(sorted: &[f64], p: f64) -> f64 {
     let h = (sorted.len() - 1) as f64 * p;
@@ -636,5 +660,18 @@ mod tests {
         // An alpha too small for the pairs leaves no interval: never decided.
         let p = paired_at(&pairs[..6], 0.05, 0.001);
         assert_eq!((p.verdict, p.interval), (Verdict::Inconclusive, None));
+    }
+
+    #[test]
+    fn values_on_a_grid_move_in_its_step_and_measured_times_in_none() {
+        let ticks = [0.09, 0.1, 0.11, 0.1, 0.09, 0.1, 0.12];
+        assert!((step(&ticks).unwrap() - 0.01).abs() < 1e-12, "{:?}", step(&ticks));
+        // Latencies a program rounds to 0.01 ms, in ms.
+        let rounded = [0.05, 0.06, 0.05, 0.07, 0.05, 0.06];
+        assert!((step(&rounded).unwrap() - 0.01).abs() < 1e-12);
+        let measured: Vec<f64> = (0..40).map(|i| 0.1 + 1e-4 * f64::from(i * 37 % 41) + 1.7e-7 * f64::from(i)).collect();
+        assert_eq!(step(&measured), None);
+        assert_eq!(step(&[0.1; 10]), None, "one value: no step seen");
+        assert_eq!(step(&ticks[..5]), None, "too few values");
     }
 }

@@ -114,9 +114,8 @@ pub fn for_family(floor: Floor, pairs: &[(f64, f64)], family: usize, alpha: f64)
 /// a step that no amount of pairs narrows; no change smaller than the measure's own step is
 /// called. Metrics measured finer than their noise are untouched.
 pub fn for_resolution(floor: Floor, pairs: &[(f64, f64)]) -> Floor {
-    let values: Vec<f64> = pairs.iter().flat_map(|&(b, h)| [b, h]).collect();
-    let base: Vec<f64> = pairs.iter().map(|p| p.0).collect();
-    let (Some(step), Some(median)) = (stats::step(&values), stats::median(&base).filter(|m| *m > 0.0)) else {
+    let (base, head): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+    let (Some(step), Some(median)) = (stats::step(&base, &head), stats::median(&base).filter(|m| *m > 0.0)) else {
         return floor;
     };
     let one = (step / median).min(FLOOR_CAP);

@@ -48,28 +48,29 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
-/// The step a metric's values move in, when they all fall on one grid: the smallest gap between
-/// two distinct values, when every value is a whole number of it (CPU time read in clock ticks,
-/// a latency a program rounds to 0.01 ms). None for values that fall on no grid (the gaps of
-/// measured times are as fine as their clock), for fewer than 6 values or fewer than 2 distinct
-/// ones.
-pub fn step(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.len() < 6 {
+/// The step a metric's values move in, when they fall on one grid: the smallest gap between two
+/// distinct values of one side, when every value of both sides is a whole number of it (CPU
+/// time read in clock ticks, a latency a program rounds to 0.01 ms). None for values on no grid
+/// (the gaps of measured times are as fine as their clock), for fewer than 6 values, and for
+/// sides that never vary (a gap seen only between the sides is the change, not a step).
+pub fn step(base: &[f64], head: &[f64]) -> Option<f64> {
+    let finite = |v: &[f64]| -> Vec<f64> {
+        let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (base, head) = (finite(base), finite(head));
+    if base.len() + head.len() < 6 {
         return None;
     }
-    v.sort_by(f64::total_cmp);
-    let gap = v.windows(2).map(|w| w[1] - w[0]).filter(|g| *g > 1e-12 * scale(&v)).reduce(f64::min)?;
-    let on_grid = v.iter().all(|x| {
+    let scale = base.iter().chain(&head).fold(0.0_f64, |m, x| m.max(x.abs()));
+    let smallest_gap = |v: &[f64]| v.windows(2).map(|w| w[1] - w[0]).filter(|g| *g > 1e-12 * scale).reduce(f64::min);
+    let gap = [smallest_gap(&base), smallest_gap(&head)].into_iter().flatten().reduce(f64::min)?;
+    let on_grid = base.iter().chain(&head).all(|x| {
         let k = x / gap;
         (k - k.round()).abs() <= 1e-6 * k.abs().max(1.0)
     });
     on_grid.then_some(gap)
-}
-
-/// The scale of sorted values (the largest magnitude), for telling a gap from rounding.
-fn scale(sorted: &[f64]) -> f64 {
-    sorted.first().map_or(0.0, |a| a.abs()).max(sorted.last().map_or(0.0, |b| b.abs()))
 }
 
 /// Quantile by linear interpolation on position (n−1)·p (R type 7, numpy's default).
@@ -665,13 +666,16 @@ mod tests {
     #[test]
     fn values_on_a_grid_move_in_its_step_and_measured_times_in_none() {
         let ticks = [0.09, 0.1, 0.11, 0.1, 0.09, 0.1, 0.12];
-        assert!((step(&ticks).unwrap() - 0.01).abs() < 1e-12, "{:?}", step(&ticks));
-        // Latencies a program rounds to 0.01 ms, in ms.
+        assert!((step(&ticks, &ticks[1..]).unwrap() - 0.01).abs() < 1e-12, "{:?}", step(&ticks, &[]));
+        // Latencies a program rounds to 0.01 ms, in ms; one side may never vary.
         let rounded = [0.05, 0.06, 0.05, 0.07, 0.05, 0.06];
-        assert!((step(&rounded).unwrap() - 0.01).abs() < 1e-12);
+        assert!((step(&rounded, &[0.08; 6]).unwrap() - 0.01).abs() < 1e-12);
+        // Off the grid the other side sets: no step.
+        assert_eq!(step(&rounded, &[0.0801; 6]), None);
         let measured: Vec<f64> = (0..40).map(|i| 0.1 + 1e-4 * f64::from(i * 37 % 41) + 1.7e-7 * f64::from(i)).collect();
-        assert_eq!(step(&measured), None);
-        assert_eq!(step(&[0.1; 10]), None, "one value: no step seen");
-        assert_eq!(step(&ticks[..5]), None, "too few values");
+        assert_eq!(step(&measured, &measured), None);
+        // Sides that never vary: the gap between them is the change, not a step.
+        assert_eq!(step(&[1000.0; 10], &[500.0; 10]), None);
+        assert_eq!(step(&ticks[..2], &ticks[2..5]), None, "too few values");
     }
 }

@@ -710,7 +710,7 @@ mod tests {
             (&["--cpu-usd-per-hour=-1"], "--cpu-usd-per-hour must be a non-negative number, got -1"),
             (&["--memory-usd-per-gb-hour", "NaN"], "--memory-usd-per-gb-hour must be a non-negative number, got NaN"),
             (&["--disk-usd-per-gb-hour", "inf"], "--disk-usd-per-gb-hour must be a non-negative number, got inf"),
-            (&["--max-creates", "0"], "0"),
+            (&["--max-creates", "0"], "0 is not in 1..=16"),
         ];
         for (extra, says) in cases {
             let err = parse(&[&run[..], extra].concat()).unwrap_err();

@@ -128,7 +128,10 @@ pub fn for_resolution(floor: Floor, pairs: &[(f64, f64)]) -> Floor {
         pct(one),
         pct(one)
     );
-    let note = Some(floor.note.map_or(raised.clone(), |before| format!("{before}; {raised}")));
+    let note = Some(match floor.note {
+        Some(before) => format!("{before}; {raised}"),
+        None => raised,
+    });
     Floor { value: one, note, profile_sd: floor.profile_sd }
 }
 

@@ -83,7 +83,7 @@ use crate::provision::{Engine, Provisioner};
 use crate::report;
 
 /// Runs the comparison on the engine's sandboxes with its default limits (the command line
-/// resolves first and starts with its own engine: [`resolve`], [`start`]). Only errors before
+/// resolves first and starts with its own engine: [`resolve()`], [`start()`]). Only errors before
 /// the run directory exists are returned as `Err`; everything after ends in a report.
 pub async fn run(opts: RunOptions, cancel: watch::Receiver<bool>) -> anyhow::Result<RunResult> {
     run_in(&Engine::default(), opts, cancel).await
@@ -106,7 +106,7 @@ pub async fn run_on(
 }
 
 /// Walks a resolved run under the id `run_id` on the sandboxes `connect` resolves to: its
-/// directory, its mark and its report begun, then [`conduct`]. Only errors before the run
+/// directory, its mark and its report begun, then `conduct`. Only errors before the run
 /// directory exists, or in writing its first files, are returned as `Err`.
 pub async fn start(
     resolved: Resolved,

@@ -97,7 +97,7 @@ pub struct RateOverrides {
 pub use check::MAX_PAIRS;
 
 /// The rules of the run's numeric options, stated once: the command line's parsers
-/// ([`crate::options`]) apply them as it reads the values, and [`super::resolve`] applies the
+/// ([`crate::options`]) apply them as it reads the values, and [`super::resolve()`] applies the
 /// same to a run asked for from code.
 pub mod check {
     /// The most pairs a run takes (`--pairs`).

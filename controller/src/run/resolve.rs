@@ -29,7 +29,8 @@ pub struct Resolved {
     pub(super) noise_from_ledger: bool,
     pub(super) base: Revision,
     pub(super) head: Revision,
-    /// The timed trials' schedule: its order and CPU sets, built once.
+    /// The timed trials' schedule in its order, built once (the CPU sets each pair is pinned
+    /// to are still given as the walk begins, in `execute`).
     pub(super) stages: Vec<Stage>,
     /// The ledger, opened once for the whole run: its noise profiles were read from it, its
     /// entry is begun in it, dead runs are reconciled in it.

@@ -3,6 +3,7 @@
 //! before that, such as `history --bisect` with nothing to bisect, never connects).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::OnceCell;
 
@@ -18,6 +19,8 @@ pub const DEFAULT_MAX_CREATES: usize = 4;
 pub struct Engine {
     max_creates: usize,
     docker: Arc<OnceCell<Arc<DockerProvisioner>>>,
+    /// Whether anything asked for it (connected since, or tried to).
+    asked: Arc<AtomicBool>,
 }
 
 impl Default for Engine {
@@ -29,7 +32,11 @@ impl Default for Engine {
 impl Engine {
     /// An engine that creates at most `max_creates` sandboxes at once (at least one).
     pub fn new(max_creates: usize) -> Engine {
-        Engine { max_creates: max_creates.max(1), docker: Arc::new(OnceCell::new()) }
+        Engine {
+            max_creates: max_creates.max(1),
+            docker: Arc::new(OnceCell::new()),
+            asked: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// How many sandboxes it creates at once.
@@ -39,6 +46,7 @@ impl Engine {
 
     /// The Docker backend itself (for the figures only Docker has), connected on first use.
     pub async fn docker(&self) -> Result<Arc<DockerProvisioner>, ProvisionError> {
+        self.asked.store(true, Ordering::Relaxed);
         let docker =
             self.docker.get_or_try_init(|| async { DockerProvisioner::connect(self.max_creates).await.map(Arc::new) });
         docker.await.cloned()
@@ -49,9 +57,10 @@ impl Engine {
         Ok(self.docker().await? as Arc<dyn Provisioner>)
     }
 
-    /// Whether it has been connected (a command that needed no sandbox has not).
-    pub fn connected(&self) -> bool {
-        self.docker.initialized()
+    /// Whether anything asked for it, whether or not the engine answered (a command that
+    /// needed no sandbox did not).
+    pub fn asked(&self) -> bool {
+        self.asked.load(Ordering::Relaxed)
     }
 }
 
@@ -65,7 +74,7 @@ mod tests {
         assert_eq!(engine.max_creates(), 1);
         assert_eq!(Engine::default().max_creates(), DEFAULT_MAX_CREATES);
         let clone = engine.clone();
-        assert!(!engine.connected() && !clone.connected());
+        assert!(!engine.asked() && !clone.asked());
         assert!(Arc::ptr_eq(&engine.docker, &clone.docker), "clones share one connection");
     }
 }

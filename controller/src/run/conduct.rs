@@ -49,7 +49,7 @@ pub(super) async fn conduct(
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
 ) -> anyhow::Result<RunResult> {
     let Start { resolved, dir, mut report, resumed, earlier } = start;
-    let Resolved { opts, plan, notes, base, head, stages, ledger, .. } = resolved;
+    let Resolved { opts, plan, notes, base, head, stages, cpus, ledger, .. } = resolved;
     let run_id = report.run_id.clone();
     if let Err(err) = crate::logging::to_file(&dir.join("controller.log")) {
         tracing::warn!("cannot write {}: {err}", dir.join("controller.log").display());
@@ -76,6 +76,7 @@ pub(super) async fn conduct(
         resumed: resumed.as_ref(),
         skeleton: &report,
         stages: &stages,
+        cpus: &cpus,
     };
     let finished = match execute::execute(setting, entry.as_mut().map(Entry::ledger_mut), cancel.clone(), connect).await
     {

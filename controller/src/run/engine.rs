@@ -16,7 +16,7 @@ pub const DEFAULT_ENGINE_WAIT: Duration = Duration::from_secs(120);
 /// How often an unreachable engine is asked again.
 const POLL: Duration = Duration::from_millis(500);
 
-pub(super) struct Engine {
+pub(super) struct EngineHealth {
     provisioner: Arc<dyn Provisioner>,
     bound: Duration,
     /// Outages the engine came back from.
@@ -27,9 +27,9 @@ pub(super) struct Engine {
     polling: tokio::sync::Mutex<()>,
 }
 
-impl Engine {
-    pub fn new(provisioner: Arc<dyn Provisioner>, bound: Duration) -> Engine {
-        Engine {
+impl EngineHealth {
+    pub fn new(provisioner: Arc<dyn Provisioner>, bound: Duration) -> EngineHealth {
+        EngineHealth {
             provisioner,
             bound,
             outages: AtomicU64::new(0),
@@ -102,7 +102,7 @@ mod tests {
     #[tokio::test]
     async fn an_engine_that_comes_back_within_the_bound_is_waited_for_and_counted() {
         let fake = Arc::new(FakeProvisioner::new(Script::default()));
-        let engine = Engine::new(fake.clone(), Duration::from_secs(10));
+        let engine = EngineHealth::new(fake.clone(), Duration::from_secs(10));
         let display = Display::plain();
         assert_eq!(engine.reachable(&display).await, Ok(()));
         assert_eq!(engine.outages(), 0);
@@ -118,7 +118,7 @@ mod tests {
     #[tokio::test]
     async fn past_the_bound_the_run_gives_up_naming_docker_and_stays_given_up() {
         let fake = Arc::new(FakeProvisioner::new(Script::default()));
-        let engine = Engine::new(fake.clone(), Duration::from_secs(1));
+        let engine = EngineHealth::new(fake.clone(), Duration::from_secs(1));
         let display = Display::plain();
         fake.engine_down_for(Duration::from_secs(3));
         let err = engine.reachable(&display).await.unwrap_err();

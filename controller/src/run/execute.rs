@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::accounting::Resumed;
-use super::engine::Engine;
+use super::engine::EngineHealth;
 use super::gate::{Gates, Stop, over_budget};
 use super::options::RunOptions;
 use super::output::collect;
 use super::reconcile::reconcile_in;
 use super::schedule::Side;
 use super::usage::Meter;
-use super::walk::{self, Adapted, Adaptive, Run, SideRun, cpusets, measured};
+use super::walk::{self, Adapted, Adaptive, Run, SideRun, measured};
 use crate::cost::ledger::Ledger;
 use crate::display::Display;
 use crate::provision::{DiskBound, Provisioner};
@@ -40,6 +40,8 @@ pub(super) struct Setting<'a> {
     pub skeleton: &'a report::Report,
     /// The timed trials, in order ([`super::schedule::for_run`]).
     pub stages: &'a [super::schedule::Stage],
+    /// The CPUs the sandboxes are pinned to.
+    pub cpus: &'a super::schedule::CpuSets,
 }
 
 /// What `execute` ends with.
@@ -84,8 +86,8 @@ pub(super) async fn execute(
     connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
 ) -> anyhow::Result<Finished> {
     let provisioner = connect.await?;
-    let Setting { plan, opts, dir, display, resumed, skeleton, stages, .. } = setting;
-    let engine = Engine::new(provisioner.clone(), opts.engine_wait);
+    let Setting { plan, opts, dir, display, resumed, skeleton, stages, cpus, .. } = setting;
+    let engine = EngineHealth::new(provisioner.clone(), opts.engine_wait);
     let kept = provisioner.clone();
     let (station, agent_plans) = open(&setting, provisioner, ledger).await?;
     let pairs = opts.pairs as usize;
@@ -105,7 +107,7 @@ pub(super) async fn execute(
         adaptive: Adaptive::new(skeleton, plan, opts.shard.is_some() || opts.record),
         round_times: Default::default(),
         started: Instant::now(),
-        cpusets: cpusets(pairs),
+        cpus: cpus.clone(),
         lens: skeleton.lens_runs.clone(),
         stages: stages.to_vec(),
     };
@@ -228,10 +230,10 @@ pub(super) fn disk_warning(plan: &Plan, disk: &DiskBound) -> Option<String> {
 /// The CPUs each sandbox was given, as provisioned (quota and pinning).
 fn record_cpus(run: &Run, sides: &[SideRun], data: &mut BTreeMap<Side, report::Side>) {
     for side in sides.iter().filter(|s| s.live.is_some()) {
-        let cpuset = run.cpusets[side.pair].clone().or(run.plan.sandbox.cpuset.clone()).unwrap_or_default();
+        let cpuset = run.cpus.of_pair(side.pair).unwrap_or_default();
         let nano_cpus = (run.plan.sandbox.cpus * 1e9).round() as i64;
         if let Some(data) = data.get_mut(&side.side) {
-            data.cpus.push(report::SandboxCpus::provisioned(&side.label, nano_cpus, &cpuset));
+            data.cpus.push(report::SandboxCpus::provisioned(&side.label, nano_cpus, cpuset));
         }
     }
 }

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 
 use super::options::{RunOptions, check};
 use super::output::NoiseProfile;
-use super::schedule::{self, Stage};
+use super::schedule::{self, CpuSets, Stage};
 use crate::cost::ledger::{Ledger, this_machine};
 use crate::report::{self, Revision};
 use crate::spec::{Plan, SourceSettings};
@@ -29,9 +29,11 @@ pub struct Resolved {
     pub(super) noise_from_ledger: bool,
     pub(super) base: Revision,
     pub(super) head: Revision,
-    /// The timed trials' schedule in its order, built once (the CPU sets each pair is pinned
-    /// to are still given as the walk begins, in `execute`).
+    /// The timed trials' schedule in its order, built once.
     pub(super) stages: Vec<Stage>,
+    /// The CPUs each pair's sandboxes are given, and a duet's two sets, resolved with the
+    /// schedule.
+    pub(super) cpus: CpuSets,
     /// The ledger, opened once for the whole run: its noise profiles were read from it, its
     /// entry is begun in it, dead runs are reconciled in it.
     pub(super) ledger: Option<Ledger>,
@@ -63,7 +65,7 @@ pub async fn resolve(opts: RunOptions) -> anyhow::Result<Resolved> {
         None => None,
     };
     let noise_from_ledger = from_ledger.is_some();
-    Ok(Resolved::new(opts, plan, notes, noise.or(from_ledger), noise_from_ledger, (base, head), ledger))
+    Resolved::new(opts, plan, notes, noise.or(from_ledger), noise_from_ledger, (base, head), ledger)
 }
 
 /// Resolves a resumed run: the options its mark recorded applied to the spec again, the
@@ -74,7 +76,7 @@ pub(super) fn again(
     ledger: Option<Ledger>,
 ) -> anyhow::Result<Resolved> {
     let (plan, notes, noise) = plan_for(&opts)?;
-    Ok(Resolved::new(opts, plan, notes, noise, false, (base, head), ledger))
+    Resolved::new(opts, plan, notes, noise, false, (base, head), ledger)
 }
 
 impl Resolved {
@@ -86,9 +88,10 @@ impl Resolved {
         noise_from_ledger: bool,
         (base, head): (Revision, Revision),
         ledger: Option<Ledger>,
-    ) -> Resolved {
+    ) -> anyhow::Result<Resolved> {
         let stages = schedule::for_run(&plan, opts.pairs, opts.shard, opts.record);
-        Resolved { opts, plan, notes, noise, noise_from_ledger, base, head, stages, ledger }
+        let cpus = CpuSets::for_run(&plan, opts.pairs)?;
+        Ok(Resolved { opts, plan, notes, noise, noise_from_ledger, base, head, stages, cpus, ledger })
     }
 }
 

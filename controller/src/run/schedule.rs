@@ -85,6 +85,52 @@ pub fn for_run(plan: &crate::spec::Plan, pairs: u32, shard: Option<Shard>, recor
     if record { only(stages, Side::Base) } else { stages }
 }
 
+/// The CPUs a run's sandboxes are given, resolved once with the schedule: each pair's set, and
+/// a duet's two sets, which its sides swap every other trial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuSets {
+    /// Each pair's CPUs: several pairs split the machine's CPUs evenly, in order ([`split`]); one
+    /// pair has the spec's `sandbox.cpuset`, or none.
+    pub pairs: Vec<Option<String>>,
+    /// A duet's two sets ([`crate::spec::Plan::duet_cpus`]), each side on one of its own.
+    pub duet: Option<[String; 2]>,
+}
+
+impl CpuSets {
+    /// The sets of a run of `plan` (its order final) with `pairs` pairs on this machine.
+    pub fn for_run(plan: &crate::spec::Plan, pairs: u32) -> anyhow::Result<CpuSets> {
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let pairs = split(pairs as usize, cpus).into_iter().map(|set| set.or(plan.sandbox.cpuset.clone())).collect();
+        let duet = match plan.trials.order {
+            crate::spec::Order::Duet => Some(plan.duet_cpus_here()?),
+            _ => None,
+        };
+        Ok(CpuSets { pairs, duet })
+    }
+
+    /// The CPUs of pair `pair`'s sandboxes, when they are pinned.
+    pub fn of_pair(&self, pair: usize) -> Option<&str> {
+        self.pairs.get(pair).and_then(Option::as_deref)
+    }
+}
+
+/// CPUs for each of `pairs` pairs on a machine with `cpus` CPUs: with several, the CPUs split
+/// evenly, in order (a pair's share wraps round when there are more pairs than CPUs); none for one.
+pub fn split(pairs: usize, cpus: usize) -> Vec<Option<String>> {
+    if pairs <= 1 {
+        return vec![None];
+    }
+    let cpus = cpus.max(1);
+    let per = (cpus / pairs).max(1);
+    (0..pairs)
+        .map(|p| {
+            let first = (p * per) % cpus;
+            let last = (first + per - 1).min(cpus - 1);
+            Some(if first == last { first.to_string() } else { format!("{first}-{last}") })
+        })
+        .collect()
+}
+
 /// `stages` with the slots of `side` only (a record measures one revision, as base).
 pub fn only(stages: Vec<Stage>, side: Side) -> Vec<Stage> {
     stages
@@ -165,6 +211,18 @@ mod tests {
 
     fn order(lane: &[Slot]) -> Vec<(u32, &'static str)> {
         lane.iter().map(|s| (s.trial, s.side.as_str())).collect()
+    }
+
+    #[test]
+    fn several_pairs_split_the_machines_cpus_in_order_and_one_pair_takes_none() {
+        assert_eq!(split(1, 8), [None]);
+        let some = |sets: &[&str]| sets.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+        assert_eq!(split(2, 8), some(&["0-3", "4-7"]));
+        assert_eq!(split(3, 8), some(&["0-1", "2-3", "4-5"]));
+        assert_eq!(split(2, 2), some(&["0", "1"]));
+        // More pairs than CPUs: each pair one CPU, round the machine.
+        assert_eq!(split(3, 2), some(&["0", "1", "0"]));
+        assert_eq!(split(2, 0), some(&["0", "0"]), "a machine that says nothing counts as one CPU");
     }
 
     #[test]

@@ -752,6 +752,38 @@ async fn a_duet_runs_both_sides_at_once_on_cpus_of_their_own_swapped_every_other
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_sets_are_resolved_with_the_run_and_the_walk_pins_the_sets_it_was_given() {
+    let text = spec_with("install = 1\nmeasure = 2\nruntime = 1\norder = \"duet\"").replace("cpus = 2", "cpus = 1");
+    let (_dir, plan, opts) = setup_spec(1, &text);
+    let mut resolved = super::resolve(opts).await.unwrap();
+    assert_eq!(resolved.cpus.duet, Some(plan.duet_cpus_here().unwrap()), "a duet's sets, as resolved");
+    assert_eq!(resolved.cpus.pairs, [None], "one pair is not split");
+    // The walk reads the sets it was given, not the machine again: given others, it pins those.
+    resolved.cpus.duet = Some(["1".to_string(), "0".to_string()]);
+    let fake = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+    let provisioner = fake.clone();
+    let connect = async move { Ok(provisioner as Arc<dyn Provisioner>) };
+    let result = super::start(resolved, not_canceled(), connect, "20260101-000000-sets".into()).await.unwrap();
+    assert_eq!(result.status, Status::Completed, "errors: {:?}", result.report.errors);
+    let pins: Vec<String> = fake.timeline().into_iter().filter(|e| e.contains("pinned")).collect();
+    assert_eq!(
+        pins,
+        ["base pinned 1", "head pinned 0", "head pinned 1", "base pinned 0", "base pinned 1", "head pinned 0"]
+    );
+
+    // Several pairs split the machine's CPUs; one pair keeps the spec's cpuset.
+    let (_dir, _, opts) = setup(2);
+    let resolved = super::resolve(opts).await.unwrap();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap();
+    assert_eq!(resolved.cpus.pairs, super::schedule::split(2, cpus));
+    assert_eq!(resolved.cpus.duet, None);
+    let (_dir, _, opts) = setup_spec(1, &spec_with("order = \"abba\"").replace("cpus = 2", "cpus = 1\ncpuset = \"0\""));
+    let resolved = super::resolve(opts).await.unwrap();
+    assert_eq!(resolved.cpus.pairs, [Some("0".to_string())]);
+    assert_eq!(resolved.cpus.of_pair(0), Some("0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duets_two_sides_get_the_same_io_weight_and_the_report_says_when_the_host_ignores_it() {
     let text = spec_with("install = 1\nmeasure = 1\nruntime = 1\norder = \"duet\"").replace("cpus = 2", "cpus = 1");
     let (_dir, plan, opts) = setup_spec(1, &text);
@@ -876,7 +908,7 @@ async fn a_compare_run_keeps_base_and_head_in_the_history_and_the_next_one_stand
         agent: None,
         dead_man: Duration::from_secs(30),
     };
-    let written = crate::history::command::history(options, not_canceled()).await.unwrap();
+    let written = crate::history::command::history(options.clone(), not_canceled()).await.unwrap();
     let history = &written.history;
     assert_eq!(
         history.commits.iter().map(|c| c.subject.as_str()).collect::<Vec<_>>(),
@@ -888,6 +920,14 @@ async fn a_compare_run_keeps_base_and_head_in_the_history_and_the_next_one_stand
     for file in ["history.json", "history.md", "history.html"] {
         assert!(written.dir.join(file).exists(), "{file}");
     }
+    // With --bisect: v2 and v3 are next to each other, nothing lies between to bisect, and the
+    // engine is never asked for.
+    let engine = crate::provision::Engine::default();
+    let options = crate::history::command::HistoryOptions { bisect: true, out: Some(dir.path().join("h2")), ..options };
+    let written = crate::history::command::history_in(&engine, options, not_canceled()).await.unwrap();
+    let cold = written.history.metrics.iter().find(|m| m.key == "cold").unwrap();
+    assert!(cold.change_points[0].bisection.is_none(), "{:?}", cold.change_points);
+    assert!(!engine.asked(), "no sandbox needed, no engine asked for");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,7 +40,7 @@ use crate::station::sandbox;
 pub use adaptive::{Adapted, Adaptive};
 use renew::settle;
 pub use side::{SideRun, measured};
-pub use state::{DUET_IO_WEIGHT, MAX_ERRORS, Run, cpusets};
+pub use state::{DUET_IO_WEIGHT, MAX_ERRORS, Run};
 pub use teardown::teardown;
 use trial::{trial, wait_phase};
 

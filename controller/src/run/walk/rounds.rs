@@ -190,9 +190,8 @@ async fn segment_ended(hub: &Hub, target: &Target, index: u32, ended: &mut watch
 
 /// A duet's round: each side on CPUs of its own, which side has which swapped every other trial.
 async fn pin(run: &Run, todo: &[(usize, &SideRun)], trial: u32) {
-    let sets = match run.plan.duet_cpus_here() {
-        Ok(sets) => sets,
-        Err(err) => return run.error(format!("{err:#}")),
+    let Some(sets) = &run.cpus.duet else {
+        return run.error("a duet's round without the duet's CPU sets".to_string());
     };
     for &(_, side) in todo {
         let Some(live) = side.current() else { continue };

@@ -11,7 +11,7 @@ use sandbench_proto::{Phase, Placement};
 use tokio::sync::watch;
 
 use super::super::accounting::Resumed;
-use super::super::engine::Engine;
+use super::super::engine::EngineHealth;
 use super::super::gate::{Decision, Gates, Stop, TrialResult};
 use super::super::options::RunOptions;
 use super::super::schedule::{self, Side, Slot};
@@ -40,7 +40,7 @@ pub struct Run {
     /// What an earlier attempt completed, when the run is resumed.
     pub resumed: Option<Resumed>,
     /// The engine under the run, waited for when it does not answer.
-    pub engine: Engine,
+    pub engine: EngineHealth,
     /// What the report's warnings say of the walk (retried slots).
     pub notes: Mutex<Vec<String>>,
     /// When the run may add pairs ([`super::adapt`]).
@@ -49,8 +49,8 @@ pub struct Run {
     pub round_times: RoundTimes,
     /// When the walk began.
     pub started: std::time::Instant,
-    /// The CPUs each pair's sandboxes are pinned to ([`cpusets`]).
-    pub cpusets: Vec<Option<String>>,
+    /// The CPUs the sandboxes are pinned to, as the run was resolved.
+    pub cpus: schedule::CpuSets,
     /// How many trials of each side run each lens step (the report's, decided as the run began).
     pub lens: Vec<LensRuns>,
     /// The timed trials in order, as the run was resolved ([`super::super::schedule::for_run`]);
@@ -128,12 +128,11 @@ impl Run {
         placement: Placement,
     ) -> anyhow::Result<crate::provision::SandboxRequest> {
         let sandbox = &self.plan.sandbox;
-        let cpuset = self.cpusets.get(placement.pair as usize).cloned().flatten();
         // The station's image: the spec's, or the one derived from it with valgrind.
         let mut request = self.station.request(role, self.station.image().unwrap_or(&sandbox.image))?;
         request.resources = Resources {
             cpus: sandbox.cpus,
-            cpuset: cpuset.or(sandbox.cpuset.clone()),
+            cpuset: self.cpus.of_pair(placement.pair as usize).map(str::to_string),
             memory_bytes: sandbox.memory_bytes,
             pids_limit: sandbox.pids_limit,
             disk_bytes: Some(sandbox.disk_bytes()),
@@ -152,19 +151,3 @@ impl Run {
 /// The block I/O weight of both sides of a duet: the cgroup's default (cgroup v1 `blkio.weight`),
 /// set explicitly so that neither side runs under another weight the engine or the host gives.
 pub const DUET_IO_WEIGHT: u16 = 500;
-
-/// CPUs for each pair when there are several: the machine's CPUs split evenly, in order.
-pub fn cpusets(pairs: usize) -> Vec<Option<String>> {
-    if pairs <= 1 {
-        return vec![None];
-    }
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let per = (cpus / pairs).max(1);
-    (0..pairs)
-        .map(|p| {
-            let first = (p * per) % cpus;
-            let last = (first + per - 1).min(cpus - 1);
-            Some(if first == last { first.to_string() } else { format!("{first}-{last}") })
-        })
-        .collect()
-}

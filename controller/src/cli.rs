@@ -309,6 +309,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 agent,
                 shipping: crate::provision::AgentShipping::Bind,
                 dead_man: dead_man.window,
+                ledger: Some(ledger_path),
             };
             let ok = crate::debug::debug(&engine, options, cancel_on_signals()).await?;
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use futures_util::StreamExt;
 use sandbench_proto::plan::AgentPlan;
 use sandbench_proto::v1::PhaseStatus;
@@ -17,12 +17,16 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use crate::by_hand::describe_event;
+use crate::cost::SandboxRecord;
+use crate::cost::ledger::{Entry, Ledger, RunStart};
 use crate::display::Display;
 use crate::observations::server::Hub;
 use crate::observations::store::StoredBody;
 use crate::provision::{AgentShipping, Engine, Provisioner, labels};
+use crate::report::{Revision, Status};
 use crate::spec::{Plan, SourceSettings};
-use crate::station::sandbox::{self, LiveSandbox};
+use crate::station::sandbox;
+use crate::station::session::Session;
 use crate::station::{Station, StationOptions};
 
 #[derive(Debug, Clone)]
@@ -38,6 +42,8 @@ pub struct DebugOptions {
     pub shipping: AgentShipping,
     /// How long the agent and the controller carry on without word from each other.
     pub dead_man: Duration,
+    /// The cost ledger the session is recorded in (None: none).
+    pub ledger: Option<PathBuf>,
 }
 
 /// Runs the session; true when every phase succeeded.
@@ -59,10 +65,12 @@ pub async fn debug_on(
         _ => opts.rev.clone(),
     };
     let agent_plan = plan.agent_plan(&commit);
-    let run_id = format!("debug-{}", crate::report::stamp(SystemTime::now()));
+    let started = SystemTime::now();
+    let run_id = format!("debug-{}", crate::report::stamp(started));
     let provisioner = connect.await?;
+    let dir = opts.out.join(&run_id);
     let options = StationOptions {
-        dir: opts.out.join(&run_id),
+        dir: dir.clone(),
         run_id: run_id.clone(),
         image: Some(plan.sandbox.image.clone()),
         valgrind: plan.needs_valgrind(),
@@ -71,55 +79,117 @@ pub async fn debug_on(
     };
     let display = Display::new();
     let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;
+    // The session is a ledger entry of its own, begun before its sandbox, so that its cost is
+    // counted whatever happens to it.
+    let revision = Revision { rev: opts.rev.clone(), commit: commit.clone() };
+    let entry = match &opts.ledger {
+        Some(path) => {
+            let start = ledger_start(&run_id, &plan, &revision, started, &dir);
+            match Ledger::open(path).and_then(|ledger| Entry::begin(ledger, &start, false)) {
+                Ok(entry) => Some(entry),
+                Err(err) => {
+                    for warning in station.close().await {
+                        display.warning(&warning);
+                    }
+                    return Err(err.context(format!("cannot record the session in the ledger {}", path.display())));
+                }
+            }
+        }
+        None => None,
+    };
     display.line(&format!("debug {run_id}: {} at {} ({})", plan.name, opts.rev, crate::sanitize::prefix(&commit, 8)));
-    let session = Session { station: &station, plan: &plan, agent_plan: &agent_plan, opts: &opts, display: &display };
-    let result = session.run(&steps, &mut cancel).await;
+    let debugging = Debugging { station: &station, opts: &opts, display: &display };
+    let (result, record) = debugging.run(&plan, agent_plan, &steps, &mut cancel).await;
     for warning in station.close().await {
         display.warning(&warning);
+    }
+    if let Some(mut entry) = entry {
+        let status = match &result {
+            _ if *cancel.borrow() => Status::Canceled,
+            Ok(true) => Status::Completed,
+            _ => Status::Failed,
+        };
+        let finished = crate::report::timestamp(SystemTime::now());
+        if let Err(err) = entry.finish(status.as_str(), &finished, record.as_slice()) {
+            display.warning(&format!(
+                "cannot record the session in the ledger {}: {err:#}",
+                entry.ledger().path().display()
+            ));
+        }
     }
     result
 }
 
+/// A debug session's ledger row: the revision as both its base and its head.
+fn ledger_start(id: &str, plan: &Plan, revision: &Revision, started: SystemTime, dir: &std::path::Path) -> RunStart {
+    let repository = match &plan.source {
+        SourceSettings::Local { repository } => repository.display().to_string(),
+        SourceSettings::Url { url } => url.clone(),
+        SourceSettings::None => String::new(),
+    };
+    RunStart {
+        run_id: id.to_string(),
+        spec: plan.name.clone(),
+        repository,
+        base_rev: revision.rev.clone(),
+        base_commit: revision.commit.clone(),
+        head_rev: revision.rev.clone(),
+        head_commit: revision.commit.clone(),
+        started_at: crate::report::timestamp(started),
+        run_dir: dir.display().to_string(),
+    }
+}
+
 /// One debug session's sandbox, from launch to teardown.
-struct Session<'a> {
+struct Debugging<'a> {
     station: &'a Station,
-    plan: &'a Plan,
-    agent_plan: &'a AgentPlan,
     opts: &'a DebugOptions,
     display: &'a Display,
 }
 
-impl Session<'_> {
+impl Debugging<'_> {
     fn control(&self) -> PathBuf {
         self.station.dir().join("control.sock")
     }
 
-    async fn run(&self, steps: &[(Phase, u32)], cancel: &mut watch::Receiver<bool>) -> anyhow::Result<bool> {
-        let plan = self.plan;
-        let mut request = self.station.plan_request("debug", plan, self.opts.shipping)?;
-        request.labels.insert(labels::CONTROL.to_string(), self.control().display().to_string());
-        let live = self.station.launch(request, Duration::from_secs(120)).await?;
-        let id = live.sandbox.id.clone();
-        self.display.line(&format!("sandbox {id} ready in {:.2} s", live.provision_to_hello.as_secs_f64()));
+    /// Runs the steps in a sandbox of its own (kept with `--keep`); whether every one
+    /// succeeded, and the sandbox's cost record once it was made.
+    async fn run(
+        &self,
+        plan: &Plan,
+        agent_plan: AgentPlan,
+        steps: &[(Phase, u32)],
+        cancel: &mut watch::Receiver<bool>,
+    ) -> (anyhow::Result<bool>, Option<SandboxRecord>) {
+        let control = [(labels::CONTROL, self.control().display().to_string())];
+        let launched =
+            Session::launch(self.station, plan, agent_plan, ("debug", self.opts.shipping, &control), cancel.clone())
+                .await;
+        let session = match launched {
+            Ok(session) => session,
+            Err(err) => return (Err(err), None),
+        };
+        let id = session.id().to_string();
+        self.display.line(&format!("sandbox {id} ready in {:.2} s", session.live().provision_to_hello.as_secs_f64()));
         let shown = self.show_progress(&id);
-        let result = self.steps(&live, steps, cancel).await;
+        let result = self.steps(&session, steps).await;
         if self.opts.keep && !*cancel.borrow() {
             self.display.note(&how_to_get_in(&id, plan.sandbox.ttl));
-            self.keep(&id, live.sandbox.expires_at, cancel).await;
+            self.keep(&session, cancel).await;
         }
         let _ = std::fs::remove_file(self.control());
-        let down = self.station.teardown(&live.sandbox).await;
+        let ended = session.teardown("debug").await;
         for task in shown {
             task.abort();
         }
-        match down.removal_error {
-            Some(err) => self.display.warning(&err),
+        match &ended.teardown.removal_error {
+            Some(err) => self.display.warning(err),
             None => self.display.line(&format!(
                 "sandbox {id} removed; its log and transcripts are in {}",
                 self.station.dir().display()
             )),
         }
-        result
+        (result, Some(ended.record))
     }
 
     /// Shows the agent's log and every event as it arrives, until the tasks are aborted.
@@ -146,21 +216,10 @@ impl Session<'_> {
     }
 
     /// Delivers the source and runs the steps until one fails; true when all succeeded.
-    async fn steps(
-        &self,
-        live: &LiveSandbox,
-        steps: &[(Phase, u32)],
-        cancel: &mut watch::Receiver<bool>,
-    ) -> anyhow::Result<bool> {
-        let provisioner = &**self.station.provisioner();
-        sandbox::deliver_source(provisioner, self.plan, &live.sandbox, self.agent_plan).await?;
-        let hub = self.station.hub();
-        let id = &live.sandbox.id;
-        for (name, trial) in steps {
-            let outcome = tokio::select! {
-                o = sandbox::run_phase(&hub, id, self.agent_plan, *name, *trial, self.plan.phase_timeout(*name)) => o?,
-                _ = cancel.wait_for(|c| *c) => bail!("canceled"),
-            };
+    async fn steps(&self, session: &Session<'_>, steps: &[(Phase, u32)]) -> anyhow::Result<bool> {
+        session.deliver_source().await?;
+        for &(name, trial) in steps {
+            let outcome = session.run(name, trial).await?;
             if outcome.status != PhaseStatus::Ok {
                 self.display.line(&format!("{name} trial {trial} failed: {}", outcome.error));
                 return Ok(false);
@@ -170,9 +229,10 @@ impl Session<'_> {
     }
 
     /// Serves `sandbench phase` until Ctrl-C, the sandbox's removal, or its expiry.
-    async fn keep(&self, id: &str, expires_at: SystemTime, cancel: &mut watch::Receiver<bool>) {
-        let (provisioner, hub, plan, display) =
-            (&**self.station.provisioner(), self.station.hub(), self.agent_plan, self.display);
+    async fn keep(&self, session: &Session<'_>, cancel: &mut watch::Receiver<bool>) {
+        let (provisioner, hub, display) = (&**self.station.provisioner(), self.station.hub(), self.display);
+        let (id, expires_at) = (session.id(), session.live().sandbox.expires_at);
+        let plan = Arc::new(session.plan().clone());
         let control = &self.control();
         let listener = match tokio::net::UnixListener::bind(control) {
             Ok(l) => l,
@@ -201,9 +261,8 @@ impl Session<'_> {
                 accepted = listener.accept() => {
                     let Ok((stream, _)) = accepted else { continue };
                     let (hub, id, plan, reruns) = (hub.clone(), id.to_string(), plan.clone(), reruns.clone());
-                    let timeouts = Phase::ALL.map(|p| (p, self.plan.phase_timeout(p)));
                     tokio::spawn(async move {
-                        if let Err(err) = serve_rerun(stream, &hub, &id, &plan, &timeouts, &reruns).await {
+                        if let Err(err) = serve_rerun(stream, &hub, &id, &plan, &reruns).await {
                             tracing::warn!("phase request failed: {err:#}");
                         }
                     });
@@ -231,8 +290,7 @@ async fn serve_rerun(
     stream: tokio::net::UnixStream,
     hub: &Hub,
     id: &str,
-    plan: &AgentPlan,
-    timeouts: &[(Phase, Duration)],
+    plan: &Plan,
     reruns: &AtomicU32,
 ) -> anyhow::Result<()> {
     let (read, mut write) = stream.into_split();
@@ -253,8 +311,7 @@ async fn serve_rerun(
     let command_id = step.to_string();
     let mut events = hub.subscribe();
     // The spec's limit for one trial of the phase, as a run gives it.
-    let timeout = timeouts.iter().find(|(p, _)| *p == name).map_or(Duration::from_secs(3600), |(_, t)| *t);
-    let run = sandbox::run_command(hub, id, plan, step, timeout);
+    let run = sandbox::run_command(hub, id, &plan.agent, step, plan.phase_timeout(name));
     tokio::pin!(run);
     loop {
         tokio::select! {
@@ -322,6 +379,7 @@ mod tests {
             agent: None,
             shipping: AgentShipping::Bind,
             dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
+            ledger: Some(dir.path().join("ledger.sqlite")),
         };
         (dir, plan, opts)
     }
@@ -350,14 +408,32 @@ mod tests {
             })
             .collect();
         assert_eq!(done, ["prepare-0 ok", "install-0 ok"]);
+        // The session and its sandbox are in the ledger, charged as one `debug` stretch.
+        let (row, phases) = only_run(&dir);
+        assert_eq!((row.status.as_str(), row.sandboxes), ("completed", 1), "{row:?}");
+        assert!(row.allocation_usd > 0.0 && row.run_id.starts_with("debug-"), "{row:?}");
+        assert_eq!(
+            phases.iter().map(|p| (p.role.as_str(), p.phase.as_str())).collect::<Vec<_>>(),
+            [("debug", "debug")]
+        );
+    }
+
+    /// The ledger's one run, with its phases.
+    fn only_run(dir: &tempfile::TempDir) -> (crate::cost::ledger::RunRow, Vec<crate::cost::ledger::PhaseRow>) {
+        let ledger = Ledger::open(&dir.path().join("ledger.sqlite")).unwrap();
+        let runs = ledger.runs(None).unwrap();
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        ledger.run(&runs[0].run_id).unwrap().unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failing_phase_stops_the_session_there_and_says_so() {
-        let (_dir, plan, opts) = session("runtime");
+        let (dir, plan, opts) = session("runtime");
         let script = Script::for_plan(&plan).on("debug", "install", None, Answer::Fail("npm ci failed".into()));
         let fake = Arc::new(FakeProvisioner::new(script));
         assert!(!debug_fake(opts, fake.clone()).await.unwrap(), "install failed");
         assert!(fake.list(None).await.unwrap().is_empty(), "the sandbox is removed");
+        let (row, _) = only_run(&dir);
+        assert_eq!((row.status.as_str(), row.sandboxes), ("failed", 1), "a failed session's sandbox is charged too");
     }
 }

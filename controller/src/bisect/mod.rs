@@ -28,7 +28,8 @@ use crate::observations::store::{StoredBody, read_events};
 use crate::provision::{AgentShipping, Engine, Provisioner};
 use crate::report::{Revision, Status};
 use crate::spec::{Plan, SourceSettings};
-use crate::station::{Station, StationOptions, sandbox};
+use crate::station::session::{Ended, Session};
+use crate::station::{Station, StationOptions};
 use crate::stats::Better;
 pub use search::{Outcome, Reading, Search};
 
@@ -587,12 +588,6 @@ struct Probe<'a> {
 }
 
 impl Probe<'_> {
-    /// How long one trial of `phase` may take: the spec's limits, as a run's, for the steps the
-    /// narrowed `agent_plan` runs (a step it puts under the lens gets the lens's timeout).
-    fn phase_timeout(&self, agent_plan: &AgentPlan, phase: Phase) -> Duration {
-        Plan { agent: agent_plan.clone(), ..self.plan.clone() }.phase_timeout(phase)
-    }
-
     /// [`Probe::measure`] when `wanted`.
     async fn visit(&self, wanted: bool, index: usize, commit: &Commit) -> anyhow::Result<Option<Visit>> {
         match wanted {
@@ -623,22 +618,19 @@ impl Probe<'_> {
         let started = Instant::now();
         let short = crate::sanitize::prefix(&commit.commit, 8);
         self.display.line(&format!("[{short}] {}", crate::sanitize::bounded(&commit.subject, 72)));
-        let plan = self.plan;
-        let request = self.station.plan_request(&format!("c{index}"), plan, self.shipping)?;
-        let live = self.station.launch(request, Duration::from_secs(120)).await?;
-        let mut agent_plan = self.target.narrow(plan.agent_plan(&commit.commit));
-        // A step that fills a bounded disk says so, naming the bound.
-        let enforced = self.station.provisioner().disk_bound() == crate::provision::DiskBound::Enforced;
-        agent_plan.disk_gb = enforced.then_some(plan.sandbox.disk_gb);
-        let ran = match self.run_steps(&live.sandbox, &agent_plan).await {
-            Ok(Ok(())) => self.settle(&live.sandbox, &agent_plan, ends).await,
+        let agent_plan = self.target.narrow(self.plan.agent_plan(&commit.commit));
+        let role = format!("c{index}");
+        let session =
+            Session::launch(self.station, self.plan, agent_plan, (&role, self.shipping, &[]), self.cancel.clone())
+                .await?;
+        let ran = match self.run_steps(&session).await {
+            Ok(Ok(())) => self.settle(&session, ends).await,
             other => other.map(|r| r.map(|()| Vec::new())),
         };
-        let down = self.station.teardown(&live.sandbox).await;
+        let Ended { teardown: down, record } = session.teardown("bisect").await;
         if let Some(err) = &down.removal_error {
             self.display.warning(err);
         }
-        let record = self.record(&live.sandbox, &down);
         self.records.lock().unwrap_or_else(|e| e.into_inner()).push(record);
         let (reading, samples) = match ran? {
             Err(why) => (Reading::Skipped(why), Vec::new()),
@@ -663,14 +655,13 @@ impl Probe<'_> {
     /// of the phase at a time until [`crate::stats::midpoint::clear`] of the ends' midpoint or [`WALL_GROWTH`] times the phase's trials.
     async fn settle(
         &self,
-        sandbox: &crate::provision::Sandbox,
-        agent_plan: &AgentPlan,
+        session: &Session<'_>,
         ends: Option<(&[f64], &[f64])>,
     ) -> anyhow::Result<Result<Vec<f64>, String>> {
         let first = self.target.steps(self.plan).iter().filter(|(p, _)| *p == self.target.phase).count() as u32;
         let mut trial = first;
         loop {
-            let samples = match self.read(&sandbox.id)? {
+            let samples = match self.read(session.id())? {
                 Ok(samples) => samples,
                 Err(why) => return Ok(Err(why)),
             };
@@ -678,14 +669,7 @@ impl Probe<'_> {
             if crate::stats::midpoint::clear(good, bad, &samples, WALL_Z) || trial >= first * WALL_GROWTH {
                 return Ok(Ok(samples));
             }
-            let mut cancel = self.cancel.clone();
-            let hub = self.station.hub();
-            let timeout = self.phase_timeout(agent_plan, self.target.phase);
-            let run = sandbox::run_phase(&hub, &sandbox.id, agent_plan, self.target.phase, trial, timeout);
-            let outcome = tokio::select! {
-                o = run => o?,
-                _ = cancel.wait_for(|c| *c) => bail!("canceled"),
-            };
+            let outcome = session.run(self.target.phase, trial).await?;
             if outcome.status != PhaseStatus::Ok {
                 // The trials so far stand; one that failed adds nothing.
                 return Ok(Ok(samples));
@@ -694,32 +678,13 @@ impl Probe<'_> {
         }
     }
 
-    /// A commit's sandbox as the ledger keeps it: its lifetime charged at the spec's rate card
-    /// as one stretch, `bisect` (its usage is not sampled: the usage figure is 0).
-    fn record(&self, sandbox: &crate::provision::Sandbox, down: &sandbox::Teardown) -> SandboxRecord {
-        let seconds = down.lifetime.as_secs_f64();
-        let stretch =
-            crate::cost::PhaseUsage { phase: "bisect".into(), seconds, cpu_seconds: 0.0, memory_gib_seconds: 0.0 };
-        down.record(self.plan, sandbox, vec![stretch], 0)
-    }
-
     /// Ok(Err(why)) when a step of the commit failed (it is skipped); Err when the bisection cannot go on.
-    async fn run_steps(
-        &self,
-        sandbox: &crate::provision::Sandbox,
-        agent_plan: &AgentPlan,
-    ) -> anyhow::Result<Result<(), String>> {
-        let provisioner = &**self.station.provisioner();
-        if let Err(err) = sandbox::deliver_source(provisioner, self.plan, sandbox, agent_plan).await {
+    async fn run_steps(&self, session: &Session<'_>) -> anyhow::Result<Result<(), String>> {
+        if let Err(err) = session.deliver_source().await {
             return Ok(Err(format!("its source could not be delivered: {err:#}")));
         }
-        let hub = self.station.hub();
         for (name, trial) in self.target.steps(self.plan) {
-            let mut cancel = self.cancel.clone();
-            let outcome = tokio::select! {
-                o = sandbox::run_phase(&hub, &sandbox.id, agent_plan, name, trial, self.phase_timeout(agent_plan, name)) => o?,
-                _ = cancel.wait_for(|c| *c) => bail!("canceled"),
-            };
+            let outcome = session.run(name, trial).await?;
             if outcome.status != PhaseStatus::Ok {
                 return Ok(Err(format!("{name} failed: {}", crate::sanitize::bounded(&outcome.error, 300))));
             }

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sandbench_proto::Phase;
 use sandbench_proto::v1::{FetchHead, FetchReply, fetch_reply};
+use sandbench_proto::{Phase, Side};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
@@ -49,6 +49,8 @@ const MAX_ACCEPT: usize = 512;
 #[derive(Debug, Clone)]
 pub struct Ask {
     pub sandbox: String,
+    /// The side the sandbox was registered with, when it has one (a compared sandbox).
+    pub side: Option<Side>,
     /// What the sandbox was running, for the per-trial counts.
     pub command: Running,
     pub method: String,
@@ -111,8 +113,6 @@ struct Inner {
     log: Mutex<RequestLog>,
     bounds: Bounds,
     tally: Mutex<Tally>,
-    /// The run's id (its directory's name), which its sandboxes' ids carry.
-    run_id: String,
     /// Per share of the cache (a side, else a sandbox), what is pinned.
     pins: Mutex<BTreeMap<String, Pinned>>,
 }
@@ -215,7 +215,6 @@ impl Bridge {
                 log: Mutex::new(RequestLog::new(log, written)),
                 bounds: Bounds::new(settings),
                 tally: Mutex::default(),
-                run_id: run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
                 pins: Mutex::default(),
             }),
         })
@@ -267,7 +266,7 @@ impl Bridge {
         };
         let mut answer = match cached {
             Some(entry) => {
-                self.pin(&ask.sandbox, &entry.sha256, entry.size);
+                self.pin(ask, &entry.sha256, entry.size);
                 Answer {
                     status: 200,
                     content_type: entry.content_type.clone(),
@@ -309,7 +308,7 @@ impl Bridge {
         if let Body::File(path, size) = &answer.body
             && let Some(sha256) = path.file_name().and_then(|n| n.to_str())
         {
-            self.pin(&ask.sandbox, sha256, *size);
+            self.pin(ask, sha256, *size);
         }
         answer
     }
@@ -361,11 +360,11 @@ impl Bridge {
         Ok((body.temp, cache::hex(&body.hasher.finalize()), body.size))
     }
 
-    /// Pins the body `sha256` (`size` bytes) for the side of `sandbox` (else the sandbox itself) while the
-    /// run lasts, within half of the cache's bound a side: the other side's answers cannot evict
-    /// it, so its timed trials get what its preparation fetched.
-    fn pin(&self, sandbox: &str, sha256: &str, size: u64) {
-        let group = pin_group(&self.inner.run_id, sandbox);
+    /// Pins the body `sha256` (`size` bytes) for the side of the sandbox asking (else the
+    /// sandbox itself) while the run lasts, within half of the cache's bound a side: the other
+    /// side's answers cannot evict it, so its timed trials get what its preparation fetched.
+    fn pin(&self, ask: &Ask, sha256: &str, size: u64) {
+        let group = ask.side.map_or_else(|| ask.sandbox.clone(), |side| side.as_str().to_string());
         let share = self.inner.cache.bound() / 2;
         let mut pins = lock(&self.inner.pins);
         let pinned = pins.entry(group).or_default();
@@ -552,18 +551,6 @@ impl Intake {
         self.size += bytes.len() as u64;
         self.hasher.update(bytes);
         self.temp.write_all(bytes)
-    }
-}
-
-/// The share of the cache whose pins an answer to `sandbox` counts against: its side (its id is
-/// `sandbench-<run>-<role>`, the role starting with the side), else the sandbox itself.
-fn pin_group(run_id: &str, sandbox: &str) -> String {
-    let role =
-        sandbox.strip_prefix("sandbench-").and_then(|r| r.strip_prefix(run_id)).and_then(|r| r.strip_prefix('-'));
-    match role {
-        Some(role) if role.starts_with("base") => "base".into(),
-        Some(role) if role.starts_with("head") => "head".into(),
-        _ => sandbox.to_string(),
     }
 }
 

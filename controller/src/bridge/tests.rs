@@ -82,9 +82,10 @@ fn settings(npm: &str, cache: &Path) -> RegistrySettings {
     }
 }
 
-fn ask(sandbox: &str, target: &str) -> Ask {
+fn ask((sandbox, side): &(String, Option<Side>), target: &str) -> Ask {
     Ask {
-        sandbox: sandbox.into(),
+        sandbox: sandbox.clone(),
+        side: *side,
         command: Running::Phase { phase: sandbench_proto::Phase::Install, trial: 0 },
         method: "GET".into(),
         target: target.into(),
@@ -97,8 +98,10 @@ fn run_dir() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("run").tempdir().unwrap()
 }
 
-fn sandbox(dir: &tempfile::TempDir, role: &str) -> String {
-    format!("sandbench-{}-{role}", dir.path().file_name().unwrap().to_string_lossy())
+/// A sandbox of the run as the bridge sees its caller: its id, and the side the hub registered
+/// it with.
+fn sandbox(dir: &tempfile::TempDir, role: &str, side: Option<Side>) -> (String, Option<Side>) {
+    (format!("sandbench-{}-{role}", dir.path().file_name().unwrap().to_string_lossy()), side)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,7 +118,7 @@ async fn one_side_cannot_evict_what_the_other_sides_timed_trials_need() {
     let mut settings = settings(&upstream.url, cache.path());
     settings.cache_bytes = 1000;
     let bridge = Bridge::open(dir.path(), &settings).unwrap();
-    let (base, head) = (sandbox(&dir, "base"), sandbox(&dir, "head-r2"));
+    let (base, head) = (sandbox(&dir, "base", Some(Side::Base)), sandbox(&dir, "head-r2", Some(Side::Head)));
     assert_eq!(bridge.handle(&ask(&base, "/a/-/a-1.0.0.tgz")).await.status, 200);
     for name in ["h1", "h2", "h3"] {
         // Apart in time: the least recently used body is the base's.
@@ -142,7 +145,7 @@ async fn what_reaches_the_registry_is_bounded_and_a_miss_does_not_go_out_twice()
     let mut settings = settings(&upstream.url, cache.path());
     settings.max_not_found = 20;
     let bridge = Bridge::open(dir.path(), &settings).unwrap();
-    let (base, head) = (sandbox(&dir, "base"), sandbox(&dir, "head"));
+    let (base, head) = (sandbox(&dir, "base", Some(Side::Base)), sandbox(&dir, "head", Some(Side::Head)));
     // Junk of no registry's shape never leaves; a repeated miss goes out once.
     let junk = format!("/{}/1", "a".repeat(7000));
     assert_eq!(bridge.handle(&ask(&head, &junk)).await.status, 403);
@@ -170,7 +173,7 @@ async fn a_million_requests_leave_the_log_within_its_cap_with_a_count_of_the_res
     let upstream = StandIn::start(BTreeMap::new()).await;
     let (dir, cache) = (run_dir(), tempfile::tempdir().unwrap());
     let bridge = Bridge::open(dir.path(), &settings(&upstream.url, cache.path())).unwrap();
-    let head = sandbox(&dir, "head");
+    let head = sandbox(&dir, "head", Some(Side::Head));
     const REQUESTS: u64 = 1_000_000;
     let long = format!("/{}", "b".repeat(300));
     for n in 0..REQUESTS {

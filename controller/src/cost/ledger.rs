@@ -572,6 +572,7 @@ mod tests {
         SandboxRecord {
             id: id.into(),
             role: side.to_string(),
+            placement: None,
             created_at: "2026-11-29T10:00:00Z".into(),
             removed_at: Some("2026-11-29T10:01:00Z".into()),
             seconds: 60.0,

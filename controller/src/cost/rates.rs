@@ -102,6 +102,9 @@ pub struct SandboxCost {
 pub struct SandboxRecord {
     pub id: String,
     pub role: String,
+    /// Its place in a compared run (side, pair, attempt), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<sandbench_proto::Placement>,
     pub created_at: String,
     pub removed_at: Option<String>,
     pub seconds: f64,

@@ -138,14 +138,13 @@ fn phase_of(plan: &Plan, key: &str) -> Option<Phase> {
     Phase::ALL.into_iter().find(|p| plan.metrics_of_phase(*p).iter().any(|m| m == key || m == step || m == stem))
 }
 
-/// The conditions of `side`'s trial of `phase` (its sandboxes are labelled by their side:
-/// `base`, `base0`, `base-r1`).
+/// The conditions of `side`'s trial of `phase` (by the place each sandbox was given).
 fn condition(report: &Report, side: Side, phase: Option<Phase>, trial: u32) -> Option<&Condition> {
     let phase = phase?;
     report
         .conditions
         .iter()
-        .find(|c| c.phase == phase.as_str() && c.trial == trial && c.side.starts_with(side.as_str()))
+        .find(|c| c.phase == phase.as_str() && c.trial == trial && c.placement.is_some_and(|p| p.side == side))
 }
 
 /// Where the head stands, per regressed or improved metric, against main's recent recorded

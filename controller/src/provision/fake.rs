@@ -403,6 +403,7 @@ impl Provisioner for FakeProvisioner {
                 container_id: format!("fake-{id}"),
                 run_id: request.run_id.clone(),
                 role: request.role.clone(),
+                placement: request.placement,
                 requested_at,
                 queued: Duration::ZERO,
                 expires_at: requested_at + request.ttl,

@@ -346,6 +346,8 @@ pub struct Sandbox {
     pub container_id: String,
     pub run_id: String,
     pub role: String,
+    /// Its place in a compared run (side, pair, attempt), as requested.
+    pub placement: Option<sandbench_proto::Placement>,
     /// When the create request was made (the start of its lifetime for cost).
     pub requested_at: SystemTime,
     /// Time spent waiting for a create slot (admission control).

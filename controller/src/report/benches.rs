@@ -326,6 +326,7 @@ unit = "ms"
         let record = |id: &str| SandboxRecord {
             id: id.into(),
             role: "base".into(),
+            placement: None,
             created_at: String::new(),
             removed_at: None,
             seconds: 0.0,

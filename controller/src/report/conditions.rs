@@ -35,6 +35,9 @@ pub struct Condition {
     /// The side's label (`base`, `head`, `base1`, …) and its sandbox.
     pub side: String,
     pub sandbox: String,
+    /// The sandbox's place in the run (its side), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<sandbench_proto::Placement>,
     pub phase: String,
     pub trial: u32,
     /// Share of all CPU time stolen during the trial (0–1).
@@ -61,6 +64,7 @@ impl Condition {
         Condition {
             side: side.to_string(),
             sandbox: sandbox.to_string(),
+            placement: None,
             phase: t.phase.clone(),
             trial: t.trial,
             steal: t.steal(),
@@ -120,7 +124,7 @@ pub fn collect(dir: &Path, sandboxes: &[SandboxRecord]) -> Vec<Condition> {
             .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() <= MAX_FILE_BYTES))
             .filter_map(|e| std::fs::read(e.path()).ok())
             .filter_map(|bytes| serde_json::from_slice::<TrialConditions>(&bytes).ok())
-            .map(|t| Condition::from_trial(&record.role, &record.id, &t))
+            .map(|t| Condition { placement: record.placement, ..Condition::from_trial(&record.role, &record.id, &t) })
             .collect();
         found.sort_by(|a, b| (&a.phase, a.trial).cmp(&(&b.phase, b.trial)));
         out.extend(found);
@@ -202,9 +206,11 @@ mod tests {
             .unwrap();
         std::fs::write(folder.join("measure-1.json"), serde_json::to_vec(&second).unwrap()).unwrap();
         std::fs::write(folder.join("junk.json"), b"{not json").unwrap();
+        let head = sandbench_proto::Placement { side: sandbench_proto::Side::Head, pair: 0, attempt: 0 };
         let record = |id: &str, role: &str| SandboxRecord {
             id: id.into(),
             role: role.into(),
+            placement: (role == "head").then_some(head),
             created_at: String::new(),
             removed_at: None,
             seconds: 0.0,
@@ -216,5 +222,6 @@ mod tests {
         let found = collect(dir.path(), &[record("sb-1", "base"), record("sb-2", "head")]);
         assert_eq!(found.iter().map(|c| (c.side.as_str(), c.trial)).collect::<Vec<_>>(), [("head", 1), ("head", 4)]);
         assert_eq!(found[0].steal, Some(0.12));
+        assert!(found.iter().all(|c| c.placement == Some(head)), "each trial knows its sandbox's place");
     }
 }

@@ -98,6 +98,7 @@ pub(super) fn example(status: Status) -> Report {
         sandboxes: vec![SandboxRecord {
             id: "sandbench-x-base".into(),
             role: "base".into(),
+            placement: None,
             created_at: "2026-11-29T00:00:00Z".into(),
             removed_at: Some("2026-11-29T00:10:00Z".into()),
             seconds: 600.0,

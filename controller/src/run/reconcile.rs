@@ -104,6 +104,7 @@ pub(super) async fn lifetimes(
         records.push(SandboxRecord {
             id: id.clone(),
             role: roster.role(id).unwrap_or_default().to_string(),
+            placement: None,
             created_at: report::timestamp(start),
             removed_at: None,
             seconds,

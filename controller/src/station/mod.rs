@@ -10,6 +10,7 @@
 //! person runs on the sandboxes of this machine (`ls`, `shell`, `logs`, `phase`, `rm`, `gc`).
 
 pub mod sandbox;
+pub mod session;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;

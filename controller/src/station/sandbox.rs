@@ -119,6 +119,7 @@ impl Teardown {
         crate::cost::SandboxRecord {
             id: sandbox.id.clone(),
             role: sandbox.role.clone(),
+            placement: sandbox.placement,
             created_at: crate::report::timestamp(sandbox.requested_at),
             removed_at: removed.then(|| crate::report::timestamp(SystemTime::now())),
             seconds: cost.charged_seconds.max(self.lifetime.as_secs_f64()),

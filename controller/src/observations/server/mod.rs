@@ -274,7 +274,11 @@ impl Hub {
 
     /// What the sandbox whose agent presents `token` is running (`install#2`), for a bridged
     /// request; refused like a Hello with a wrong token.
-    fn fetch_caller(&self, sandbox_id: &str, token: &str) -> Result<crate::bridge::Running, Status> {
+    fn fetch_caller(
+        &self,
+        sandbox_id: &str,
+        token: &str,
+    ) -> Result<(crate::bridge::Running, Option<sandbench_proto::Side>), Status> {
         let sandboxes = lock(&self.inner.sandboxes);
         let state = sandboxes
             .get(sandbox_id)
@@ -287,7 +291,8 @@ impl Hub {
             }
             _ => None,
         });
-        Ok(running.unwrap_or(crate::bridge::Running::Between))
+        let side = state.registration.placement.map(|p| p.side);
+        Ok((running.unwrap_or(crate::bridge::Running::Between), side))
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -976,12 +981,13 @@ impl Agent for Service {
 
     async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<Self::FetchStream>, Status> {
         let request = request.into_inner();
-        let command = self.hub.fetch_caller(&request.sandbox_id, &request.token)?;
+        let (command, side) = self.hub.fetch_caller(&request.sandbox_id, &request.token)?;
         let bridge = self.hub.bridge().ok_or_else(|| {
             Status::failed_precondition("this run has no registry bridge (sandbox.network is not \"registries\")")
         })?;
         let ask = crate::bridge::Ask {
             sandbox: request.sandbox_id,
+            side,
             command,
             method: request.method,
             target: request.target,

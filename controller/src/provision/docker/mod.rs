@@ -408,6 +408,7 @@ impl DockerProvisioner {
             container_id,
             run_id: request.run_id.clone(),
             role: request.role.clone(),
+            placement: request.placement,
             requested_at,
             queued,
             expires_at,

@@ -18,7 +18,6 @@ use super::super::schedule::{self, Side, Slot};
 use super::adaptive::{Adaptive, RoundTimes};
 use super::side::lock;
 use crate::display::Display;
-use crate::provision::{Resources, labels};
 use crate::report::lens_runs::LensRuns;
 use crate::spec::Plan;
 use crate::station::Station;
@@ -127,22 +126,12 @@ impl Run {
         role: &str,
         placement: Placement,
     ) -> anyhow::Result<crate::provision::SandboxRequest> {
-        let sandbox = &self.plan.sandbox;
-        // The station's image: the spec's, or the one derived from it with valgrind.
-        let mut request = self.station.request(role, self.station.image().unwrap_or(&sandbox.image))?;
-        request.resources = Resources {
-            cpus: sandbox.cpus,
-            cpuset: self.cpus.of_pair(placement.pair as usize).map(str::to_string),
-            memory_bytes: sandbox.memory_bytes,
-            pids_limit: sandbox.pids_limit,
-            disk_bytes: Some(sandbox.disk_bytes()),
-            // A duet's two sides share the disk at once: the same weight each.
-            io_weight: (self.plan.trials.order == crate::spec::Order::Duet).then_some(DUET_IO_WEIGHT),
-        };
-        request.network = sandbox.network;
-        request.ttl = sandbox.ttl;
-        request.shipping = self.opts.shipping;
-        request.labels = [(labels::USD_PER_HOUR.to_string(), format!("{:.6}", self.plan.hourly_usd()))].into();
+        // The plan's request (the station's image, resources, network, ttl and rate), then this
+        // run's place for it: its pair's CPUs, and a duet's equal disk weight.
+        let mut request = self.station.plan_request(role, &self.plan, self.opts.shipping)?;
+        request.resources.cpuset = self.cpus.of_pair(placement.pair as usize).map(str::to_string);
+        // A duet's two sides share the disk at once: the same weight each.
+        request.resources.io_weight = (self.plan.trials.order == crate::spec::Order::Duet).then_some(DUET_IO_WEIGHT);
         request.placement = Some(placement);
         Ok(request)
     }

@@ -140,6 +140,43 @@ fn the_crate_is_one_way() {
     }
     assert!(order.len() == declared.len(), "{order:?} against {declared:?}");
     assert!(bad.is_empty(), "{bad:#?}");
+    // The README's layout states the same stack, in the same order.
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    assert_eq!(readme_stack(&readme), order, "the README's layout lists another stack than lib.rs");
+}
+
+/// The modules the README's layout lists as the crate's stack, bottom first: each backticked
+/// name after "The modules form a one-way stack, bottom first:" up to the semicolon that ends
+/// the list (what a name's parenthesis says is skipped).
+fn readme_stack(readme: &str) -> Vec<String> {
+    const OPENING: &str = "The modules form a one-way stack, bottom first:";
+    let Some(at) = readme.find(OPENING) else { return Vec::new() };
+    let mut names = Vec::new();
+    let mut depth = 0;
+    let mut rest = &readme[at + OPENING.len()..];
+    while let Some(c) = rest.chars().next() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ';' if depth == 0 => break,
+            '`' if depth == 0 => {
+                let Some(end) = rest[1..].find('`') else { break };
+                names.push(rest[1..=end].to_string());
+                rest = &rest[end + 2..];
+                continue;
+            }
+            _ => {}
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    names
+}
+
+#[test]
+fn the_readmes_stack_is_read_name_by_name() {
+    let text = "x. The modules form a one-way stack, bottom first: `a`, `b` (`c` is b's), `d`; each `e`";
+    assert_eq!(readme_stack(text), ["a", "b", "d"]);
+    assert!(readme_stack("no list").is_empty());
 }
 
 #[test]

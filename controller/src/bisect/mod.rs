@@ -348,6 +348,17 @@ pub async fn bisect(
     display: &Display,
     cancel: watch::Receiver<bool>,
 ) -> anyhow::Result<(BisectReport, PathBuf)> {
+    bisect_on(opts, display, cancel, engine.provisioner()).await
+}
+
+/// [`bisect`] on the provisioner `connect` gives, connected once the spec and the ends are
+/// read and the bisection's directory is made.
+pub async fn bisect_on(
+    opts: BisectOptions,
+    display: &Display,
+    cancel: watch::Receiver<bool>,
+    connect: impl Future<Output = anyhow::Result<Arc<dyn Provisioner>>>,
+) -> anyhow::Result<(BisectReport, PathBuf)> {
     let plan = crate::spec::load(&opts.spec).map_err(|e| anyhow::anyhow!("{e}"))?;
     let target = Target::of(&plan, &opts.metric, opts.lens)?;
     let SourceSettings::Local { repository } = &plan.source else {
@@ -358,7 +369,7 @@ pub async fn bisect(
     let started = SystemTime::now();
     let id = opts.id.clone().unwrap_or_else(|| new_id(started));
     let dir = crate::station::run_dir(&opts.out.join(&id))?;
-    let provisioner = engine.provisioner().await?;
+    let provisioner = connect.await?;
     // The ledger entry is made before the first sandbox, so a bisection killed from here on
     // shows as unfinished; a resumed one is put back to running.
     let entry = match &opts.ledger {
@@ -1012,5 +1023,52 @@ mod fake_tests {
         let saved = BisectReport::load(&dir.path().join("bisect")).unwrap();
         assert!(matches!(saved.outcome, Outcome::FirstBad { index: 4, .. }));
         assert!(headline(report).contains("regressed +50.00 %"), "{}", headline(report));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_whole_command_reads_the_spec_resolves_the_ends_and_keeps_its_ledger_entry() {
+        let (dir, plan) = repository(7);
+        let mut script = Script::for_plan(&plan);
+        for role in ["c4", "c5", "c6"] {
+            script = script.on(role, "runtime", None, Answer::Scale(1.5));
+        }
+        let fake = Arc::new(FakeProvisioner::new(script));
+        let ledger = dir.path().join("ledger.sqlite");
+        let opts = BisectOptions {
+            spec: dir.path().join("bench.toml"),
+            good: "HEAD~6".into(),
+            bad: "HEAD".into(),
+            metric: "git_status".into(),
+            lens: Lens::Wall,
+            out: dir.path().join("bisections"),
+            agent: None,
+            shipping: AgentShipping::Bind,
+            max_steps: 8,
+            ledger: Some(ledger.clone()),
+            id: None,
+            dead_man: crate::observations::server::DEFAULT_DEAD_MAN,
+        };
+        let provisioner = fake.clone();
+        let connect = async move { Ok(provisioner as Arc<dyn Provisioner>) };
+        let (report, at) = bisect_on(opts.clone(), &Display::plain(), watch::channel(false).1, connect).await.unwrap();
+        assert!(matches!(report.outcome, Outcome::FirstBad { index: 4, .. }), "{:?}", report.outcome);
+        assert_eq!((report.good.rev.as_str(), report.bad.rev.as_str()), ("HEAD~6", "HEAD"));
+        assert_eq!(report.good.commit.len(), 40, "the ends resolved to commits");
+        assert!(at.starts_with(dir.path().join("bisections")) && at.join(BISECT_FILE).exists());
+        assert!(fake.list(None).await.unwrap().is_empty(), "every fake sandbox is removed");
+        // Its ledger row: completed, every sandbox it made charged.
+        let ledger = Ledger::open(&ledger).unwrap();
+        let runs = ledger.runs(None).unwrap();
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0].status, "completed");
+        assert_eq!(runs[0].sandboxes as usize, report.sandboxes.len());
+        assert_eq!(runs[0].run_id, report.id);
+
+        // An end that does not resolve stops the command before any sandbox or ledger row.
+        let fresh = Arc::new(FakeProvisioner::new(Script::for_plan(&plan)));
+        let connect = async move { Ok(fresh as Arc<dyn Provisioner>) };
+        let wrong = BisectOptions { good: "no-such-rev".into(), ..opts };
+        assert!(bisect_on(wrong, &Display::plain(), watch::channel(false).1, connect).await.is_err());
+        assert_eq!(ledger.runs(None).unwrap().len(), 1, "no row for a bisection that never started");
     }
 }

@@ -169,10 +169,11 @@ async fn open(
     provisioner: Arc<dyn Provisioner>,
     ledger: Option<&mut Ledger>,
 ) -> anyhow::Result<(Station, BTreeMap<Side, sandbench_proto::plan::AgentPlan>)> {
-    let Setting { plan, opts, dir, display, base, head, .. } = *setting;
+    let Setting { plan, opts, dir, display, base, head, resumed, .. } = *setting;
     // Runs of the ledger whose controller died are recorded as abandoned before any sandbox of
-    // theirs is reaped below (their lifetimes are read from the engine while it has them).
-    if let Some(ledger) = ledger {
+    // theirs is reaped below (their lifetimes are read from the engine while it has them); a
+    // resume did so as it opened the ledger, before it put its own row back to running.
+    if let Some(ledger) = ledger.filter(|_| resumed.is_none()) {
         for line in reconcile_in(&*provisioner, ledger).await {
             display.line(&line);
         }

@@ -78,7 +78,7 @@ pub async fn debug_on(
         hub: crate::station::hub_config(&plan, opts.dead_man),
     };
     let display = Display::new();
-    let station = Station::open(provisioner, options, &mut |line| display.line(line)).await?;
+    let station = Arc::new(Station::open(provisioner, options, &mut |line| display.line(line)).await?);
     // The session is a ledger entry of its own, begun before its sandbox, so that its cost is
     // counted whatever happens to it.
     let revision = Revision { rev: opts.rev.clone(), commit: commit.clone() };
@@ -142,7 +142,7 @@ fn ledger_start(id: &str, plan: &Plan, revision: &Revision, started: SystemTime,
 
 /// One debug session's sandbox, from launch to teardown.
 struct Debugging<'a> {
-    station: &'a Station,
+    station: &'a Arc<Station>,
     opts: &'a DebugOptions,
     display: &'a Display,
 }
@@ -162,9 +162,7 @@ impl Debugging<'_> {
         cancel: &mut watch::Receiver<bool>,
     ) -> (anyhow::Result<bool>, Option<SandboxRecord>) {
         let control = [(labels::CONTROL, self.control().display().to_string())];
-        let launched =
-            Session::launch(self.station, plan, agent_plan, ("debug", self.opts.shipping, &control), cancel.clone())
-                .await;
+        let launched = Session::launch(self.station, plan, agent_plan, ("debug", self.opts.shipping, &control)).await;
         let session = match launched {
             Ok(session) => session,
             Err(err) => return (Err(err), None),
@@ -172,7 +170,7 @@ impl Debugging<'_> {
         let id = session.id().to_string();
         self.display.line(&format!("sandbox {id} ready in {:.2} s", session.live().provision_to_hello.as_secs_f64()));
         let shown = self.show_progress(&id);
-        let result = self.steps(&session, steps).await;
+        let result = self.steps(&session, steps, cancel).await;
         if self.opts.keep && !*cancel.borrow() {
             self.display.note(&how_to_get_in(&id, plan.sandbox.ttl));
             self.keep(&session, cancel).await;
@@ -216,10 +214,15 @@ impl Debugging<'_> {
     }
 
     /// Delivers the source and runs the steps until one fails; true when all succeeded.
-    async fn steps(&self, session: &Session<'_>, steps: &[(Phase, u32)]) -> anyhow::Result<bool> {
+    async fn steps(
+        &self,
+        session: &Session,
+        steps: &[(Phase, u32)],
+        cancel: &mut watch::Receiver<bool>,
+    ) -> anyhow::Result<bool> {
         session.deliver_source().await?;
         for &(name, trial) in steps {
-            let outcome = session.run(name, trial).await?;
+            let outcome = session.run(name, trial, cancel).await?;
             if outcome.status != PhaseStatus::Ok {
                 self.display.line(&format!("{name} trial {trial} failed: {}", outcome.error));
                 return Ok(false);
@@ -229,7 +232,7 @@ impl Debugging<'_> {
     }
 
     /// Serves `sandbench phase` until Ctrl-C, the sandbox's removal, or its expiry.
-    async fn keep(&self, session: &Session<'_>, cancel: &mut watch::Receiver<bool>) {
+    async fn keep(&self, session: &Session, cancel: &mut watch::Receiver<bool>) {
         let (provisioner, hub, display) = (&**self.station.provisioner(), self.station.hub(), self.display);
         let (id, expires_at) = (session.id(), session.live().sandbox.expires_at);
         let plan = Arc::new(session.plan().clone());

@@ -276,7 +276,7 @@ pub async fn conduct(
         agent: job.agent.clone(),
         hub: crate::station::hub_config(job.plan, job.dead_man),
     };
-    let station = Station::open(provisioner, options, &mut |line| job.display.line(line)).await?;
+    let station = Arc::new(Station::open(provisioner, options, &mut |line| job.display.line(line)).await?);
     let earlier = report.sandboxes.len();
     let probe = Probe {
         station: &station,
@@ -586,7 +586,7 @@ impl Target {
 
 /// Measures one commit in a sandbox of its own.
 struct Probe<'a> {
-    station: &'a Station,
+    station: &'a Arc<Station>,
     plan: &'a Plan,
     target: &'a Target,
     shipping: AgentShipping,
@@ -631,9 +631,7 @@ impl Probe<'_> {
         self.display.line(&format!("[{short}] {}", crate::sanitize::bounded(&commit.subject, 72)));
         let agent_plan = self.target.narrow(self.plan.agent_plan(&commit.commit));
         let role = format!("c{index}");
-        let session =
-            Session::launch(self.station, self.plan, agent_plan, (&role, self.shipping, &[]), self.cancel.clone())
-                .await?;
+        let session = Session::launch(self.station, self.plan, agent_plan, (&role, self.shipping, &[])).await?;
         let ran = match self.run_steps(&session).await {
             Ok(Ok(())) => self.settle(&session, ends).await,
             other => other.map(|r| r.map(|()| Vec::new())),
@@ -666,7 +664,7 @@ impl Probe<'_> {
     /// of the phase at a time until [`crate::stats::midpoint::clear`] of the ends' midpoint or [`WALL_GROWTH`] times the phase's trials.
     async fn settle(
         &self,
-        session: &Session<'_>,
+        session: &Session,
         ends: Option<(&[f64], &[f64])>,
     ) -> anyhow::Result<Result<Vec<f64>, String>> {
         let first = self.target.steps(self.plan).iter().filter(|(p, _)| *p == self.target.phase).count() as u32;
@@ -680,7 +678,7 @@ impl Probe<'_> {
             if crate::stats::midpoint::clear(good, bad, &samples, WALL_Z) || trial >= first * WALL_GROWTH {
                 return Ok(Ok(samples));
             }
-            let outcome = session.run(self.target.phase, trial).await?;
+            let outcome = session.run(self.target.phase, trial, &mut self.cancel.clone()).await?;
             if outcome.status != PhaseStatus::Ok {
                 // The trials so far stand; one that failed adds nothing.
                 return Ok(Ok(samples));
@@ -690,12 +688,12 @@ impl Probe<'_> {
     }
 
     /// Ok(Err(why)) when a step of the commit failed (it is skipped); Err when the bisection cannot go on.
-    async fn run_steps(&self, session: &Session<'_>) -> anyhow::Result<Result<(), String>> {
+    async fn run_steps(&self, session: &Session) -> anyhow::Result<Result<(), String>> {
         if let Err(err) = session.deliver_source().await {
             return Ok(Err(format!("its source could not be delivered: {err:#}")));
         }
         for (name, trial) in self.target.steps(self.plan) {
-            let outcome = session.run(name, trial).await?;
+            let outcome = session.run(name, trial, &mut self.cancel.clone()).await?;
             if outcome.status != PhaseStatus::Ok {
                 return Ok(Err(format!("{name} failed: {}", crate::sanitize::bounded(&outcome.error, 300))));
             }

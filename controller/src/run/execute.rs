@@ -94,7 +94,7 @@ pub(super) async fn execute(
     let run = Run {
         plan: plan.clone(),
         opts: opts.clone(),
-        station,
+        station: Arc::new(station),
         agent_plans,
         display: display.clone(),
         errors: Mutex::new(Vec::new()),

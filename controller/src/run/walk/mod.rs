@@ -27,8 +27,6 @@ mod state;
 mod teardown;
 mod trial;
 
-use std::time::Duration;
-
 use anyhow::bail;
 use sandbench_proto::Phase;
 use sandbench_proto::v1::PhaseStatus;
@@ -36,7 +34,7 @@ use tokio::sync::watch;
 
 use super::gate::{Stop, TrialResult};
 use super::schedule::{self, Slot, remaining_after};
-use crate::station::sandbox;
+use crate::station::session::Session;
 pub use adaptive::{Adapted, Adaptive};
 use renew::settle;
 pub use side::{SideRun, measured};
@@ -90,7 +88,7 @@ async fn provision(run: &Run, sides: &mut [SideRun]) -> Option<Stop> {
     run.display.line(&format!("provisioning {n} sandbox{}", if n == 1 { "" } else { "es" }));
     let launches = sides.iter().map(|side| async move {
         let request = run.sandbox_request(&side.label, side.placement)?;
-        run.station.launch(request, Duration::from_secs(120)).await
+        Session::launch_placed(&run.station, run.side_plan(side.side), request).await
     });
     let launched = tokio::select! {
         l = futures_util::future::join_all(launches) => l,
@@ -98,12 +96,15 @@ async fn provision(run: &Run, sides: &mut [SideRun]) -> Option<Stop> {
     };
     for (side, result) in sides.iter_mut().zip(launched) {
         match result {
-            Ok(live) => {
-                let ready =
-                    format!("sandbox {} ready in {:.2} s", live.sandbox.id, live.provision_to_hello.as_secs_f64());
+            Ok(session) => {
+                let ready = format!(
+                    "sandbox {} ready in {:.2} s",
+                    session.id(),
+                    session.live().provision_to_hello.as_secs_f64()
+                );
                 run.display.status(&side.label, &ready);
-                side.meter.sample(run.station.provisioner().clone(), live.sandbox.id.clone());
-                side.live = Some(live);
+                side.meter.sample(run.station.provisioner().clone(), session.id().to_string());
+                side.live = Some(session);
             }
             Err(err) => run.error(format!("{} setup: {err:#}", side.label)),
         }
@@ -114,12 +115,11 @@ async fn provision(run: &Run, sides: &mut [SideRun]) -> Option<Stop> {
 /// Delivers the source and runs prepare (untimed) on every sandbox in parallel.
 async fn prepare(run: &Run, sides: &[SideRun]) -> Option<Stop> {
     let prepares = sides.iter().map(|side| async move {
-        let live = side.live.as_ref()?;
-        let plan = &run.agent_plans[&side.side];
+        let session = side.live.as_ref()?;
         run.display.status(&side.label, "prepare (untimed)");
         side.meter.mark(Phase::Prepare.as_str());
         let result = async {
-            sandbox::deliver_source(&**run.station.provisioner(), &run.plan, &live.sandbox, plan).await?;
+            session.deliver_source().await?;
             let (status, error, _) =
                 wait_phase(run, side, Phase::Prepare, 0, run.phase_timeout(Phase::Prepare), false).await?;
             if status != PhaseStatus::Ok {

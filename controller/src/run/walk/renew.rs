@@ -5,7 +5,6 @@
 //! terminal and kept in the report.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use anyhow::bail;
 use sandbench_proto::Phase;
@@ -19,7 +18,7 @@ use super::state::Run;
 use super::teardown::end_sandbox;
 use super::trial::{trial, wait_phase};
 use crate::provision::Lost;
-use crate::station::sandbox;
+use crate::station::session::Session;
 
 /// How a trial of `slot` ended, once settled: retried in a new sandbox when its sandbox was
 /// lost with the engine ([`renew`]), and the side marked as seen running when it succeeded.
@@ -50,9 +49,9 @@ pub async fn renew(run: &Run, side: &SideRun, slot: &Slot, cause: &str, lost: Op
     let what = format!("{} {} trial {}", side.label, slot.phase, slot.trial);
     run.display.line(&format!(
         "{what}: sandbox {} did not survive the Docker engine's restart ({cause}); retrying the slot once in a new sandbox",
-        old.sandbox.id
+        old.id()
     ));
-    let (record, warnings) = end_sandbox(run, &side.label, &old.sandbox, &old_meter).await;
+    let (record, warnings) = end_sandbox(run, &side.label, &old, &old_meter).await;
     lock(&side.renewal.records).push(record);
     lock(&run.notes).extend(warnings);
     let result = match replace(run, side, slot).await {
@@ -64,7 +63,7 @@ pub async fn renew(run: &Run, side: &SideRun, slot: &Slot, cause: &str, lost: Op
             };
             run.note(format!(
                 "{what}: retried in a new sandbox ({id}) after sandbox {} was lost with the Docker engine's restart ({cause}); {outcome}",
-                old.sandbox.id
+                old.id()
             ));
             result
         }
@@ -72,7 +71,7 @@ pub async fn renew(run: &Run, side: &SideRun, slot: &Slot, cause: &str, lost: Op
             let why = format!("{err:#}");
             run.note(format!(
                 "{what}: sandbox {} was lost with the Docker engine's restart ({cause}); a new sandbox could not be set up: {why}",
-                old.sandbox.id
+                old.id()
             ));
             TrialResult::Failed { cause: format!("a new sandbox could not be set up: {why}"), lost: true }
         }
@@ -87,15 +86,14 @@ async fn replace(run: &Run, side: &SideRun, slot: &Slot) -> anyhow::Result<Strin
     run.display.status(&side.label, &format!("provisioning a new sandbox ({role})"));
     let meter = Meter::new();
     let request = run.sandbox_request(&role, side.placement)?;
-    let live = run.station.launch(request, Duration::from_secs(120)).await?;
-    let id = live.sandbox.id.clone();
+    let session = Session::launch_placed(&run.station, run.side_plan(side.side), request).await?;
+    let id = session.id().to_string();
     meter.sample(run.station.provisioner().clone(), id.clone());
-    *lock(&side.renewal.replacement) = Some((live.clone(), meter.clone()));
+    *lock(&side.renewal.replacement) = Some((session.clone(), meter.clone()));
     side.seen_running(run.engine.outages());
     run.display.status(&side.label, "prepare (untimed) in the new sandbox");
     meter.mark(Phase::Prepare.as_str());
-    let plan = &run.agent_plans[&side.side];
-    sandbox::deliver_source(&**run.station.provisioner(), &run.plan, &live.sandbox, plan).await?;
+    session.deliver_source().await?;
     let (status, error, _) = wait_phase(run, side, Phase::Prepare, 0, run.phase_timeout(Phase::Prepare), false).await?;
     if status != PhaseStatus::Ok {
         bail!("prepare failed: {error}");

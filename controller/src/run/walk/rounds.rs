@@ -99,7 +99,7 @@ async fn together(run: &Run, slots: &[Slot], todo: &[(usize, &SideRun)]) -> Vec<
     let targets: Vec<Target> = todo
         .iter()
         .map(|&(i, side)| Target {
-            sandbox: side.current().map(|l| l.sandbox.id).unwrap_or_default(),
+            sandbox: side.current().map(|s| s.id().to_string()).unwrap_or_default(),
             command: StepId::new(slots[i].phase, slots[i].trial),
         })
         .collect();
@@ -197,7 +197,7 @@ async fn pin(run: &Run, todo: &[(usize, &SideRun)], trial: u32) {
         let Some(live) = side.current() else { continue };
         let first = usize::from(side.side == Side::Head);
         let set = &sets[(first + trial as usize) % 2];
-        if let Err(err) = run.station.provisioner().pin(&live.sandbox.id, set).await {
+        if let Err(err) = run.station.provisioner().pin(live.id(), set).await {
             run.error(format!("{}: {err:#}", side.label));
         }
     }

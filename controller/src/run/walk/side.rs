@@ -11,7 +11,7 @@ use super::super::output::Measured;
 use super::super::schedule::{Side, label};
 use super::super::usage::Meter;
 use crate::report::SandboxRecord;
-use crate::station::sandbox::LiveSandbox;
+use crate::station::session::Session;
 
 /// One sandbox of a pair and what it went through.
 pub struct SideRun {
@@ -20,7 +20,7 @@ pub struct SideRun {
     pub pair: usize,
     /// Its side, pair and the run's attempt, as its sandboxes carry them.
     pub placement: Placement,
-    pub live: Option<LiveSandbox>,
+    pub live: Option<Session>,
     pub meter: Arc<Meter>,
     /// A new sandbox after an engine restart, and what the side's first one left.
     pub renewal: Renewal,
@@ -30,7 +30,7 @@ pub struct SideRun {
 #[derive(Default)]
 pub struct Renewal {
     /// The sandbox that replaced the first one, and its meter.
-    pub replacement: Mutex<Option<(LiveSandbox, Arc<Meter>)>>,
+    pub replacement: Mutex<Option<(Session, Arc<Meter>)>>,
     /// Sandboxes ended before the run's teardown (the replaced one).
     pub records: Mutex<Vec<SandboxRecord>>,
     /// The engine's outages when the sandbox was last known to run.
@@ -63,23 +63,23 @@ impl SideRun {
     }
 
     /// The sandbox the side runs in now: the replacement, if there is one.
-    pub fn current(&self) -> Option<LiveSandbox> {
+    pub fn current(&self) -> Option<Session> {
         lock(&self.renewal.replacement).as_ref().map(|(live, _)| live.clone()).or_else(|| self.live.clone())
     }
 
     /// The sandbox the side runs in now and its meter.
-    pub fn current_with_meter(&self) -> Option<(LiveSandbox, Arc<Meter>)> {
+    pub fn current_with_meter(&self) -> Option<(Session, Arc<Meter>)> {
         lock(&self.renewal.replacement).clone().or_else(|| self.live.clone().map(|l| (l, self.meter.clone())))
     }
 
     /// Every sandbox the side ran in, first to last, as its samples are collected: the first
     /// with what it said at Hello.
     pub fn measured(&self) -> Vec<Measured> {
-        let replacement = lock(&self.renewal.replacement).as_ref().map(|(l, _)| l.sandbox.id.clone());
-        let first = self.live.iter().map(|l| Measured {
-            id: l.sandbox.id.clone(),
+        let replacement = lock(&self.renewal.replacement).as_ref().map(|(s, _)| s.id().to_string());
+        let first = self.live.iter().map(|s| Measured {
+            id: s.id().to_string(),
             side: self.side,
-            hello: Some(l.hello.clone()),
+            hello: Some(s.live().hello.clone()),
         });
         first.chain(replacement.map(|id| Measured { id, side: self.side, hello: None })).collect()
     }

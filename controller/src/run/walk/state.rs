@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sandbench_proto::plan::AgentPlan;
@@ -29,7 +29,7 @@ pub const MAX_ERRORS: usize = 30;
 pub struct Run {
     pub plan: Plan,
     pub opts: RunOptions,
-    pub station: Station,
+    pub station: Arc<Station>,
     pub agent_plans: BTreeMap<Side, AgentPlan>,
     pub display: Display,
     pub errors: Mutex<Vec<String>>,
@@ -112,6 +112,11 @@ impl Run {
     /// Whether trial `trial` of `phase` runs a lens step.
     pub fn runs_lens(&self, phase: Phase, trial: u32) -> bool {
         schedule::runs_lens(phase, trial, &self.lens)
+    }
+
+    /// The plan a sandbox of `side` runs: the run's, its agent part the side's agent plan.
+    pub fn side_plan(&self, side: Side) -> Arc<Plan> {
+        Arc::new(Plan { agent: self.agent_plans[&side].clone(), ..self.plan.clone() })
     }
 
     /// A trial's step timeout: every step at its own timeout, plus room for the agent's work.

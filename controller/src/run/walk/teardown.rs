@@ -5,6 +5,7 @@ use super::super::usage::Meter;
 use super::side::SideRun;
 use super::state::Run;
 use crate::report::SandboxRecord;
+use crate::station::session::Session;
 
 /// Ends every sandbox: its record (lifetime, cost) and what went wrong on the way.
 pub async fn teardown(run: &Run, sides: &[SideRun]) -> (Vec<SandboxRecord>, Vec<String>) {
@@ -13,7 +14,7 @@ pub async fn teardown(run: &Run, sides: &[SideRun]) -> (Vec<SandboxRecord>, Vec<
     for side in sides {
         records.extend(side.ended_records());
         let Some((live, meter)) = side.current_with_meter() else { continue };
-        let (record, problems) = end_sandbox(run, &side.label, &live.sandbox, &meter).await;
+        let (record, problems) = end_sandbox(run, &side.label, &live, &meter).await;
         records.push(record);
         warnings.extend(problems);
     }
@@ -21,17 +22,11 @@ pub async fn teardown(run: &Run, sides: &[SideRun]) -> (Vec<SandboxRecord>, Vec<
 }
 
 /// Ends one sandbox of the side `label`, metered by `meter`: its record and what went wrong.
-pub async fn end_sandbox(
-    run: &Run,
-    label: &str,
-    sandbox: &crate::provision::Sandbox,
-    meter: &Meter,
-) -> (SandboxRecord, Vec<String>) {
-    let plan = &run.plan;
+pub async fn end_sandbox(run: &Run, label: &str, session: &Session, meter: &Meter) -> (SandboxRecord, Vec<String>) {
     let mut warnings = Vec::new();
     run.display.status(label, "teardown");
     meter.mark(crate::cost::stretch::TEARDOWN);
-    let down = run.station.teardown(sandbox).await;
+    let down = session.remove().await;
     meter.stop_sampling();
     if let Some(err) = &down.removal_error {
         warnings.push(format!("{label}: sandbox cleanup failed: {err}"));
@@ -40,6 +35,6 @@ pub async fn end_sandbox(
         warnings.push(format!("{label}: cannot collect the agent log"));
     }
     run.display.done(label, if down.removal_error.is_none() { "removed" } else { "removal failed" });
-    let record = down.record(plan, sandbox, meter.phases(), meter.peak_memory_bytes());
+    let record = session.record(&down, meter.phases(), meter.peak_memory_bytes());
     (record, warnings)
 }

@@ -33,7 +33,7 @@ pub struct Stopped {
 /// Runs one timed trial (stepwise: its segments at the turns the caller grants, [`super::rounds`]);
 /// a failure says whether its sandbox is lost, and why when its backend named it.
 pub async fn trial(run: &Run, side: &SideRun, slot: &Slot, stepwise: bool) -> (TrialResult, Option<Lost>) {
-    let id = side.current().map(|l| l.sandbox.id).unwrap_or_default();
+    let id = side.current().map(|s| s.id().to_string()).unwrap_or_default();
     // Between trials too: an unreachable engine is waited for, and a sandbox that stopped
     // meanwhile gets no trial.
     if runs(run, &id).await == Some(false) {
@@ -111,8 +111,7 @@ pub async fn wait_phase(
     timeout: Duration,
     stepwise: bool,
 ) -> anyhow::Result<(PhaseStatus, String, Vec<String>)> {
-    let live = side.current().context("no sandbox")?;
-    let id = live.sandbox.id.clone();
+    let id = side.current().context("no sandbox")?.id().to_string();
     let plan = run.agent_plan(side.side, name, trial);
     let hub = run.station.hub();
     let step = StepId::new(name, trial);

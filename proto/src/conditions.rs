@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::Phase;
+
 /// One reading. A figure the sandbox could not read is absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Reading {
@@ -33,14 +35,14 @@ pub struct Reading {
 /// Readings before and after one timed trial of a phase.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialConditions {
-    pub phase: String,
+    pub phase: Phase,
     pub trial: u32,
     pub before: Reading,
     pub after: Reading,
 }
 
 /// Where the agent sends a trial's conditions, relative to the sandbox's folder.
-pub fn file_path(phase: &str, trial: u32) -> String {
+pub fn file_path(phase: Phase, trial: u32) -> String {
     format!("{FOLDER}/{phase}-{trial}.json")
 }
 
@@ -91,16 +93,16 @@ mod tests {
             throttled_usec: Some(501_000),
             load: None,
         };
-        let c = TrialConditions { phase: "measure".into(), trial: 2, before: before.clone(), after: after.clone() };
+        let c = TrialConditions { phase: Phase::Measure, trial: 2, before: before.clone(), after: after.clone() };
         assert_eq!(c.steal(), Some(0.1));
         assert_eq!(c.throttled_periods(), Some((20, 5)));
         assert_eq!(c.throttled_seconds(), Some(0.5));
-        let reversed = TrialConditions { phase: "measure".into(), trial: 2, before: after, after: before };
+        let reversed = TrialConditions { phase: Phase::Measure, trial: 2, before: after, after: before };
         assert_eq!((reversed.steal(), reversed.throttled_periods()), (None, None));
         let empty =
-            TrialConditions { phase: "x".into(), trial: 0, before: Reading::default(), after: Reading::default() };
+            TrialConditions { phase: Phase::Install, trial: 0, before: Reading::default(), after: Reading::default() };
         assert_eq!((empty.steal(), empty.throttled_seconds()), (None, None));
-        assert_eq!(file_path("runtime", 3), "conditions/runtime-3.json");
+        assert_eq!(file_path(Phase::Runtime, 3), "conditions/runtime-3.json");
         let json = serde_json::to_string(&Reading::default()).unwrap();
         assert_eq!(json, "{}");
     }

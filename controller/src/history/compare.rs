@@ -144,7 +144,7 @@ fn condition(report: &Report, side: Side, phase: Option<Phase>, trial: u32) -> O
     report
         .conditions
         .iter()
-        .find(|c| c.phase == phase.as_str() && c.trial == trial && c.placement.is_some_and(|p| p.side == side))
+        .find(|c| c.phase == phase && c.trial == trial && c.placement.is_some_and(|p| p.side == side))
 }
 
 /// Where the head stands, per regressed or improved metric, against main's recent recorded

@@ -14,6 +14,7 @@
 
 use std::path::Path;
 
+use sandbench_proto::Phase;
 use sandbench_proto::conditions::{FOLDER, TrialConditions};
 use serde::{Deserialize, Serialize};
 
@@ -38,7 +39,7 @@ pub struct Condition {
     /// The sandbox's place in the run (its side), when it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<sandbench_proto::Placement>,
-    pub phase: String,
+    pub phase: Phase,
     pub trial: u32,
     /// Share of all CPU time stolen during the trial (0–1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,7 +66,7 @@ impl Condition {
             side: side.to_string(),
             sandbox: sandbox.to_string(),
             placement: None,
-            phase: t.phase.clone(),
+            phase: t.phase,
             trial: t.trial,
             steal: t.steal(),
             load_before: t.before.load.map(|l| l[0]),
@@ -126,7 +127,7 @@ pub fn collect(dir: &Path, sandboxes: &[SandboxRecord]) -> Vec<Condition> {
             .filter_map(|bytes| serde_json::from_slice::<TrialConditions>(&bytes).ok())
             .map(|t| Condition { placement: record.placement, ..Condition::from_trial(&record.role, &record.id, &t) })
             .collect();
-        found.sort_by(|a, b| (&a.phase, a.trial).cmp(&(&b.phase, b.trial)));
+        found.sort_by_key(|c| (c.phase, c.trial));
         out.extend(found);
     }
     out
@@ -140,7 +141,7 @@ mod tests {
 
     fn trial(steal: (u64, u64), periods: (u64, u64), throttled_usec: u64) -> TrialConditions {
         TrialConditions {
-            phase: "measure".into(),
+            phase: Phase::Measure,
             trial: 4,
             before: Reading {
                 steal_ticks: Some(0),

@@ -55,10 +55,9 @@ pub fn run(name: &str, ctx: &PhaseContext) -> anyhow::Result<()> {
 /// Sends the trial's conditions (steal, load, throttling), read before and now after it.
 fn send_conditions(ctx: &PhaseContext, phase: Phase, before: sandbench_proto::conditions::Reading) {
     let after = conditions::read(Path::new("/"));
-    let trial =
-        sandbench_proto::conditions::TrialConditions { phase: phase.to_string(), trial: ctx.trial, before, after };
+    let trial = sandbench_proto::conditions::TrialConditions { phase, trial: ctx.trial, before, after };
     if let Ok(bytes) = serde_json::to_vec_pretty(&trial) {
-        ctx.file(&sandbench_proto::conditions::file_path(phase.as_str(), ctx.trial), &bytes);
+        ctx.file(&sandbench_proto::conditions::file_path(phase, ctx.trial), &bytes);
     }
 }
 

@@ -290,10 +290,11 @@ async fn sandboxes_of_a_killed_controller_are_reaped() {
     let provisioner = sandbench::provision::DockerProvisioner::connect(2).await.expect("a Docker engine");
     support::ensure_scratch_image(&provisioner).await;
     // A real controller process, killed without warning in the middle of its work. Its
-    // temporary files go to a folder this test removes.
+    // temporary files and its ledger go to a folder this test removes.
     let tmp = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
         .env("TMPDIR", tmp.path())
+        .env("SANDBENCH_LEDGER", tmp.path().join("ledger.sqlite"))
         .args(["bench", "--image", SCRATCH_IMAGE, "--samples", "1000", "--observations", "1000"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

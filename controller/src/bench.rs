@@ -1,6 +1,8 @@
 //! `sandbench bench`: the backbone's figures, measured side by side in one run on one image —
 //! provision-to-Hello per sandbox against a bare create+start+wait of a trivial container through
-//! the same API, observation throughput over the socket, and the agent's idle RSS.
+//! the same API, observation throughput over the socket, and the agent's idle RSS. Its sandboxes
+//! are sessions of a spec of the image alone (a run's defaults: 2 CPUs, 4 GB, 20 GB of disk), as a
+//! run would make them, and its ledger entry (`bench-<time>`) charges them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,11 +11,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use sandbench_proto::v1::{Command, RunPhase, command};
 
+use crate::cost::SandboxRecord;
+use crate::cost::ledger::{Entry, Ledger, RunStart};
 use crate::display::Display;
 use crate::observations::server::HubConfig;
 use crate::provision::docker::AGENT_PATH_IN_SANDBOX;
 use crate::provision::{AgentShipping, DockerProvisioner, Engine};
-use crate::station::sandbox::LiveSandbox;
+use crate::spec::Plan;
+use crate::station::session::Session;
 use crate::station::{Station, StationOptions};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -57,34 +62,82 @@ struct Bench {
     /// The Docker backend itself, for the figures only Docker has (a bare container, the agent's
     /// host pid); sandboxes go through the station.
     docker: Arc<DockerProvisioner>,
-    station: Station,
+    station: Arc<Station>,
+    /// The spec of the image alone the sandboxes are made from.
+    plan: Plan,
     args: BenchArgs,
-    live: Vec<LiveSandbox>,
+    live: Vec<Session>,
+    /// Every sandbox removed so far, charged.
+    records: Vec<SandboxRecord>,
     display: Display,
 }
 
-pub async fn run(engine: &Engine, args: BenchArgs) -> anyhow::Result<()> {
+/// The spec bench's sandboxes are made from: the image, and a run's defaults for the rest.
+fn bench_plan(dir: &std::path::Path, image: &str) -> anyhow::Result<Plan> {
+    let path = dir.join("bench.toml");
+    let image = toml::Value::String(image.to_string());
+    let text = format!("name = \"sandbench-bench\"\n\n[sandbox]\nimage = {image}\n\n[install]\ncommand = \"true\"\n");
+    crate::spec::parse(&path, &text).map_err(|e| anyhow::anyhow!("--image: {e}"))
+}
+
+/// `sandbench bench` on `engine`, its sandboxes charged in the ledger at `ledger` (None: none).
+pub async fn run(engine: &Engine, args: BenchArgs, ledger: Option<PathBuf>) -> anyhow::Result<()> {
     if args.samples == 0 || args.streams == 0 {
         bail!("--samples and --streams must be at least 1");
     }
     let docker = engine.docker().await?;
     let dir =
         tempfile::Builder::new().prefix("sandbench-bench-").tempdir().context("cannot create a temporary folder")?;
+    // The sandboxes' run and the ledger's row have one id.
+    let started = std::time::SystemTime::now();
+    let run_id = format!("bench-{}", crate::report::stamp(started));
     let options = StationOptions {
         dir: dir.path().to_path_buf(),
-        run_id: format!("bench{}", std::process::id()),
+        run_id: run_id.clone(),
         image: Some(args.image.clone()),
         valgrind: false,
         agent: args.agent.clone(),
         hub: HubConfig::default(),
     };
+    let plan = bench_plan(dir.path(), &args.image)?;
     let display = Display::new();
-    let station = Station::open(docker.clone(), options, &mut |line| display.line(line)).await?;
-    let mut bench = Bench { docker, station, args, live: Vec::new(), display: display.clone() };
+    let station = Arc::new(Station::open(docker.clone(), options, &mut |line| display.line(line)).await?);
+    let mut entry = match &ledger {
+        Some(path) => {
+            let start = RunStart {
+                run_id,
+                spec: plan.name.clone(),
+                repository: String::new(),
+                base_rev: args.image.clone(),
+                base_commit: String::new(),
+                head_rev: args.image.clone(),
+                head_commit: String::new(),
+                started_at: crate::report::timestamp(started),
+                run_dir: dir.path().display().to_string(),
+            };
+            match Ledger::open(path).and_then(|ledger| Entry::begin(ledger, &start, false)) {
+                Ok(entry) => Some(entry),
+                Err(err) => {
+                    station.close().await;
+                    return Err(err.context(format!("cannot record the benchmark in the ledger {}", path.display())));
+                }
+            }
+        }
+        None => None,
+    };
+    let mut bench =
+        Bench { docker, station, plan, args, live: Vec::new(), records: Vec::new(), display: display.clone() };
 
     let result = bench.measure().await;
     let cleanup = bench.cleanup().await;
     let leftovers = bench.station.close().await;
+    if let Some(entry) = entry.as_mut() {
+        let status = if result.is_ok() && cleanup.is_ok() { "completed" } else { "failed" };
+        let finished = crate::report::timestamp(std::time::SystemTime::now());
+        if let Err(err) = entry.finish(status, &finished, &bench.records) {
+            display.warning(&format!("cannot record the benchmark in the ledger: {err:#}"));
+        }
+    }
     let report = result?;
     cleanup?;
     if !leftovers.is_empty() {
@@ -99,19 +152,19 @@ impl Bench {
         self.station.run_id()
     }
 
-    async fn launch(&mut self, role: String) -> anyhow::Result<LiveSandbox> {
-        let mut request = self.station.request(&role, &self.args.image)?;
-        request.shipping = self.args.shipping.into();
-        let live = self.station.launch(request, Duration::from_secs(60)).await?;
-        self.live.push(live.clone());
-        Ok(live)
+    async fn launch(&mut self, role: String) -> anyhow::Result<Session> {
+        let agent_plan = self.plan.agent_plan("");
+        let made = (role.as_str(), self.args.shipping.into(), &[][..]);
+        let session = Session::launch(&self.station, &self.plan, agent_plan, made).await?;
+        self.live.push(session.clone());
+        Ok(session)
     }
 
     async fn teardown(&mut self, id: &str) -> anyhow::Result<()> {
-        if let Some(pos) = self.live.iter().position(|l| l.sandbox.id == id) {
-            let live = self.live.remove(pos);
-            let done = self.station.teardown(&live.sandbox).await;
-            if let Some(err) = done.removal_error {
+        if let Some(pos) = self.live.iter().position(|s| s.id() == id) {
+            let ended = self.live.remove(pos).teardown("bench").await;
+            self.records.push(ended.record);
+            if let Some(err) = ended.teardown.removal_error {
                 bail!(err);
             }
         }
@@ -119,7 +172,7 @@ impl Bench {
     }
 
     async fn cleanup(&mut self) -> anyhow::Result<()> {
-        let ids: Vec<String> = self.live.iter().map(|l| l.sandbox.id.clone()).collect();
+        let ids: Vec<String> = self.live.iter().map(|s| s.id().to_string()).collect();
         for id in ids {
             self.teardown(&id).await?;
         }
@@ -142,13 +195,13 @@ impl Bench {
         // One of each first, untimed, so caches are warm for both.
         self.bare_once("warm", &bind).await?;
         let warm = self.launch("warm".into()).await?;
-        self.teardown(&warm.sandbox.id).await?;
+        self.teardown(warm.id()).await?;
         for i in 0..samples {
             self.display.status("provisioning", &format!("sample {}/{samples}", i + 1));
             bare.push(self.bare_once(&i.to_string(), &bind).await?);
-            let live = self.launch(format!("s{i}")).await?;
-            hello.push(live.provision_to_hello);
-            self.teardown(&live.sandbox.id).await?;
+            let session = self.launch(format!("s{i}")).await?;
+            hello.push(session.live().provision_to_hello);
+            self.teardown(session.id()).await?;
         }
         self.display.done("provisioning", &format!("{samples} samples"));
         Ok((bare, hello))
@@ -235,7 +288,7 @@ impl Bench {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut fresh_rss_bytes = Vec::new();
         for live in &sandboxes {
-            let pid = self.docker.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
+            let pid = self.docker.main_pid(live.id()).await?.context("the agent is not running")?;
             fresh_rss_bytes.push(rss_bytes(pid)?);
         }
         self.display.line(&format!("streaming {} observations from {count} sandbox(es)", self.args.observations));
@@ -243,7 +296,7 @@ impl Bench {
         let waits = sandboxes.iter().map(|live| {
             let hub = self.station.hub();
             let plan = plan.clone();
-            let id = live.sandbox.id.clone();
+            let id = live.id().to_string();
             async move {
                 let command = Command {
                     command_id: format!("{id}-stream"),
@@ -267,14 +320,9 @@ impl Bench {
         let took = futures_util::future::try_join_all(waits).await?;
         let mut rates = Vec::new();
         for (live, took) in sandboxes.iter().zip(took) {
-            let status = self.station.hub().status(&live.sandbox.id).context("sandbox vanished")?.borrow().clone();
+            let status = self.station.hub().status(live.id()).context("sandbox vanished")?.borrow().clone();
             if status.observations != self.args.observations {
-                bail!(
-                    "{} delivered {} observations, not {}",
-                    live.sandbox.id,
-                    status.observations,
-                    self.args.observations
-                );
+                bail!("{} delivered {} observations, not {}", live.id(), status.observations, self.args.observations);
             }
             rates.push(self.args.observations as f64 / took.as_secs_f64());
         }
@@ -282,11 +330,11 @@ impl Bench {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let mut idle_rss_bytes = Vec::new();
         for live in &sandboxes {
-            let pid = self.docker.main_pid(&live.sandbox.id).await?.context("the agent is not running")?;
+            let pid = self.docker.main_pid(live.id()).await?.context("the agent is not running")?;
             idle_rss_bytes.push(rss_bytes(pid)?);
         }
         for live in sandboxes {
-            self.teardown(&live.sandbox.id).await?;
+            self.teardown(live.id()).await?;
         }
         Ok(StreamFigures { rates, fresh_rss_bytes, idle_rss_bytes })
     }

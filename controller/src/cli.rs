@@ -333,7 +333,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(args) => crate::bench::run(&engine, args).await.map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => crate::bench::run(&engine, args, Some(ledger_path)).await.map(|()| ExitCode::SUCCESS),
         Command::Publish(args) => crate::publish::command(args).await,
         Command::Ci(args) => crate::publish::ci::command(&engine, *args, ledger_path, cancel_on_signals()).await,
         Command::Merge(args) => crate::merge::command(args, &ledger_path),

@@ -1,9 +1,10 @@
-//! A run's station: what every way of driving sandboxes — `run`, `debug`, `bench` and the
-//! end-to-end tests — sets up alike and tears down alike. It owns the provisioner (leftovers
+//! A run's station: what every way of driving sandboxes — `run`, `debug`, `bisect`, `bench` and
+//! the end-to-end tests — sets up alike and tears down alike. It owns the provisioner (leftovers
 //! reaped and the image present at opening, the agent located), the run directory with its hub
 //! and gRPC server, one socket folder per sandbox (`sock/<role>/agent.sock`, so a sandbox can
 //! reach no other sandbox's socket), and the teardown of each sandbox and of the whole station.
-//! One sandbox's life within it is [`sandbox`].
+//! One sandbox's life within it is [`sandbox`]; a sandbox of a plan, from launch to its cost
+//! record, is a [`session::Session`].
 //!
 //! "Sandbox" in the crate: [`crate::provision`] is where sandboxes live (the backends: Docker,
 //! the fake); this module is a run's sandboxes at run time; [`crate::by_hand`] is the commands a

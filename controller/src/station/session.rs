@@ -2,7 +2,7 @@
 //! request built from the plan, the agent's Hello waited for, the source delivered, steps run
 //! at the plan's timeouts under the command's cancellation, and the teardown charged at the
 //! plan's rate card, metered by its phases or as one stretch. `run` (its walk, which schedules
-//! stepwise trials on it), `debug` and `bisect` drive their sandboxes with it.
+//! stepwise trials on it), `debug`, `bisect` and `bench` drive their sandboxes with it.
 
 use std::sync::Arc;
 use std::time::Duration;

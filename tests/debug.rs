@@ -115,6 +115,7 @@ fn start_kept_debug(out: &Path) -> (std::process::Child, String, std::thread::Jo
     let mut debug = Command::new(env!("CARGO_BIN_EXE_sandbench"))
         .args(["debug", &spec.display().to_string(), "--rev", "HEAD", "--phase", "install", "--keep", "--out"])
         .arg(out)
+        .env("SANDBENCH_LEDGER", out.join("ledger.sqlite"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -227,4 +228,11 @@ fn a_kept_debug_sandbox_can_be_listed_rerun_entered_and_removed() {
     }
     assert!(exited.is_some_and(|s| s.success()), "debug did not end cleanly after rm: {rest}");
     assert!(!ls.contains(&id), "{ls}");
+    // The session is in the ledger it was given, its one sandbox charged for as long as it was kept.
+    let ledger = sandbench::cost::ledger::Ledger::open(&out.path().join("ledger.sqlite")).unwrap();
+    let runs = ledger.runs(None).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(runs[0].run_id.starts_with("debug-") && runs[0].status == "completed", "{runs:?}");
+    assert_eq!(runs[0].sandboxes, 1, "{runs:?}");
+    assert!(runs[0].seconds >= 15.0, "kept through the 15 s stall: {runs:?}");
 }

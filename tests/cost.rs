@@ -146,6 +146,8 @@ async fn a_controller_killed_mid_run_leaves_its_ledger_row_unfinished_and_the_re
                 head_commit: "b".into(),
                 started_at: "2026-11-28T00:00:00Z".into(),
                 run_dir: "/runs/earlier".into(),
+                owner: String::new(),
+                usd_per_hour: 0.0,
             })
             .unwrap();
         ledger.finish_run("earlier", "completed", "2026-11-28T00:05:00Z", &[]).unwrap();

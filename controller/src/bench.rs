@@ -114,6 +114,8 @@ pub async fn run(engine: &Engine, args: BenchArgs, ledger: Option<PathBuf>) -> a
                 head_commit: String::new(),
                 started_at: crate::report::timestamp(started),
                 run_dir: dir.path().display().to_string(),
+                owner: crate::provision::docker::owner_id(),
+                usd_per_hour: plan.hourly_usd(),
             };
             match Ledger::open(path).and_then(|ledger| Entry::begin(ledger, &start, false)) {
                 Ok(entry) => Some(entry),

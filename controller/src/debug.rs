@@ -137,6 +137,8 @@ fn ledger_start(id: &str, plan: &Plan, revision: &Revision, started: SystemTime,
         head_commit: revision.commit.clone(),
         started_at: crate::report::timestamp(started),
         run_dir: dir.display().to_string(),
+        owner: crate::provision::docker::owner_id(),
+        usd_per_hour: plan.hourly_usd(),
     }
 }
 

@@ -331,7 +331,7 @@ fn write_files(shards: &[Loaded], out: &Path) -> anyhow::Result<()> {
 fn record(ledger: &Path, shards: &[Loaded], report: &Report, out: &Path) -> anyhow::Result<usize> {
     let source = &shards[0].plan["source"];
     let repository = source["repository"].as_str().or(source["url"].as_str()).unwrap_or_default().to_string();
-    let start = report.run_start(&report.spec_name, repository, out);
+    let start = report.run_start(&report.spec_name, repository, out, 0.0);
     let mut entry = Entry::begin(Ledger::open(ledger)?, &start, false)?;
     let finished = report.finished_at.clone().unwrap_or_default();
     entry.finish(report.status.as_str(), &finished, &report.sandboxes)?;

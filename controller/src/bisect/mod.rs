@@ -338,6 +338,8 @@ pub(crate) fn run_start(
         head_commit: bad.commit.clone(),
         started_at: crate::report::timestamp(started),
         run_dir: dir.display().to_string(),
+        owner: crate::provision::docker::owner_id(),
+        usd_per_hour: plan.hourly_usd(),
     }
 }
 

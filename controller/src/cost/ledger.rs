@@ -40,7 +40,9 @@ CREATE TABLE IF NOT EXISTS runs (
     usage_usd REAL NOT NULL DEFAULT 0,
     run_dir TEXT NOT NULL,
     lens_seconds REAL NOT NULL DEFAULT 0,
-    lens_usd REAL NOT NULL DEFAULT 0
+    lens_usd REAL NOT NULL DEFAULT 0,
+    owner TEXT NOT NULL DEFAULT '',
+    usd_per_hour REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS sandboxes (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -87,8 +89,12 @@ CREATE INDEX IF NOT EXISTS noise_profiles_by_setting ON noise_profiles(spec, ima
 
 /// Columns added to `runs` after its first release: (name, declaration). [`Ledger::open`] adds
 /// those an older ledger lacks, so its rows read with the default.
-const ADDED_RUN_COLUMNS: [(&str, &str); 2] =
-    [("lens_seconds", "REAL NOT NULL DEFAULT 0"), ("lens_usd", "REAL NOT NULL DEFAULT 0")];
+const ADDED_RUN_COLUMNS: [(&str, &str); 4] = [
+    ("lens_seconds", "REAL NOT NULL DEFAULT 0"),
+    ("lens_usd", "REAL NOT NULL DEFAULT 0"),
+    ("owner", "TEXT NOT NULL DEFAULT ''"),
+    ("usd_per_hour", "REAL NOT NULL DEFAULT 0"),
+];
 
 /// This machine, as a noise profile is kept for it: its machine id (or host name), the CPUs this
 /// process may use and their model. A profile measured elsewhere, or on other CPUs, is not used.
@@ -142,6 +148,21 @@ pub struct RunStart {
     pub head_commit: String,
     pub started_at: String,
     pub run_dir: String,
+    /// The controller process that began the row (`host/pid/start-ticks`, as a mark names it):
+    /// a row left running by a command that keeps no mark is recorded abandoned once it is gone.
+    pub owner: String,
+    /// What one of its sandboxes costs per hour, to charge it if it is abandoned.
+    pub usd_per_hour: f64,
+}
+
+/// A row that never recorded its end, as the reconciler needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unfinished {
+    pub run_id: String,
+    pub run_dir: String,
+    /// Empty for a row written before owners were kept.
+    pub owner: String,
+    pub usd_per_hour: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -224,9 +245,9 @@ impl Ledger {
     pub fn begin_run(&self, run: &RunStart) -> anyhow::Result<()> {
         self.conn
             .execute(
-                "INSERT INTO runs (run_id, spec, repository, base_rev, base_commit, head_rev, head_commit, status, started_at, run_dir)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9)",
-                params![run.run_id, run.spec, run.repository, run.base_rev, run.base_commit, run.head_rev, run.head_commit, run.started_at, run.run_dir],
+                "INSERT INTO runs (run_id, spec, repository, base_rev, base_commit, head_rev, head_commit, status, started_at, run_dir, owner, usd_per_hour)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9, ?10, ?11)",
+                params![run.run_id, run.spec, run.repository, run.base_rev, run.base_commit, run.head_rev, run.head_commit, run.started_at, run.run_dir, run.owner, run.usd_per_hour],
             )
             .context("cannot record the run in the ledger")?;
         Ok(())
@@ -367,21 +388,27 @@ impl Ledger {
         read().context("cannot read the noise profiles of the ledger")
     }
 
-    /// Runs that never recorded their end: (run id, run directory). Their controller may be
-    /// alive (running) or dead (to be reconciled as abandoned).
-    pub fn unfinished_runs(&self) -> anyhow::Result<Vec<(String, String)>> {
-        let mut stmt =
-            self.conn.prepare("SELECT run_id, run_dir FROM runs WHERE finished_at IS NULL ORDER BY started_at")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    /// Runs that never recorded their end. Their controller may be alive (running) or dead (to
+    /// be reconciled as abandoned).
+    pub fn unfinished_runs(&self) -> anyhow::Result<Vec<Unfinished>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT run_id, run_dir, owner, usd_per_hour FROM runs WHERE finished_at IS NULL ORDER BY started_at",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(Unfinished { run_id: r.get(0)?, run_dir: r.get(1)?, owner: r.get(2)?, usd_per_hour: r.get(3)? })
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Puts a run that ended (an abandoned run being resumed) back to running; false when the
-    /// ledger does not hold it.
-    pub fn reopen_run(&self, run_id: &str) -> anyhow::Result<bool> {
+    /// Puts a run that ended (an abandoned run being resumed) back to running, owned by `owner`
+    /// (the resuming controller); false when the ledger does not hold it.
+    pub fn reopen_run(&self, run_id: &str, owner: &str) -> anyhow::Result<bool> {
         let changed = self
             .conn
-            .execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?1", params![run_id])
+            .execute(
+                "UPDATE runs SET status = 'running', finished_at = NULL, owner = ?2 WHERE run_id = ?1",
+                params![run_id, owner],
+            )
             .context("cannot reopen the run in the ledger")?;
         Ok(changed == 1)
     }
@@ -486,7 +513,8 @@ impl Ledger {
 /// (`run`, `bisect`, `history --bisect`, `merge`): begun when made (a resumed run's row put back
 /// to running), closed by [`Entry::finish`]. An entry dropped unfinished — an error or a panic on
 /// the way — closes its row as `failed`, with no sandbox recorded, so that only a controller
-/// killed outright leaves a row running (which the next run records abandoned).
+/// killed outright leaves a row running, which the next run (or `sandbox gc`) records abandoned
+/// once the row's owner is gone, with or without a run directory's mark.
 pub struct Entry {
     ledger: Ledger,
     run_id: String,
@@ -497,7 +525,7 @@ impl Entry {
     /// Records `run` as begun; with `resume`, puts its row back to running when the ledger has
     /// it, and begins it otherwise.
     pub fn begin(ledger: Ledger, run: &RunStart, resume: bool) -> anyhow::Result<Entry> {
-        if !(resume && ledger.reopen_run(&run.run_id)?) {
+        if !(resume && ledger.reopen_run(&run.run_id, &run.owner)?) {
             ledger.begin_run(run)?;
         }
         Ok(Entry { ledger, run_id: run.run_id.clone(), open: true })
@@ -559,6 +587,8 @@ mod tests {
             head_commit: "b".repeat(40),
             started_at: "2026-11-29T10:00:00Z".into(),
             run_dir: format!("/runs/{id}"),
+            owner: String::new(),
+            usd_per_hour: 0.1,
         }
     }
 
@@ -590,20 +620,26 @@ mod tests {
     }
 
     #[test]
-    fn a_ledger_written_before_the_lens_columns_gains_them_and_keeps_its_runs() {
+    fn a_ledger_written_before_the_added_columns_gains_them_and_keeps_its_runs() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.sqlite");
-        let mut old_schema =
-            SCHEMA.replace(",\n    lens_seconds REAL NOT NULL DEFAULT 0,\n    lens_usd REAL NOT NULL DEFAULT 0", "");
-        assert!(!old_schema.contains("lens_"), "the test's old schema still names the lens");
+        let mut old_schema = SCHEMA.to_string();
+        for (name, declaration) in ADDED_RUN_COLUMNS {
+            old_schema = old_schema.replace(&format!(",\n    {name} {declaration}"), "");
+        }
+        assert!(!old_schema.contains("lens_") && !old_schema.contains("owner"), "the old schema has an added column");
         old_schema.push_str(
             "INSERT INTO runs (run_id, spec, repository, base_rev, base_commit, head_rev, head_commit, status, started_at, run_dir)
-             VALUES ('old', 'demo', '/repo', 'main', 'a', 'pr', 'b', 'completed', '2026-11-01T10:00:00Z', '/runs/old');",
+             VALUES ('old', 'demo', '/repo', 'main', 'a', 'pr', 'b', 'completed', '2026-11-01T10:00:00Z', '/runs/old'),
+                    ('left', 'demo', '/repo', 'main', 'a', 'pr', 'b', 'running', '2026-11-01T09:00:00Z', '/runs/left');",
         );
         Connection::open(&path).unwrap().execute_batch(&old_schema).unwrap();
         let ledger = Ledger::open(&path).unwrap();
         let runs = ledger.runs(None).unwrap();
-        assert_eq!((runs.len(), runs[0].run_id.as_str(), runs[0].lens_seconds), (1, "old", 0.0));
+        assert_eq!((runs.len(), runs[0].run_id.as_str(), runs[0].lens_seconds), (2, "old", 0.0));
+        let open = ledger.unfinished_runs().unwrap();
+        let left = open.iter().find(|u| u.run_id == "left").unwrap();
+        assert_eq!((left.owner.as_str(), left.usd_per_hour), ("", 0.0), "no owner was kept then");
         ledger.record_lens("old", 12.0, 0.001).unwrap();
         drop(ledger);
         let again = Ledger::open(&path).unwrap();
@@ -714,9 +750,14 @@ mod tests {
         assert_eq!(entry.ledger().path(), path.as_path());
         drop(entry);
         assert_eq!(status("r2").as_deref(), Some("completed"));
-        // Resumed: the row is put back to running, not begun twice; one the ledger lacks is begun.
-        let mut entry = Entry::begin(Ledger::open(&path).unwrap(), &start("r2"), true).unwrap();
+        // Resumed: the row is put back to running, owned by whoever resumed it, not begun twice;
+        // one the ledger lacks is begun.
+        let resumer = RunStart { owner: "host/2/2".into(), ..start("r2") };
+        let mut entry = Entry::begin(Ledger::open(&path).unwrap(), &resumer, true).unwrap();
         assert_eq!(status("r2").as_deref(), Some(UNFINISHED));
+        let open = Ledger::open(&path).unwrap().unfinished_runs().unwrap();
+        let owned = open.iter().map(|u| (u.run_id.as_str(), u.owner.as_str(), u.usd_per_hour)).collect::<Vec<_>>();
+        assert_eq!(owned, [("r2", "host/2/2", 0.1)]);
         entry.finish("canceled", "2026-11-29T10:03:00Z", &[]).unwrap();
         assert_eq!(status("r2").as_deref(), Some("canceled"));
         assert!(Entry::begin(Ledger::open(&path).unwrap(), &start("r2"), false).is_err(), "begun twice");

@@ -264,6 +264,8 @@ mod tests {
                     head_commit: "b".repeat(40),
                     started_at: "2026-11-01T10:00:00Z".into(),
                     run_dir: "/runs/old".into(),
+                    owner: String::new(),
+                    usd_per_hour: 0.0,
                 })
                 .unwrap();
             let tables: i64 = ledger

@@ -364,8 +364,15 @@ fn run_warnings(def: &MetricDef, sides: [(&str, &Side); 2]) -> Vec<String> {
 }
 
 impl Report {
-    /// The ledger's start of this run: its identity, revisions and directory.
-    pub fn run_start(&self, spec: &str, repository: String, dir: &std::path::Path) -> crate::cost::ledger::RunStart {
+    /// The ledger's start of this run: its identity, revisions and directory, begun by this
+    /// process, its sandboxes at `usd_per_hour` each.
+    pub fn run_start(
+        &self,
+        spec: &str,
+        repository: String,
+        dir: &std::path::Path,
+        usd_per_hour: f64,
+    ) -> crate::cost::ledger::RunStart {
         crate::cost::ledger::RunStart {
             run_id: self.run_id.clone(),
             spec: spec.to_string(),
@@ -376,6 +383,8 @@ impl Report {
             head_commit: self.head.commit.clone(),
             started_at: self.started_at.clone(),
             run_dir: dir.display().to_string(),
+            owner: crate::provision::docker::owner_id(),
+            usd_per_hour,
         }
     }
 

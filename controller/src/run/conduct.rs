@@ -309,7 +309,7 @@ fn begin_ledger(
         SourceSettings::Url { url } => url.clone(),
         SourceSettings::None => String::new(),
     };
-    Ok(Some(Entry::begin(ledger, &report.run_start(&plan.name, repository, dir), resumed)?))
+    Ok(Some(Entry::begin(ledger, &report.run_start(&plan.name, repository, dir, plan.hourly_usd()), resumed)?))
 }
 
 /// Puts what the run ended with into the report.

@@ -1,5 +1,7 @@
 //! Reconciling the ledger: a run whose controller died is recorded as `abandoned`, charged
-//! from its sandboxes' real lifetimes, and its `report.json` says how to continue it.
+//! from its sandboxes' real lifetimes, and its `report.json` says how to continue it. A row
+//! with no run mark (a debug session, a bisection, a benchmark, or a run whose directory is
+//! gone) is judged by the controller the ledger names as its owner.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -10,7 +12,7 @@ use anyhow::Context;
 use super::accounting::{Accounting, Roster};
 use super::mark::Mark;
 use super::output::write_reports;
-use crate::cost::ledger::Ledger;
+use crate::cost::ledger::{Ledger, Unfinished};
 use crate::provision::{Provisioner, labels};
 use crate::report::{self, Report, SandboxRecord, Status};
 
@@ -23,7 +25,8 @@ pub(super) fn read_report(dir: &Path) -> anyhow::Result<Report> {
 
 /// Finds the runs of the ledger that never recorded their end and whose controller is gone, and
 /// records each as abandoned, charged from its sandboxes' real lifetimes; their `report.json`
-/// says so. Returns what it did, and what it could not do, in words. A ledger that does not
+/// says so. The controller is the run mark's when the run directory has one, else the ledger
+/// row's owner; a row that names neither (written before owners were kept) is left alone. Returns what it did, and what it could not do, in words. A ledger that does not
 /// exist is left alone.
 pub async fn reconcile(provisioner: &dyn Provisioner, ledger: &Path) -> Vec<String> {
     if !ledger.exists() {
@@ -39,19 +42,26 @@ pub async fn reconcile(provisioner: &dyn Provisioner, ledger: &Path) -> Vec<Stri
 pub async fn reconcile_in(provisioner: &dyn Provisioner, ledger: &mut Ledger) -> Vec<String> {
     let mut lines = Vec::new();
     let result = async {
-        for (run_id, run_dir) in ledger.unfinished_runs()? {
-            let dir = PathBuf::from(&run_dir);
+        for row in ledger.unfinished_runs()? {
+            let Unfinished { run_id, run_dir, .. } = &row;
+            let dir = PathBuf::from(run_dir);
             let mark = match Mark::load(&dir) {
                 Ok(Some(mark)) if !mark.alive() => mark,
-                Ok(_) => continue,
+                Ok(Some(_)) => continue,
+                Ok(None) => {
+                    if let Some(line) = abandon_unmarked(provisioner, ledger, &row).await? {
+                        lines.push(line);
+                    }
+                    continue;
+                }
                 Err(err) => {
                     lines.push(format!("run {run_id}: {err:#}"));
                     continue;
                 }
             };
-            let (records, ended) = lifetimes(provisioner, &dir, &run_id, mark.usd_per_hour).await;
+            let (records, ended) = lifetimes(provisioner, &dir, run_id, mark.usd_per_hour).await;
             let ended = report::timestamp(ended);
-            ledger.finish_run(&run_id, Status::Abandoned.as_str(), &ended, &records)?;
+            ledger.finish_run(run_id, Status::Abandoned.as_str(), &ended, &records)?;
             let usd: f64 = records.iter().map(|r| r.estimated_usd).sum();
             if let Err(err) = abandon_report(&dir, &mark, &ended, records) {
                 lines.push(format!("run {run_id}: {err:#}"));
@@ -69,6 +79,27 @@ pub async fn reconcile_in(provisioner: &dyn Provisioner, ledger: &mut Ledger) ->
         lines.push(format!("cannot reconcile the ledger {}: {err:#}", ledger.path().display()));
     }
     lines
+}
+
+/// A row with no run mark whose owner is gone, recorded abandoned and charged at the row's rate
+/// from its sandboxes' lifetimes; what was done, or None when its owner lives or is unknown.
+async fn abandon_unmarked(
+    provisioner: &dyn Provisioner,
+    ledger: &mut Ledger,
+    row: &Unfinished,
+) -> anyhow::Result<Option<String>> {
+    if crate::provision::docker::owner_alive(&row.owner) != Some(false) {
+        return Ok(None);
+    }
+    let (records, ended) = lifetimes(provisioner, Path::new(&row.run_dir), &row.run_id, row.usd_per_hour).await;
+    ledger.finish_run(&row.run_id, Status::Abandoned.as_str(), &report::timestamp(ended), &records)?;
+    let usd: f64 = records.iter().map(|r| r.estimated_usd).sum();
+    let pid = row.owner.rsplit('/').nth(1).unwrap_or("?");
+    Ok(Some(format!(
+        "{}: its controller (pid {pid}) is gone; recorded as abandoned, {} sandbox(es), ${usd:.4} charged",
+        row.run_id,
+        records.len()
+    )))
 }
 
 /// Every sandbox of a dead run with its lifetime: from the engine while its container exists
@@ -129,4 +160,76 @@ fn abandon_report(dir: &Path, mark: &Mark, ended: &str, records: Vec<SandboxReco
         dir.display()
     ));
     write_reports(dir, &mut report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cost::ledger::RunStart;
+    use crate::provision::fake::{FakeProvisioner, Script};
+    use crate::provision::{AgentShipping, Resources, SandboxRequest};
+
+    fn start(id: &str, owner: &str, dir: &Path) -> RunStart {
+        RunStart {
+            run_id: id.into(),
+            spec: "demo".into(),
+            repository: String::new(),
+            base_rev: "main".into(),
+            base_commit: "a".repeat(40),
+            head_rev: "main".into(),
+            head_commit: "a".repeat(40),
+            started_at: "2026-12-05T10:00:00Z".into(),
+            run_dir: dir.join(id).display().to_string(),
+            owner: owner.into(),
+            usd_per_hour: 3600.0,
+        }
+    }
+
+    fn request(run: &str, dir: &Path) -> SandboxRequest {
+        SandboxRequest {
+            run_id: run.into(),
+            role: "debug".into(),
+            image: "node:24-bookworm".into(),
+            resources: Resources::default(),
+            network: false,
+            ttl: Duration::from_secs(900),
+            shipping: AgentShipping::Bind,
+            agent_binary: "sandbox-agent".into(),
+            socket_dir: dir.to_path_buf(),
+            token: String::new(),
+            labels: Default::default(),
+            placement: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_row_with_no_run_mark_is_abandoned_once_the_controller_it_names_is_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("ledger.sqlite");
+        // This process, and one that had its pid but started at another tick: gone.
+        let me = crate::provision::docker::owner_id();
+        let (host_pid, ticks) = me.rsplit_once('/').unwrap();
+        let gone = format!("{host_pid}/{}", ticks.parse::<u64>().unwrap() + 1);
+        let ledger = Ledger::open(&path).unwrap();
+        for (id, owner) in [("debug-gone", gone.as_str()), ("debug-live", me.as_str()), ("before-owners", "")] {
+            ledger.begin_run(&start(id, owner, tmp.path())).unwrap();
+        }
+        let fake = FakeProvisioner::new(Script::default());
+        fake.create(&request("debug-gone", tmp.path())).await.unwrap();
+        let lines = reconcile(&fake, &path).await;
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].starts_with("debug-gone: its controller (pid"), "{lines:?}");
+        assert!(lines[0].contains("abandoned, 1 sandbox(es)") && !lines[0].contains("--resume"), "{lines:?}");
+        let row = |id: &str| ledger.run(id).unwrap().unwrap().0;
+        let gone_row = row("debug-gone");
+        assert_eq!((gone_row.status.as_str(), gone_row.sandboxes), ("abandoned", 1));
+        // Charged at the row's rate ($1 a second here) for the sandbox's life so far.
+        assert!((gone_row.allocation_usd - gone_row.seconds).abs() < 1e-9, "{gone_row:?}");
+        assert!(gone_row.finished_at.is_some() && gone_row.seconds > 0.0);
+        // A live controller's row, and one that names no controller, are left running.
+        assert!(row("debug-live").finished_at.is_none() && row("before-owners").finished_at.is_none());
+        assert!(reconcile(&fake, &path).await.is_empty(), "reconciled once");
+    }
 }

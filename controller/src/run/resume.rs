@@ -247,7 +247,7 @@ startup = ["product"]
         report.sandboxes.clear();
         report.finished_at = None;
         crate::run::write_reports(&dir, &mut report).unwrap();
-        assert!(Ledger::open(opts.ledger.as_ref().unwrap()).unwrap().reopen_run(FAKE_RUN).unwrap());
+        assert!(Ledger::open(opts.ledger.as_ref().unwrap()).unwrap().reopen_run(FAKE_RUN, "").unwrap());
         let mut mark = Mark::load(&dir).unwrap().unwrap();
         let (host, rest) = mark.owner.split_once('/').unwrap();
         mark.owner = format!("{host}/{}/1", rest.split('/').next().unwrap());

@@ -84,7 +84,7 @@ pub async fn debug_on(
     let revision = Revision { rev: opts.rev.clone(), commit: commit.clone() };
     let entry = match &opts.ledger {
         Some(path) => {
-            let start = ledger_start(&run_id, &plan, &revision, started, &dir);
+            let start = ledger_start(&run_id, &plan, &revision, started, station.dir());
             match Ledger::open(path).and_then(|ledger| Entry::begin(ledger, &start, false)) {
                 Ok(entry) => Some(entry),
                 Err(err) => {

@@ -200,16 +200,85 @@ pub struct PhaseRow {
     pub usage_usd: f64,
 }
 
-/// Adds the columns of [`ADDED_RUN_COLUMNS`] that a ledger written by an older sandbench lacks.
-fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('runs')")?;
-    let present: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    for (name, declaration) in ADDED_RUN_COLUMNS {
-        if !present.iter().any(|p| p == name) {
-            conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {name} {declaration}"))?;
+/// Writes how a run ended and what each of its sandboxes cost, in the caller's transaction.
+fn write_end(
+    tx: &rusqlite::Transaction<'_>,
+    ledger: &Path,
+    run_id: &str,
+    status: &str,
+    finished_at: &str,
+    sandboxes: &[SandboxRecord],
+) -> anyhow::Result<()> {
+    for s in sandboxes {
+        let (allocation, max, usage) = s
+            .cost
+            .as_ref()
+            .map_or((s.estimated_usd, s.estimated_usd, 0.0), |c| (c.allocation_usd, c.max_usd, c.usage_usd));
+        tx.execute(
+            "INSERT OR REPLACE INTO sandboxes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                run_id,
+                s.id,
+                s.role,
+                s.created_at,
+                s.removed_at,
+                s.seconds,
+                s.deleted,
+                s.peak_memory_bytes as i64,
+                allocation,
+                max,
+                usage
+            ],
+        )?;
+        for (seq, p) in s.cost.iter().flat_map(|c| c.phases.iter()).enumerate() {
+            tx.execute(
+                "INSERT OR REPLACE INTO phases VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![
+                    run_id,
+                    s.id,
+                    seq as i64,
+                    p.usage.phase,
+                    p.usage.seconds,
+                    p.usage.cpu_seconds,
+                    p.usage.memory_gib_seconds,
+                    p.allocation_usd,
+                    p.max_usd,
+                    p.usage_usd
+                ],
+            )?;
         }
     }
+    let changed = tx.execute(
+        "UPDATE runs SET status = ?2, finished_at = ?3,
+             sandboxes = (SELECT COUNT(*) FROM sandboxes WHERE run_id = ?1),
+             seconds = (SELECT COALESCE(SUM(seconds), 0) FROM sandboxes WHERE run_id = ?1),
+             allocation_usd = (SELECT COALESCE(SUM(allocation_usd), 0) FROM sandboxes WHERE run_id = ?1),
+             max_usd = (SELECT COALESCE(SUM(max_usd), 0) FROM sandboxes WHERE run_id = ?1),
+             usage_usd = (SELECT COALESCE(SUM(usage_usd), 0) FROM sandboxes WHERE run_id = ?1)
+         WHERE run_id = ?1",
+        params![run_id, status, finished_at],
+    )?;
+    if changed != 1 {
+        anyhow::bail!("run {run_id} is not in the ledger {}", ledger.display());
+    }
     Ok(())
+}
+
+/// Adds the columns of [`ADDED_RUN_COLUMNS`] that a ledger written by an older sandbench lacks.
+/// One write transaction, so that two controllers opening an old ledger at once add each column
+/// once.
+fn add_missing_columns(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let present: Vec<String> = {
+        let mut stmt = tx.prepare("SELECT name FROM pragma_table_info('runs')")?;
+        stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?
+    };
+    for (name, declaration) in ADDED_RUN_COLUMNS {
+        if !present.iter().any(|p| p == name) {
+            tx.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {name} {declaration}"))?;
+        }
+    }
+    tx.commit()
 }
 
 pub struct Ledger {
@@ -222,12 +291,12 @@ impl Ledger {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
-        let conn = Connection::open(path).with_context(|| format!("cannot open the ledger {}", path.display()))?;
+        let mut conn = Connection::open(path).with_context(|| format!("cannot open the ledger {}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(30))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA).with_context(|| format!("cannot set up the ledger {}", path.display()))?;
-        add_missing_columns(&conn).with_context(|| format!("cannot update the ledger {}", path.display()))?;
+        add_missing_columns(&mut conn).with_context(|| format!("cannot update the ledger {}", path.display()))?;
         Ok(Ledger { conn, path: path.to_path_buf() })
     }
 
@@ -262,60 +331,34 @@ impl Ledger {
         sandboxes: &[SandboxRecord],
     ) -> anyhow::Result<()> {
         let tx = self.conn.transaction()?;
-        for s in sandboxes {
-            let (allocation, max, usage) = s
-                .cost
-                .as_ref()
-                .map_or((s.estimated_usd, s.estimated_usd, 0.0), |c| (c.allocation_usd, c.max_usd, c.usage_usd));
-            tx.execute(
-                "INSERT OR REPLACE INTO sandboxes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    run_id,
-                    s.id,
-                    s.role,
-                    s.created_at,
-                    s.removed_at,
-                    s.seconds,
-                    s.deleted,
-                    s.peak_memory_bytes as i64,
-                    allocation,
-                    max,
-                    usage
-                ],
-            )?;
-            for (seq, p) in s.cost.iter().flat_map(|c| c.phases.iter()).enumerate() {
-                tx.execute(
-                    "INSERT OR REPLACE INTO phases VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                    params![
-                        run_id,
-                        s.id,
-                        seq as i64,
-                        p.usage.phase,
-                        p.usage.seconds,
-                        p.usage.cpu_seconds,
-                        p.usage.memory_gib_seconds,
-                        p.allocation_usd,
-                        p.max_usd,
-                        p.usage_usd
-                    ],
-                )?;
-            }
-        }
-        let changed = tx.execute(
-            "UPDATE runs SET status = ?2, finished_at = ?3,
-                 sandboxes = (SELECT COUNT(*) FROM sandboxes WHERE run_id = ?1),
-                 seconds = (SELECT COALESCE(SUM(seconds), 0) FROM sandboxes WHERE run_id = ?1),
-                 allocation_usd = (SELECT COALESCE(SUM(allocation_usd), 0) FROM sandboxes WHERE run_id = ?1),
-                 max_usd = (SELECT COALESCE(SUM(max_usd), 0) FROM sandboxes WHERE run_id = ?1),
-                 usage_usd = (SELECT COALESCE(SUM(usage_usd), 0) FROM sandboxes WHERE run_id = ?1)
-             WHERE run_id = ?1",
-            params![run_id, status, finished_at],
-        )?;
-        if changed != 1 {
-            anyhow::bail!("run {run_id} is not in the ledger {}", self.path.display());
-        }
+        write_end(&tx, &self.path, run_id, status, finished_at, sandboxes)?;
         tx.commit().context("cannot record the run's end in the ledger")?;
         Ok(())
+    }
+
+    /// Records an unfinished run as abandoned — only if it is still unfinished and still owned
+    /// by the controller the reconciler judged dead (a resume may have taken it over since);
+    /// whether it did.
+    pub fn abandon_run(
+        &mut self,
+        row: &Unfinished,
+        finished_at: &str,
+        sandboxes: &[SandboxRecord],
+    ) -> anyhow::Result<bool> {
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let still: Option<i64> = tx
+            .query_row(
+                "SELECT 1 FROM runs WHERE run_id = ?1 AND finished_at IS NULL AND owner = ?2",
+                params![row.run_id, row.owner],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if still.is_none() {
+            return Ok(false);
+        }
+        write_end(&tx, &self.path, &row.run_id, "abandoned", finished_at, sandboxes)?;
+        tx.commit().context("cannot record the run as abandoned in the ledger")?;
+        Ok(true)
     }
 
     /// Records what the instruction lens's runs of a run took: sandbox seconds and their share of
@@ -400,14 +443,16 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Puts a run that ended (an abandoned run being resumed) back to running, owned by `owner`
-    /// (the resuming controller); false when the ledger does not hold it.
-    pub fn reopen_run(&self, run_id: &str, owner: &str) -> anyhow::Result<bool> {
+    /// Puts a run that ended (an abandoned run being resumed) back to running, owned by the
+    /// resuming controller at its rate (`run`'s owner and rate); false when the ledger does not
+    /// hold it.
+    pub fn reopen_run(&self, run: &RunStart) -> anyhow::Result<bool> {
         let changed = self
             .conn
             .execute(
-                "UPDATE runs SET status = 'running', finished_at = NULL, owner = ?2 WHERE run_id = ?1",
-                params![run_id, owner],
+                "UPDATE runs SET status = 'running', finished_at = NULL, owner = ?2, usd_per_hour = ?3
+                 WHERE run_id = ?1",
+                params![run.run_id, run.owner, run.usd_per_hour],
             )
             .context("cannot reopen the run in the ledger")?;
         Ok(changed == 1)
@@ -525,7 +570,7 @@ impl Entry {
     /// Records `run` as begun; with `resume`, puts its row back to running when the ledger has
     /// it, and begins it otherwise.
     pub fn begin(ledger: Ledger, run: &RunStart, resume: bool) -> anyhow::Result<Entry> {
-        if !(resume && ledger.reopen_run(&run.run_id, &run.owner)?) {
+        if !(resume && ledger.reopen_run(run)?) {
             ledger.begin_run(run)?;
         }
         Ok(Entry { ledger, run_id: run.run_id.clone(), open: true })
@@ -752,12 +797,16 @@ mod tests {
         assert_eq!(status("r2").as_deref(), Some("completed"));
         // Resumed: the row is put back to running, owned by whoever resumed it, not begun twice;
         // one the ledger lacks is begun.
-        let resumer = RunStart { owner: "host/2/2".into(), ..start("r2") };
+        let resumer = RunStart { owner: "host/2/2".into(), usd_per_hour: 0.2, ..start("r2") };
         let mut entry = Entry::begin(Ledger::open(&path).unwrap(), &resumer, true).unwrap();
         assert_eq!(status("r2").as_deref(), Some(UNFINISHED));
         let open = Ledger::open(&path).unwrap().unfinished_runs().unwrap();
         let owned = open.iter().map(|u| (u.run_id.as_str(), u.owner.as_str(), u.usd_per_hour)).collect::<Vec<_>>();
-        assert_eq!(owned, [("r2", "host/2/2", 0.1)]);
+        assert_eq!(owned, [("r2", "host/2/2", 0.2)]);
+        // A reconciler that judged the owner before the resume took the row over leaves it be.
+        let before = Unfinished { owner: "host/1/1".into(), ..open[0].clone() };
+        assert!(!Ledger::open(&path).unwrap().abandon_run(&before, "2026-11-29T10:02:30Z", &[]).unwrap());
+        assert_eq!(status("r2").as_deref(), Some(UNFINISHED), "still the resumer's");
         entry.finish("canceled", "2026-11-29T10:03:00Z", &[]).unwrap();
         assert_eq!(status("r2").as_deref(), Some("canceled"));
         assert!(Entry::begin(Ledger::open(&path).unwrap(), &start("r2"), false).is_err(), "begun twice");

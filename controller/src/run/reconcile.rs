@@ -61,7 +61,9 @@ pub async fn reconcile_in(provisioner: &dyn Provisioner, ledger: &mut Ledger) ->
             };
             let (records, ended) = lifetimes(provisioner, &dir, run_id, mark.usd_per_hour).await;
             let ended = report::timestamp(ended);
-            ledger.finish_run(run_id, Status::Abandoned.as_str(), &ended, &records)?;
+            if !ledger.abandon_run(&row, &ended, &records)? {
+                continue; // resumed meanwhile: no longer the dead controller's
+            }
             let usd: f64 = records.iter().map(|r| r.estimated_usd).sum();
             if let Err(err) = abandon_report(&dir, &mark, &ended, records) {
                 lines.push(format!("run {run_id}: {err:#}"));
@@ -92,7 +94,9 @@ async fn abandon_unmarked(
         return Ok(None);
     }
     let (records, ended) = lifetimes(provisioner, Path::new(&row.run_dir), &row.run_id, row.usd_per_hour).await;
-    ledger.finish_run(&row.run_id, Status::Abandoned.as_str(), &report::timestamp(ended), &records)?;
+    if !ledger.abandon_run(row, &report::timestamp(ended), &records)? {
+        return Ok(None); // resumed meanwhile: no longer the dead controller's
+    }
     let usd: f64 = records.iter().map(|r| r.estimated_usd).sum();
     let pid = row.owner.rsplit('/').nth(1).unwrap_or("?");
     Ok(Some(format!(

@@ -247,7 +247,9 @@ startup = ["product"]
         report.sandboxes.clear();
         report.finished_at = None;
         crate::run::write_reports(&dir, &mut report).unwrap();
-        assert!(Ledger::open(opts.ledger.as_ref().unwrap()).unwrap().reopen_run(FAKE_RUN, "").unwrap());
+        let killed =
+            crate::cost::ledger::RunStart { owner: String::new(), ..report.run_start("", String::new(), &dir, 0.0) };
+        assert!(Ledger::open(opts.ledger.as_ref().unwrap()).unwrap().reopen_run(&killed).unwrap());
         let mut mark = Mark::load(&dir).unwrap().unwrap();
         let (host, rest) = mark.owner.split_once('/').unwrap();
         mark.owner = format!("{host}/{}/1", rest.split('/').next().unwrap());

@@ -26,8 +26,9 @@ pub(super) fn read_report(dir: &Path) -> anyhow::Result<Report> {
 /// Finds the runs of the ledger that never recorded their end and whose controller is gone, and
 /// records each as abandoned, charged from its sandboxes' real lifetimes; their `report.json`
 /// says so. The controller is the run mark's when the run directory has one, else the ledger
-/// row's owner; a row that names neither (written before owners were kept) is left alone. Returns what it did, and what it could not do, in words. A ledger that does not
-/// exist is left alone.
+/// row's owner; a row that names neither (written before owners were kept) is left alone.
+/// Returns what it did, and what it could not do, in words. A ledger that does not exist is
+/// left alone.
 pub async fn reconcile(provisioner: &dyn Provisioner, ledger: &Path) -> Vec<String> {
     if !ledger.exists() {
         return Vec::new();

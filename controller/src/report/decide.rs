@@ -85,12 +85,12 @@ pub fn floor(def: &MetricDef, base_median: Option<f64>, noise: Option<&NoiseProf
 /// each metric alone is then called changed by an A/A run at close to the interval's own
 /// `alpha`; a report judging tens of metrics would call one of them in many A/A runs. With the
 /// margin, an A/A report calls any of its profile-judged metrics changed at most about `alpha`
-/// of the time (Bonferroni: fewer, the metrics being correlated), at the price of the margin on
-/// each one's minimum detectable effect. A spec's floor (the author's threshold, not a bound
-/// from noise) is left as it is.
+/// × [`stats::FAMILY_SHARE`] of the time (Bonferroni: fewer, the metrics being correlated), at
+/// the price of the margin on each one's minimum detectable effect. A spec's floor (the
+/// author's threshold, not a bound from noise) is left as it is.
 pub fn for_family(floor: Floor, pairs: &[(f64, f64)], family: usize, alpha: f64) -> Floor {
-    let margin = stats::family_margin(family, alpha);
     let (Some(profile_sd), Some((sd, n))) = (floor.profile_sd, stats::log_ratio_sd(pairs)) else { return floor };
+    let margin = stats::family_margin(family, alpha);
     if margin <= 0.0 {
         return floor;
     }
@@ -98,11 +98,12 @@ pub fn for_family(floor: Floor, pairs: &[(f64, f64)], family: usize, alpha: f64)
     if guard <= floor.value {
         return floor;
     }
+    let which = if family == 1 { "the only metric".to_string() } else { format!("one of {family} metrics") };
     let note = format!(
-        "floor raised from {} to {}: one of {family} metrics judged against the noise profile, so that a report of identical sides calls any of them changed at most {:.1}% of the time",
+        "floor raised from {} to {}: {which} judged against the noise profile, so that a report of identical sides calls any such metric changed at most about {:.1}% of the time",
         pct(floor.value),
         pct(guard),
-        alpha * 100.0
+        alpha * stats::FAMILY_SHARE * 100.0
     );
     Floor { value: guard, note: Some(note), profile_sd: floor.profile_sd }
 }
@@ -339,22 +340,27 @@ mod tests {
         let (sd, n) = stats::log_ratio_sd(&pairs).unwrap();
         assert_eq!(n, 20);
         let profile = Floor { value: 0.005, note: Some("clamped".into()), profile_sd: Some(0.03) };
-        // Eleven metrics: 0.8776 standard errors of 5.01 %/√20, 0.99 %.
+        // Eleven metrics: 1.3574 standard errors of 5.01 %/√20, 1.53 %.
         let raised = for_family(profile.clone(), &pairs, 11, 0.05);
         let expected = (stats::family_margin(11, 0.05) * sd / 20f64.sqrt()).exp() - 1.0;
-        assert!((raised.value - expected).abs() < 1e-12 && raised.value > 0.0095, "{raised:?}");
+        assert!((raised.value - expected).abs() < 1e-12 && raised.value > 0.015, "{raised:?}");
         let note = raised.note.unwrap();
-        assert!(note.contains("floor raised from 0.50% to 0.99%: one of 11 metrics"), "{note}");
-        assert!(note.ends_with("at most 5.0% of the time"), "{note}");
-        // The profile's sd where it is the larger: 8 %/√20 × 0.8776, 1.58 %.
+        assert!(note.contains("floor raised from 0.50% to 1.53%: one of 11 metrics"), "{note}");
+        assert!(note.ends_with("at most about 1.0% of the time"), "{note}");
+        // The profile's sd where it is the larger: 8 %/√20 × 1.3574, 2.46 %.
         let noisier = Floor { profile_sd: Some(0.08), ..profile.clone() };
         let raised = for_family(noisier.clone(), &pairs, 11, 0.05);
         assert!((raised.value - ((stats::family_margin(11, 0.05) * 0.08 / 20f64.sqrt()).exp() - 1.0)).abs() < 1e-12);
         // What a run plans for: the same at the profile's sd, the floor itself under 3 pairs.
         assert_eq!(planned(&noisier, 11, 0.05, 20), raised.value);
-        assert_eq!((planned(&noisier, 11, 0.05, 2), planned(&noisier, 1, 0.05, 20)), (0.005, 0.005));
-        // Alone, or above the margin already, or a spec's floor, or too few pairs: unchanged.
-        assert_eq!(for_family(profile.clone(), &pairs, 1, 0.05), profile);
+        assert_eq!((planned(&noisier, 11, 0.05, 2), planned(&noisier, 0, 0.05, 20)), (0.005, 0.005));
+        // Alone, a metric is a family of one: 0.6158 standard errors, 0.69 %.
+        let alone = for_family(profile.clone(), &pairs, 1, 0.05);
+        assert!((alone.value - ((stats::family_margin(1, 0.05) * sd / 20f64.sqrt()).exp() - 1.0)).abs() < 1e-12);
+        assert!(alone.note.unwrap().contains("to 0.69%: the only metric judged"));
+        // With no family, or above the margin already, or a spec's floor, or too few pairs:
+        // unchanged.
+        assert_eq!(for_family(profile.clone(), &pairs, 0, 0.05), profile);
         let wide = Floor { value: 0.03, ..profile.clone() };
         assert_eq!(for_family(wide.clone(), &pairs, 11, 0.05), wide);
         let spec = Floor { profile_sd: None, ..profile.clone() };
@@ -365,13 +371,17 @@ mod tests {
     /// The property for a report as a whole: eleven metrics of no bias, pair sd 4 %, 20
     /// pairs, each judged against a profile floor — pooled from 24 simulated A/A runs, or at the
     /// practical minimum where a long pool ends. Without the family margin a fresh A/A report
-    /// calls one of them changed more often than 5 % (about 12 % at the minimum); with it, at
-    /// most 5 %; and a 5 % change of one metric is still caught at least nine times in ten.
+    /// calls one of them changed more often than 5 % (about 12 % at the minimum); with it, about
+    /// 1 % (the family's share of the intervals' 5 %); and a 5 % change of one metric is still
+    /// caught at least nine times in ten. "About": Bonferroni's normal quantiles reach 3.3
+    /// standard errors, where the tails of 20 pairs' estimate, their interval as wide as their
+    /// own spread, are a little heavier than the normal's: 1.2 % and 1.3 % of 4,000 reports
+    /// here, 1.0 % and 1.0 % at 40 pairs (measured once, not asserted).
     #[test]
-    fn a_family_margin_keeps_a_a_reports_at_five_percent_and_still_sees_five_percent() {
+    fn a_family_margin_keeps_a_a_reports_at_one_percent_and_still_sees_five_percent() {
         use crate::stats::pool::{self, sim};
         use rand::SeedableRng;
-        let (m, pairs, sd, min, reports) = (11, 20, 0.04, PROFILE_FLOOR_MIN, 1000);
+        let (m, pairs, sd, min, reports) = (11, 20, 0.04, PROFILE_FLOOR_MIN, 4000);
         let mut rng = rand::rngs::StdRng::seed_from_u64(43);
         let pooled: Vec<Floor> = (0..m)
             .map(|_| {
@@ -406,7 +416,7 @@ mod tests {
                 "floors {name} (mean {:.2}%): A/A reports calling a metric {plain:.3} plain, {family:.3} with the family margin; 5 % caught {caught:.3}",
                 floors.iter().map(|f| f.value).sum::<f64>() / m as f64 * 100.0
             );
-            assert!(family <= 0.05, "{name}: with the margin, at most 5 %: {family}");
+            assert!(family <= 0.015, "{name}: with the margin, about 1 %: {family}");
             assert!(plain > 0.05 && plain > family + 0.01, "{name}: without it, more: {plain}");
             assert!(caught >= 0.9, "{name}: 5 % at 20 pairs, sd 4 %: {caught}");
         }

@@ -577,18 +577,18 @@ fn paired_method(report: &Report) -> Vec<String> {
         ),
     };
     let family = report.family(&report.metric_defs());
-    let floors = if family > 0 {
-        let share = crate::stats::FAMILY_SHARE;
-        format!(
-            "{floors} The {family} metric{} judged against the profile {} one family: each floor is at least {:.2} standard errors of the metric's mean log ratio (z at 1 − {share}α/{} less z at 1 − α/2, Bonferroni; the pairs' sd or the profile's, the larger), so that a report of identical sides calls any of them changed at most about {:.1}% of the time.",
-            if family == 1 { "" } else { "s" },
-            if family == 1 { "is" } else { "are" },
-            crate::stats::family_margin(family, report.alpha()),
-            2 * family,
-            report.alpha() * share * 100.0
-        )
-    } else {
-        floors
+    let share = crate::stats::FAMILY_SHARE;
+    let margin = crate::stats::family_margin(family, report.alpha());
+    let rate = report.alpha() * share * 100.0;
+    let floors = match family {
+        0 => floors,
+        1 => format!(
+            "{floors} The one metric judged against the profile has a floor of at least {margin:.2} standard errors of its mean log ratio (z at 1 − {share}α/2 less z at 1 − α/2; the pairs' sd or the profile's, the larger), so that a report of identical sides calls it changed at most about {rate:.1}% of the time."
+        ),
+        _ => format!(
+            "{floors} The {family} metrics judged against the profile are one family: each floor is at least {margin:.2} standard errors of the metric's mean log ratio (z at 1 − {share}α/{} less z at 1 − α/2, Bonferroni; the pairs' sd or the profile's, the larger), so that a report of identical sides calls any of them changed at most about {rate:.1}% of the time.",
+            2 * family
+        ),
     };
     let looks = match &report.sequential {
         Some(s) => format!(

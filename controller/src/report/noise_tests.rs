@@ -51,6 +51,13 @@ fn pooled_a_a_runs_narrow_the_floor_and_the_report_says_what_it_rests_on() {
     let mut later = run(100, 20, 0.05f64.ln_1p(), 0.03);
     later.noise = Some(pooled.clone());
     let c = decision(&later);
+    // The one metric judged against the profile is a family of one, whose margin (0.62
+    // standard errors of its mean log ratio) stays below the pooled floor here.
+    let defs = later.metric_defs();
+    let (pairs, _) = later.pairs_of("cold");
+    assert_eq!(later.family(&defs), 1);
+    let judged = decide::for_family(decide::floor(&defs[0], None, later.noise.as_ref()), &pairs, 1, later.alpha());
+    assert_eq!(judged.value, cold.floor, "the pooled floor stands: {judged:?}");
     assert_eq!(c.paired.floor, (cold.floor * 1e4).round() / 1e4, "{c:?}");
     let md = markdown::render(&later);
     assert!(
@@ -58,6 +65,28 @@ fn pooled_a_a_runs_narrow_the_floor_and_the_report_says_what_it_rests_on() {
         "{md}"
     );
     assert!(md.contains("their between-run spread counted") && md.contains("never below 0.50%"), "{md}");
+    // The family: of one here, of two with a CPU companion calibrated too, each at its margin
+    // and at the family's fifth of the report's 5 %.
+    let one = format!(
+        "The one metric judged against the profile has a floor of at least {:.2} standard errors of its mean log ratio (z at 1 − 0.2α/2 less z at 1 − α/2; ",
+        crate::stats::family_margin(1, 0.05)
+    );
+    assert!(md.contains(&one) && md.contains("calls it changed at most about 1.0% of the time."), "{md}");
+    let mut two = later.clone();
+    for side in [&mut two.base_side, &mut two.head_side] {
+        let cold = side.metrics["cold"].clone();
+        side.metrics.insert("cold.cpu".into(), cold);
+    }
+    let profile = two.noise.as_mut().unwrap();
+    let cold_profile = profile.metrics["cold"].clone();
+    profile.metrics.insert("cold.cpu".into(), cold_profile);
+    assert_eq!(two.family(&two.metric_defs()), 2);
+    let md = markdown::render(&two);
+    let both = format!(
+        "The 2 metrics judged against the profile are one family: each floor is at least {:.2} standard errors of the metric's mean log ratio (z at 1 − 0.2α/4 less z at 1 − α/2, Bonferroni; ",
+        crate::stats::family_margin(2, 0.05)
+    );
+    assert!(md.contains(&both) && md.contains("calls any of them changed at most about 1.0% of the time."), "{md}");
     later.noise = Some(runs[0].clone());
     let md = markdown::render(&later);
     assert!(md.contains(": one A/A run, 20 pairs a metric. One calibration cannot tell"), "{md}");
@@ -154,8 +183,13 @@ fn the_profile_tells_what_minimum_detectable_effect_to_expect() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     let sd = report.noise.as_ref().unwrap().metrics["cold"].spread;
     assert!(lines[0].starts_with(&format!("cold: pair sd {:.2}% over 10 A/A runs, floor ±", sd * 100.0)), "{lines:?}");
+    // The floor a look plans for: the profile's, or the family of one's margin at the look's
+    // alpha where that is higher.
+    let defs = report.metric_defs();
+    assert_eq!(report.family(&defs), 1);
     let mde = |n: u32, look: usize| {
-        let floor = decide::floor(&report.metric_defs()[0], None, report.noise.as_ref()).value;
+        let profile = decide::floor(&defs[0], None, report.noise.as_ref());
+        let floor = decide::planned(&profile, 1, design.alpha_at(look), n as usize);
         format!("{:.2}% at {n} pairs", crate::stats::mde(floor, sd, n as usize, design.alpha_at(look)) * 100.0)
     };
     assert!(lines[0].ends_with(&format!("minimum detectable effect {}, {}", mde(10, 1), mde(20, 2))), "{lines:?}");

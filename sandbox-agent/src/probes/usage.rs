@@ -174,8 +174,8 @@ mod tests {
     fn a_grandchild_burning_cpu_is_counted() {
         // sh → sh → a busy loop of about 0.3 s of CPU (a count, not a wall-clock deadline: on a
         // loaded machine a deadline's loop gets what the scheduler leaves it), waited for at each
-        // level.
-        let pid = spawn("sh -c 'i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done'; true");
+        // level. 500,000 rounds: dash does 150,000 in 0.10 s on a fast core, too near the bound.
+        let pid = spawn("sh -c 'i=0; while [ $i -lt 500000 ]; do i=$((i+1)); done'; true");
         let (status, usage) = wait(pid).unwrap();
         crate::reaper::disown(pid);
         assert!(status.success());

@@ -400,10 +400,11 @@ fn analyse(pairs: &[(f64, f64)], floor: f64, alpha: f64, numbers: Numbers) -> Pa
 /// identical sides calls any of them changed about α × this of the time, 1 % beside 95 %
 /// intervals. Why not α itself: a report is read once per pull request, and at 5 % one unchanged
 /// pull request in twenty is told something regressed (the validity runs saw it in 3 of the 40
-/// A/A reports they judged so, each a single metric); a team soon stops believing such a comment. The
-/// validity standard is no false verdict across many runs, which at 5 % ten A/A reports meet only
-/// 60–70 % of the time and at 1 % about 90 %. The price is a wider margin on each metric's
-/// minimum detectable effect (1.36 standard errors for eleven metrics, against 0.88).
+/// A/A reports they judged so, each a single metric); a team soon stops believing such a
+/// comment. The validity standard is no false verdict across many runs, which at 5 % ten A/A
+/// reports meet only 60–70 % of the time and at 1 % about 90 %. The price is a wider margin on
+/// each metric's minimum detectable effect (1.36 standard errors for eleven metrics, against
+/// 0.88).
 pub const FAMILY_SHARE: f64 = 0.2;
 
 /// How far past z₁₋α/₂ (the interval's own reach) a family of `m` intervals must reach so that,
